@@ -1,0 +1,26 @@
+# Set-up is part of every target: a fresh clone needs only `make demo` or `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) samples/digits.py
+
+test: $(STAMP)
+	$(PY) -m pytest graphdef tests
+
+lint: $(STAMP)
+	$(PY) -m pip install --quiet ruff
+	$(PY) -m ruff check graphdef tests samples
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

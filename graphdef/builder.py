@@ -1,0 +1,340 @@
+"""The TensorFlow-1-style builder: default graph, scopes, tensors and node creation.
+
+Builder functions append nodes to the default graph (``with g:``). Shapes and dtypes are
+inferred as each node is added, so a mistake is reported at the line that makes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+
+import numpy as np
+
+from . import dtypes
+from .errors import AttrError, FlowcError, GraphError, ShapeError
+from .ir import Attrs, Graph, Node, TensorType, ValueRef
+from .registry import get_op
+
+_local = threading.local()
+
+
+def _stack(name: str) -> list:
+    if not hasattr(_local, name):
+        setattr(_local, name, [])
+    return getattr(_local, name)
+
+
+def _push_graph(g: Graph) -> None:
+    _stack("graphs").append(g)
+
+
+def _pop_graph(g: Graph) -> None:
+    stack = _stack("graphs")
+    if not stack or stack[-1] is not g:
+        raise GraphError(f"graph '{g.name}' exited out of order")
+    stack.pop()
+
+
+@contextlib.contextmanager
+def default_graph_scope(g: Graph):
+    _push_graph(g)
+    try:
+        yield g
+    finally:
+        _pop_graph(g)
+
+
+def get_default_graph() -> Graph:
+    stack = _stack("graphs")
+    if not stack:
+        raise GraphError("no default graph: build inside 'with gd.Graph(name):'")
+    return stack[-1]
+
+
+@contextlib.contextmanager
+def name_scope(name: str):
+    """Prefix the names of nodes created inside with ``name/``."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-/]+", name):
+        raise AttrError(f"name scope must be letters, digits, '_', '.', '-' or '/', got {name!r}")
+    _stack("scopes").append(name.strip("/"))
+    try:
+        yield
+    finally:
+        _stack("scopes").pop()
+
+
+_DEVICE = re.compile(r"(rank:\d+)?(/?(cpu|gpu):\d+)?|cpu|gpu")
+
+
+@contextlib.contextmanager
+def device(spec: str | None):
+    """Place nodes created inside on ``spec`` (``"rank:1"``, ``"gpu:0"``, ``"rank:1/gpu:0"``).
+
+    ``None`` clears the placement for the nodes inside.
+    """
+    if spec is not None and (not isinstance(spec, str) or not spec or not _DEVICE.fullmatch(spec)):
+        raise AttrError(f"device must look like 'rank:1', 'gpu:0' or 'rank:1/gpu:0', got {spec!r}")
+    _stack("devices").append(spec)
+    try:
+        yield
+    finally:
+        _stack("devices").pop()
+
+
+@contextlib.contextmanager
+def control_dependencies(deps):
+    """Nodes created inside run only after every node in ``deps`` (``None``: clear)."""
+    if deps is None:
+        _stack("control").append(None)
+    else:
+        names = []
+        for d in deps:
+            if isinstance(d, Tensor):
+                names.append(d.ref.node)
+            elif isinstance(d, str):
+                names.append(get_default_graph().resolve(d).node)
+            else:
+                raise GraphError(f"control dependency must be a Tensor or a name, got {d!r}")
+        _stack("control").append(tuple(names))
+    try:
+        yield
+    finally:
+        _stack("control").pop()
+
+
+def _current_controls() -> tuple[str, ...]:
+    out: list[str] = []
+    for entry in _stack("control"):
+        out = [] if entry is None else out + list(entry)
+    return tuple(dict.fromkeys(out))
+
+
+def _current_device() -> str | None:
+    stack = _stack("devices")
+    return stack[-1] if stack else None
+
+
+class Tensor:
+    """A handle on one output of a node, with operator overloading for building."""
+
+    __slots__ = ("graph", "ref")
+    __array_priority__ = 1000  # numpy defers to our reflected operators
+
+    def __init__(self, graph: Graph, ref: ValueRef):
+        self.graph = graph
+        self.ref = ref
+
+    @property
+    def name(self) -> str:
+        return str(self.ref)
+
+    @property
+    def node(self) -> Node:
+        return self.graph.node(self.ref.node)
+
+    @property
+    def op(self) -> str:
+        return self.node.op
+
+    @property
+    def type(self) -> TensorType:
+        return self.node.outputs[self.ref.index]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"<Tensor '{self.name}' {self.type}>"
+
+    def __bool__(self):
+        raise FlowcError(
+            f"tensor '{self.name}' has no truth value while building a graph; "
+            "use gd.where or compare values after gd.run"
+        )
+
+    def __iter__(self):
+        raise FlowcError(f"tensor '{self.name}' is not iterable; use gd.split or indexing")
+
+    def __len__(self):
+        if not self.shape:
+            raise FlowcError(f"tensor '{self.name}' is a scalar and has no length")
+        return self.shape[0]
+
+    # Operators are bound in graphdef/__init__.py once every op module is loaded.
+
+
+def _unique_name(graph: Graph, base: str, explicit: bool) -> str:
+    scope = "/".join(s for s in _stack("scopes") if s)
+    full = f"{scope}/{base}" if scope else base
+    if explicit:
+        if full in graph:
+            raise GraphError(f"a node named '{full}' already exists in graph '{graph.name}'")
+        return full
+    candidate, k = full, graph._names_used.get(full, 0)
+    while candidate in graph:
+        k += 1
+        candidate = f"{full}_{k}"
+    graph._names_used[full] = k
+    return candidate
+
+
+def _check_name(name) -> str:
+    if not isinstance(name, str) or not name or ":" in name:
+        raise AttrError(f"node name must be a non-empty string without ':', got {name!r}")
+    return name
+
+
+def _graph_of(tensors) -> Graph:
+    graphs = {id(t.graph): t.graph for t in tensors}
+    if len(graphs) > 1:
+        names = ", ".join(f"'{t.name}' in '{t.graph.name}'" for t in tensors)
+        raise GraphError(f"inputs come from different graphs: {names}")
+    if graphs:
+        g = next(iter(graphs.values()))
+        stack = _stack("graphs")
+        if stack and stack[-1] is not g:
+            raise GraphError(
+                f"tensor '{tensors[0].name}' belongs to graph '{g.name}', "
+                f"not to the default graph '{stack[-1].name}'"
+            )
+        return g
+    return get_default_graph()
+
+
+def apply(op: str, inputs, name: str | None = None, **attrs):
+    """Add one ``op`` node with ``inputs`` (Tensors) and ``attrs``; return its output(s).
+
+    Returns a Tensor, or a tuple of Tensors for ops with several outputs.
+    """
+    opdef = get_op(op)
+    inputs = list(inputs)
+    for t in inputs:
+        if not isinstance(t, Tensor):
+            raise GraphError(f"op {op}: input {t!r} is not a Tensor (use gd.constant)")
+    graph = _graph_of(inputs)
+    explicit = name is not None
+    node_name = _unique_name(graph, _check_name(name) if explicit else op, explicit)
+    types = [t.type for t in inputs]
+    where = f"node '{node_name}' (op {op}" + (f", inputs {', '.join(map(str, types))})" if types else ")")
+    try:
+        opdef.check_arity(len(inputs), where)
+        resolved = opdef.normalize_attrs(attrs)
+        if opdef.resolve is not None:
+            resolved = opdef.resolve(types, resolved)
+        frozen = Attrs(resolved)
+        outputs = opdef.infer_types(types, frozen)
+    except (ShapeError, AttrError) as e:
+        msg = str(e)
+        raise type(e)(msg if msg.startswith(where) else f"{where}: {msg}") from None
+    node = Node(
+        name=node_name,
+        op=op,
+        inputs=tuple(t.ref for t in inputs),
+        attrs=frozen,
+        outputs=outputs,
+        device=_current_device(),
+        control_inputs=_current_controls(),
+    )
+    graph._append(node)
+    outs = tuple(Tensor(graph, node.ref(i)) for i in range(len(outputs)))
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _source(op: str, name: str | None, data=None, variable=False, **attrs) -> Tensor:
+    graph = get_default_graph()
+    opdef = get_op(op)
+    explicit = name is not None
+    node_name = _unique_name(graph, _check_name(name) if explicit else op, explicit)
+    if data is not None:
+        attrs.update(shape=data.shape, dtype=dtypes.as_dtype(data.dtype))
+    try:
+        frozen = Attrs(opdef.normalize_attrs(attrs))
+        outputs = opdef.infer_types([], frozen)
+    except (ShapeError, AttrError) as e:
+        raise type(e)(f"node '{node_name}' (op {op}): {e}") from None
+    node = Node(node_name, op, (), frozen, outputs, _current_device(), _current_controls())
+    graph._append(node, constant=None if variable else data, variable=data if variable else None)
+    return Tensor(graph, node.ref())
+
+
+def _as_array(value, dtype) -> np.ndarray:
+    """A numpy array; Python numbers default to float32 / int32 as in TensorFlow."""
+    if isinstance(value, Tensor):
+        raise GraphError(f"expected a value, got tensor '{value.name}'")
+    if dtype is not None:
+        return np.asarray(value, dtype=dtypes.np_dtype(dtypes.as_dtype(dtype)))
+    if isinstance(value, np.ndarray):
+        array = value
+    else:
+        array = np.asarray(value)
+        if not isinstance(value, np.generic):
+            if array.dtype == np.float64:
+                array = array.astype(np.float32)
+            elif array.dtype == np.int64:
+                array = array.astype(np.int32)
+    dtypes.as_dtype(array.dtype)
+    return array
+
+
+def placeholder(name: str, shape, dtype="float32") -> Tensor:
+    """An input fed at run time.
+
+    >>> import graphdef as gd
+    >>> with gd.Graph("g"):
+    ...     gd.placeholder("x", (1, 784))
+    <Tensor 'x' float32[1,784]>
+    """
+    return _source("placeholder", name, shape=tuple(shape), dtype=dtype)
+
+
+def constant(value, dtype=None, name: str | None = None) -> Tensor:
+    """A constant tensor; Python floats become float32 and ints int32 unless ``dtype``."""
+    return _source("constant", name, data=_as_array(value, dtype))
+
+
+def variable(name: str, initial_value, dtype=None, trainable: bool = True) -> Tensor:
+    """A stateful tensor: ``gd.run`` keeps its value across calls; assign ops change it."""
+    return _source("variable", name, data=_as_array(initial_value, dtype), variable=True, trainable=trainable)
+
+
+def fill(shape, value=0.0, dtype="float32", name: str | None = None) -> Tensor:
+    """A tensor of ``shape`` filled with ``value`` (no array is stored in the graph)."""
+    return _source("fill", name, shape=tuple(shape), value=value, dtype=dtype)
+
+
+def zeros(shape, dtype="float32", name=None) -> Tensor:
+    return fill(shape, 0, dtype, name)
+
+
+def ones(shape, dtype="float32", name=None) -> Tensor:
+    return fill(shape, 1, dtype, name)
+
+
+def operand(value, like: Tensor | None = None) -> Tensor:
+    """``value`` as a Tensor; Python scalars take the dtype of ``like`` (weak typing)."""
+    if isinstance(value, Tensor):
+        return value
+    if like is not None and (isinstance(value, (bool, int, float, np.generic))):
+        dt = like.dtype
+        v = value.item() if isinstance(value, np.generic) else value
+        if isinstance(v, float) and not dtypes.is_float(dt) and not float(v).is_integer():
+            raise ShapeError(f"cannot combine {dt} tensor '{like.name}' with float scalar {v}")
+        if isinstance(v, bool) != (dt == "bool") and dt == "bool":
+            raise ShapeError(f"cannot combine bool tensor '{like.name}' with number {v}")
+        with like.graph.as_default():
+            return constant(np.asarray(v, dtype=dtypes.np_dtype(dt)))
+    if like is not None:
+        with like.graph.as_default():
+            return constant(value)
+    return constant(value)

@@ -1,0 +1,528 @@
+"""Elementwise ops: unary math, binary arithmetic with numpy broadcasting, comparisons,
+logic, ``where``, ``clip`` and ``cast``.
+
+Binary ops require equal dtypes (no implicit promotion); Python scalars take the dtype of
+the tensor they meet. Integer division truncates toward zero, as in C.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..builder import Tensor, apply, operand
+from ..errors import ExecutionError
+from ..ir import TensorType
+from ..registry import NOT_DIFFERENTIABLE, Attr, defop
+from ._util import broadcast_shapes, check_dtype, same_dtype
+
+SIGNED = dtypes.FLOATS + dtypes.SIGNED_INTS
+
+
+# ----------------------------------------------------------------------------- helpers
+def _pair(a, b) -> tuple[Tensor, Tensor]:
+    if isinstance(a, Tensor):
+        return a, operand(b, like=a)
+    if isinstance(b, Tensor):
+        return operand(a, like=b), b
+    return operand(a), operand(b)
+
+
+def unbroadcast(g: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Sum ``g`` over the axes that broadcasting expanded, so it has ``shape``."""
+    from .reduce import reduce_sum
+    from .shape import reshape
+
+    if g.shape == tuple(shape):
+        return g
+    lead = len(g.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(shape) if d == 1 and g.shape[lead + i] != 1
+    )
+    if axes:
+        g = reduce_sum(g, axes=axes, keepdims=True)
+    return reshape(g, shape)
+
+
+def _unary_infer(allowed):
+    def infer(types, attrs):
+        check_dtype(types[0], allowed)
+        return types[0]
+
+    return infer
+
+
+def _binary_infer(allowed, out_dtype=None):
+    def infer(types, attrs):
+        dt = same_dtype(types, allowed)
+        return TensorType(broadcast_shapes(types[0].shape, types[1].shape), out_dtype or dt)
+
+    return infer
+
+
+def _as(dtype_like, value):
+    return np.asarray(value).astype(dtype_like.dtype, copy=False)
+
+
+def _unary(name, fn, grad, allowed=dtypes.FLOATS, attrs=None, doc=""):
+    defop(
+        name,
+        ("x",),
+        _unary_infer(allowed),
+        lambda xs, a: _as(xs[0], fn(xs[0], **a)),
+        grad,
+        attrs=attrs or {},
+        doc=doc,
+    )
+
+
+def _binary(name, fn, grad, allowed=dtypes.NUMERIC, out_dtype=None, doc=""):
+    defop(
+        name,
+        ("a", "b"),
+        _binary_infer(allowed, out_dtype),
+        lambda xs, a: np.asarray(fn(*xs)).astype(out_dtype or xs[0].dtype, copy=False),
+        grad,
+        doc=doc,
+    )
+
+
+def _erf(x):
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)), dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- binary
+def _g_add(op, gys):
+    a, b = op.inputs
+    return (
+        op.want(0, lambda: unbroadcast(gys[0], a.shape)),
+        op.want(1, lambda: unbroadcast(gys[0], b.shape)),
+    )
+
+
+def _g_sub(op, gys):
+    a, b = op.inputs
+    return (
+        op.want(0, lambda: unbroadcast(gys[0], a.shape)),
+        op.want(1, lambda: unbroadcast(neg(gys[0]), b.shape)),
+    )
+
+
+def _g_mul(op, gys):
+    a, b = op.inputs
+    g = gys[0]
+    return (
+        op.want(0, lambda: unbroadcast(mul(g, b), a.shape)),
+        op.want(1, lambda: unbroadcast(mul(g, a), b.shape)),
+    )
+
+
+def _g_div(op, gys):
+    a, b = op.inputs
+    g = gys[0]
+    return (
+        op.want(0, lambda: unbroadcast(div(g, b), a.shape)),
+        op.want(1, lambda: unbroadcast(neg(div(mul(g, op.outputs[0]), b)), b.shape)),
+    )
+
+
+def _g_pow(op, gys):
+    a, b = op.inputs
+    (y,) = op.outputs
+    g = gys[0]
+
+    def gb():
+        safe_log = where(greater(a, 0), log(where(greater(a, 0), a, 1)), 0)
+        return unbroadcast(mul(g, mul(y, safe_log)), b.shape)
+
+    return op.want(0, lambda: unbroadcast(mul(g, mul(b, pow(a, sub(b, 1)))), a.shape)), op.want(1, gb)
+
+
+def _g_select(compare):
+    def grad(op, gys):
+        a, b = op.inputs
+        mask = compare(a, b)
+        g = gys[0]
+        zero = zeros_like_scalar(g)
+        return (
+            op.want(0, lambda: unbroadcast(where(mask, g, zero), a.shape)),
+            op.want(1, lambda: unbroadcast(where(mask, zero, g), b.shape)),
+        )
+
+    return grad
+
+
+def zeros_like_scalar(t: Tensor) -> Tensor:
+    return operand(0, like=t)
+
+
+def _int_div(a, b):
+    if np.any(b == 0):
+        raise ExecutionError("integer division by zero")
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+def _div(a, b):
+    return _int_div(a, b) if dtypes.is_int(a.dtype.name) else np.divide(a, b)
+
+
+def _pow(a, b):
+    if dtypes.is_int(a.dtype.name) and np.any(b < 0):
+        raise ExecutionError("integer power with a negative exponent")
+    return np.power(a, b)
+
+
+_binary("add", np.add, _g_add, doc="a + b")
+_binary("sub", np.subtract, _g_sub, doc="a - b")
+_binary("mul", np.multiply, _g_mul, doc="a * b")
+_binary("div", _div, _g_div, doc="a / b; integers truncate toward zero")
+_binary("pow", _pow, _g_pow, doc="a ** b")
+_binary("maximum", np.maximum, _g_select(lambda a, b: greater_equal(a, b)), doc="max(a, b); NaN wins")
+_binary("minimum", np.minimum, _g_select(lambda a, b: less_equal(a, b)), doc="min(a, b); NaN wins")
+_binary("equal", np.equal, NOT_DIFFERENTIABLE, dtypes.ALL, "bool", doc="a == b")
+_binary("less", np.less, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a < b")
+_binary("greater", np.greater, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a > b")
+_binary("less_equal", np.less_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a <= b")
+_binary("greater_equal", np.greater_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a >= b")
+_binary("logical_and", np.logical_and, NOT_DIFFERENTIABLE, ("bool",), doc="a and b")
+_binary("logical_or", np.logical_or, NOT_DIFFERENTIABLE, ("bool",), doc="a or b")
+_binary("logical_xor", np.logical_xor, NOT_DIFFERENTIABLE, ("bool",), doc="a != b")
+
+
+def add(a, b, name=None):
+    return apply("add", _pair(a, b), name)
+
+
+def sub(a, b, name=None):
+    return apply("sub", _pair(a, b), name)
+
+
+def mul(a, b, name=None):
+    return apply("mul", _pair(a, b), name)
+
+
+def div(a, b, name=None):
+    return apply("div", _pair(a, b), name)
+
+
+def pow(a, b, name=None):  # noqa: A001 - the op's name
+    return apply("pow", _pair(a, b), name)
+
+
+def maximum(a, b, name=None):
+    return apply("maximum", _pair(a, b), name)
+
+
+def minimum(a, b, name=None):
+    return apply("minimum", _pair(a, b), name)
+
+
+def equal(a, b, name=None):
+    return apply("equal", _pair(a, b), name)
+
+
+def less(a, b, name=None):
+    return apply("less", _pair(a, b), name)
+
+
+def greater(a, b, name=None):
+    return apply("greater", _pair(a, b), name)
+
+
+def less_equal(a, b, name=None):
+    return apply("less_equal", _pair(a, b), name)
+
+
+def greater_equal(a, b, name=None):
+    return apply("greater_equal", _pair(a, b), name)
+
+
+def logical_and(a, b, name=None):
+    return apply("logical_and", _pair(a, b), name)
+
+
+def logical_or(a, b, name=None):
+    return apply("logical_or", _pair(a, b), name)
+
+
+def logical_xor(a, b, name=None):
+    return apply("logical_xor", _pair(a, b), name)
+
+
+# ----------------------------------------------------------------------------- where
+def _where_infer(types, attrs):
+    c, a, b = types
+    check_dtype(c, ("bool",), "condition")
+    dt = same_dtype([a, b])
+    return TensorType(broadcast_shapes(c.shape, a.shape, b.shape), dt)
+
+
+def _g_where(op, gys):
+    c, a, b = op.inputs
+    g = gys[0]
+    zero = zeros_like_scalar(g)
+    return (
+        None,
+        op.want(1, lambda: unbroadcast(where(c, g, zero), a.shape)),
+        op.want(2, lambda: unbroadcast(where(c, zero, g), b.shape)),
+    )
+
+
+defop(
+    "where",
+    ("condition", "a", "b"),
+    _where_infer,
+    lambda xs, a: np.where(*xs),
+    _g_where,
+    doc="a where condition else b, broadcast together",
+)
+
+
+def where(condition, a, b, name=None):
+    """Elementwise select: ``a`` where ``condition`` is true, else ``b``."""
+    if isinstance(a, Tensor) or not isinstance(b, Tensor):
+        a, b = _pair(a, b)
+    else:
+        b, a = _pair(b, a)
+    return apply("where", (operand(condition), a, b), name)
+
+
+# ----------------------------------------------------------------------------- unary
+def _g_neg(op, gys):
+    return (neg(gys[0]),)
+
+
+def _g_abs(op, gys):
+    return (mul(gys[0], sign(op.inputs[0])),)
+
+
+def _g_exp(op, gys):
+    return (mul(gys[0], op.outputs[0]),)
+
+
+def _g_log(op, gys):
+    return (div(gys[0], op.inputs[0]),)
+
+
+def _g_sqrt(op, gys):
+    return (div(mul(gys[0], 0.5), op.outputs[0]),)
+
+
+def _g_rsqrt(op, gys):
+    (x,), (y,) = op.inputs, op.outputs
+    return (mul(gys[0], div(mul(y, -0.5), x)),)
+
+
+def _g_tanh(op, gys):
+    y = op.outputs[0]
+    return (mul(gys[0], sub(1, mul(y, y))),)
+
+
+def _g_sigmoid(op, gys):
+    y = op.outputs[0]
+    return (mul(gys[0], mul(y, sub(1, y))),)
+
+
+def _g_relu(op, gys):
+    x = op.inputs[0]
+    return (where(greater(x, 0), gys[0], 0),)
+
+
+def _g_leaky_relu(op, gys):
+    x, g = op.inputs[0], gys[0]
+    return (where(greater(x, 0), g, mul(g, op.attrs["alpha"])),)
+
+
+def _g_elu(op, gys):
+    (x,), (y,), g = op.inputs, op.outputs, gys[0]
+    return (where(greater(x, 0), g, mul(g, add(y, op.attrs["alpha"]))),)
+
+
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu(x, approximate):
+    x64 = x.astype(np.float64)
+    if approximate == "tanh":
+        return 0.5 * x64 * (1.0 + np.tanh(_SQRT_2_PI * (x64 + 0.044715 * x64**3)))
+    return 0.5 * x64 * (1.0 + _erf(x64 / math.sqrt(2.0)))
+
+
+def _g_gelu(op, gys):
+    x, g = op.inputs[0], gys[0]
+    if op.attrs["approximate"] == "tanh":
+        u = mul(add(x, mul(pow(x, 3), 0.044715)), _SQRT_2_PI)
+        t = tanh(u)
+        du = mul(add(mul(mul(x, x), 3 * 0.044715), 1.0), _SQRT_2_PI)
+        d = add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, 0.5), sub(1.0, mul(t, t))), du))
+    else:
+        cdf = mul(add(erf(mul(x, 1 / math.sqrt(2.0))), 1.0), 0.5)
+        pdf = mul(exp(mul(mul(x, x), -0.5)), 1 / math.sqrt(2 * math.pi))
+        d = add(cdf, mul(x, pdf))
+    return (mul(g, d),)
+
+
+def _g_erf(op, gys):
+    x = op.inputs[0]
+    return (mul(gys[0], mul(exp(neg(mul(x, x))), 2 / math.sqrt(math.pi))),)
+
+
+def _sigmoid(x):
+    with np.errstate(over="ignore"):
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _clip(x, min, max):  # noqa: A002 - attribute names
+    out = x.copy()
+    out[x < min] = min
+    out[x > max] = max
+    return out
+
+
+def _g_clip(op, gys):
+    x = op.inputs[0]
+    inside = logical_and(greater_equal(x, op.attrs["min"]), less_equal(x, op.attrs["max"]))
+    return (where(inside, gys[0], 0),)
+
+
+_unary("neg", np.negative, _g_neg, SIGNED, doc="-x")
+_unary("abs", np.abs, _g_abs, dtypes.NUMERIC, doc="|x|")
+_unary("sign", np.sign, NOT_DIFFERENTIABLE, dtypes.NUMERIC, doc="-1, 0 or 1")
+_unary("exp", np.exp, _g_exp, doc="e ** x")
+_unary("log", np.log, _g_log, doc="natural logarithm")
+_unary("sqrt", np.sqrt, _g_sqrt, doc="square root")
+_unary("rsqrt", lambda x: 1 / np.sqrt(x), _g_rsqrt, doc="1 / sqrt(x)")
+_unary("tanh", np.tanh, _g_tanh, doc="hyperbolic tangent")
+_unary("sigmoid", _sigmoid, _g_sigmoid, doc="1 / (1 + exp(-x))")
+_unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype), _g_relu, SIGNED, doc="max(x, 0)")
+_unary(
+    "leaky_relu",
+    lambda x, alpha: np.where(x > 0, x, x * x.dtype.type(alpha)),
+    _g_leaky_relu,
+    attrs={"alpha": Attr("float", 0.01)},
+    doc="x if x > 0 else alpha * x",
+)
+_unary(
+    "elu",
+    lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(x.astype(np.float64))),
+    _g_elu,
+    attrs={"alpha": Attr("float", 1.0)},
+    doc="x if x > 0 else alpha * (exp(x) - 1)",
+)
+_unary(
+    "gelu",
+    _gelu,
+    _g_gelu,
+    attrs={"approximate": Attr("str", "none", ("none", "tanh"))},
+    doc="x * Phi(x), exact (erf) or tanh approximation",
+)
+_unary("erf", _erf, _g_erf, doc="the error function")
+_unary(
+    "clip",
+    _clip,
+    _g_clip,
+    dtypes.NUMERIC,
+    attrs={"min": Attr("float", -math.inf), "max": Attr("float", math.inf)},
+    doc="min(max(x, min), max); NaN stays NaN",
+)
+_unary("logical_not", np.logical_not, NOT_DIFFERENTIABLE, ("bool",), doc="not x")
+
+
+def neg(x, name=None):
+    return apply("neg", [operand(x)], name)
+
+
+def abs(x, name=None):  # noqa: A001
+    return apply("abs", [operand(x)], name)
+
+
+def sign(x, name=None):
+    return apply("sign", [operand(x)], name)
+
+
+def exp(x, name=None):
+    return apply("exp", [operand(x)], name)
+
+
+def log(x, name=None):
+    return apply("log", [operand(x)], name)
+
+
+def sqrt(x, name=None):
+    return apply("sqrt", [operand(x)], name)
+
+
+def rsqrt(x, name=None):
+    return apply("rsqrt", [operand(x)], name)
+
+
+def tanh(x, name=None):
+    return apply("tanh", [operand(x)], name)
+
+
+def sigmoid(x, name=None):
+    return apply("sigmoid", [operand(x)], name)
+
+
+def relu(x, name=None):
+    return apply("relu", [operand(x)], name)
+
+
+def leaky_relu(x, alpha=0.01, name=None):
+    return apply("leaky_relu", [operand(x)], name, alpha=alpha)
+
+
+def elu(x, alpha=1.0, name=None):
+    return apply("elu", [operand(x)], name, alpha=alpha)
+
+
+def gelu(x, approximate="none", name=None):
+    return apply("gelu", [operand(x)], name, approximate=approximate)
+
+
+def erf(x, name=None):
+    return apply("erf", [operand(x)], name)
+
+
+def clip(x, min=-math.inf, max=math.inf, name=None):  # noqa: A002
+    return apply("clip", [operand(x)], name, min=min, max=max)
+
+
+def logical_not(x, name=None):
+    return apply("logical_not", [operand(x)], name)
+
+
+# ----------------------------------------------------------------------------- cast
+def _cast_ref(xs, attrs):
+    x, to = xs[0], dtypes.np_dtype(attrs["to"])
+    if to == np.bool_:
+        return x != 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        return x.astype(to)
+
+
+def _g_cast(op, gys):
+    x = op.inputs[0]
+    if dtypes.is_float(x.dtype) and dtypes.is_float(op.attrs["to"]):
+        return (cast(gys[0], x.dtype),)
+    return (None,)
+
+
+defop(
+    "cast",
+    ("x",),
+    lambda ts, a: TensorType(ts[0].shape, a["to"]),
+    _cast_ref,
+    _g_cast,
+    attrs={"to": Attr("dtype")},
+    doc="convert to dtype 'to'; float -> int truncates toward zero, any -> bool is x != 0",
+)
+
+
+def cast(x, dtype, name=None):
+    x = operand(x)
+    return apply("cast", [x], name, to=dtype)

@@ -1,0 +1,206 @@
+"""Reductions over axes (sum, mean, max, min, prod) and argmax / argmin."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..builder import apply, operand
+from ..errors import ShapeError
+from ..ir import TensorType
+from ..registry import NOT_DIFFERENTIABLE, Attr, defop
+from ._util import check_dtype, norm_axes, resolve_axis
+
+_REDUCE_ATTRS = {"axes": Attr("ints", None), "keepdims": Attr("bool", False)}
+
+
+def _resolve_axes(types, attrs):
+    rank = types[0].rank
+    axes = tuple(range(rank)) if attrs["axes"] is None else norm_axes(attrs["axes"], rank)
+    return {**attrs, "axes": tuple(sorted(axes))}
+
+
+def reduced_shape(shape, axes, keepdims) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _reduce_infer(allowed, nonempty=False):
+    def infer(types, attrs):
+        x = types[0]
+        check_dtype(x, allowed)
+        if nonempty and any(x.shape[a] == 0 for a in attrs["axes"]):
+            raise ShapeError(f"cannot reduce over an empty axis of shape {x.shape}")
+        return TensorType(reduced_shape(x.shape, attrs["axes"], attrs["keepdims"]), x.dtype)
+
+    return infer
+
+
+def _acc(x):
+    """Accumulate float16 in float32, as the C kernels do."""
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+def _reduce_ref(fn):
+    def ref(xs, attrs):
+        x = xs[0]
+        out = fn(_acc(x), axis=attrs["axes"], keepdims=attrs["keepdims"])
+        return np.asarray(out).astype(x.dtype, copy=False)
+
+    return ref
+
+
+def _keep(op, t):
+    """Reshape a reduced tensor to the keepdims shape of the node's input."""
+    from .shape import reshape
+
+    x = op.inputs[0]
+    return reshape(t, reduced_shape(x.shape, op.attrs["axes"], True))
+
+
+def _spread(op, t):
+    from .shape import expand
+
+    return expand(_keep(op, t), op.inputs[0].shape)
+
+
+def _g_sum(op, gys):
+    return (_spread(op, gys[0]),)
+
+
+def _g_mean(op, gys):
+    x = op.inputs[0]
+    count = math.prod(x.shape[a] for a in op.attrs["axes"])
+    from .elementwise import div
+
+    return (div(_spread(op, gys[0]), float(count)),)
+
+
+def _g_extreme(op, gys):
+    from .elementwise import cast, div, equal, mul
+
+    x = op.inputs[0]
+    mask = cast(equal(x, _spread(op, op.outputs[0])), x.dtype)
+    count = reduce_sum(mask, op.attrs["axes"], keepdims=True)
+    return (mul(_spread(op, gys[0]), div(mask, count)),)
+
+
+def _g_prod(op, gys):
+    # Exact where x has no zeros; a zero makes the result inf/nan, never a silent zero.
+    from .elementwise import div, mul
+
+    return (mul(_spread(op, gys[0]), div(_spread(op, op.outputs[0]), op.inputs[0])),)
+
+
+def _mean(x, axis, keepdims):
+    return np.mean(x, axis=axis, keepdims=keepdims)
+
+
+for _name, _fn, _grad, _allowed, _nonempty in (
+    ("reduce_sum", np.sum, _g_sum, dtypes.NUMERIC, False),
+    ("reduce_mean", _mean, _g_mean, dtypes.FLOATS, True),
+    ("reduce_max", np.max, _g_extreme, dtypes.NUMERIC, True),
+    ("reduce_min", np.min, _g_extreme, dtypes.NUMERIC, True),
+    ("reduce_prod", np.prod, _g_prod, dtypes.NUMERIC, False),
+):
+    defop(
+        _name,
+        ("x",),
+        _reduce_infer(_allowed, _nonempty),
+        _reduce_ref(_fn),
+        _grad,
+        attrs=_REDUCE_ATTRS,
+        resolve=_resolve_axes,
+        doc=f"{_name[7:]} over 'axes' (all when absent), keeping reduced axes as 1 if keepdims",
+    )
+
+
+def reduce_sum(x, axes=None, keepdims=False, name=None):
+    return apply("reduce_sum", [operand(x)], name, axes=_axes(axes), keepdims=keepdims)
+
+
+def reduce_mean(x, axes=None, keepdims=False, name=None):
+    return apply("reduce_mean", [operand(x)], name, axes=_axes(axes), keepdims=keepdims)
+
+
+def reduce_max(x, axes=None, keepdims=False, name=None):
+    return apply("reduce_max", [operand(x)], name, axes=_axes(axes), keepdims=keepdims)
+
+
+def reduce_min(x, axes=None, keepdims=False, name=None):
+    return apply("reduce_min", [operand(x)], name, axes=_axes(axes), keepdims=keepdims)
+
+
+def reduce_prod(x, axes=None, keepdims=False, name=None):
+    return apply("reduce_prod", [operand(x)], name, axes=_axes(axes), keepdims=keepdims)
+
+
+def _axes(axes):
+    return (axes,) if isinstance(axes, int) else axes
+
+
+# ----------------------------------------------------------------------------- arg reductions
+_ARG_ATTRS = {
+    "axis": Attr("int", -1),
+    "keepdims": Attr("bool", False),
+    "select_last_index": Attr("bool", False),
+}
+
+
+def _arg_infer(types, attrs):
+    x = types[0]
+    check_dtype(x, dtypes.NUMERIC)
+    if x.shape[attrs["axis"]] == 0:
+        raise ShapeError(f"cannot take argmax/argmin over empty axis {attrs['axis']} of {x.shape}")
+    return TensorType(reduced_shape(x.shape, (attrs["axis"],), attrs["keepdims"]), "int64")
+
+
+def _arg_ref(fn):
+    def ref(xs, attrs):
+        x, axis = xs[0], attrs["axis"]
+        if attrs["select_last_index"]:
+            idx = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis)
+        else:
+            idx = fn(x, axis=axis)
+        if attrs["keepdims"]:
+            idx = np.expand_dims(idx, axis)
+        return np.asarray(idx, dtype=np.int64)
+
+    return ref
+
+
+defop(
+    "argmax",
+    ("x",),
+    _arg_infer,
+    _arg_ref(np.argmax),
+    NOT_DIFFERENTIABLE,
+    attrs=_ARG_ATTRS,
+    resolve=resolve_axis,
+    doc="index of the largest value along axis (first, or last on ties)",
+)
+defop(
+    "argmin",
+    ("x",),
+    _arg_infer,
+    _arg_ref(np.argmin),
+    NOT_DIFFERENTIABLE,
+    attrs=_ARG_ATTRS,
+    resolve=resolve_axis,
+    doc="index of the smallest value along axis",
+)
+
+
+def argmax(x, axis=-1, keepdims=False, select_last_index=False, name=None):
+    return apply(
+        "argmax", [operand(x)], name, axis=axis, keepdims=keepdims, select_last_index=select_last_index
+    )
+
+
+def argmin(x, axis=-1, keepdims=False, select_last_index=False, name=None):
+    return apply(
+        "argmin", [operand(x)], name, axis=axis, keepdims=keepdims, select_last_index=select_last_index
+    )

@@ -1,0 +1,131 @@
+"""Source ops (placeholder, constant, variable, fill) and the stateful assign ops.
+
+Sources have no inputs; their type comes from their attributes. Constant and variable
+arrays live in the graph (``graph.constants`` / ``graph.variables``), not in attributes.
+
+Variable semantics in one run: every read sees the value the variable had when the run
+started; an assign op computes the new value from that and stores it when it runs, so the
+next run sees it. When several assigns to one variable run, the last in schedule order wins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..builder import Tensor, apply, operand
+from ..errors import FeedError, GraphError, ShapeError
+from ..ir import TensorType
+from ..registry import NOT_DIFFERENTIABLE, Attr, defop
+
+_TYPE_ATTRS = {"shape": Attr("ints"), "dtype": Attr("dtype", "float32")}
+
+
+def _typed(types, attrs):
+    return TensorType(attrs["shape"], attrs["dtype"])
+
+
+def _fed(name):
+    def ref(xs, attrs):
+        raise FeedError(f"{name} node must be fed or read from the graph, not computed")
+
+    return ref
+
+
+defop(
+    "placeholder",
+    (),
+    _typed,
+    _fed("placeholder"),
+    NOT_DIFFERENTIABLE,
+    attrs=_TYPE_ATTRS,
+    doc="an input fed at run time",
+)
+defop(
+    "constant",
+    (),
+    _typed,
+    _fed("constant"),
+    NOT_DIFFERENTIABLE,
+    attrs=_TYPE_ATTRS,
+    doc="a constant array stored in graph.constants",
+)
+defop(
+    "variable",
+    (),
+    _typed,
+    _fed("variable"),
+    NOT_DIFFERENTIABLE,
+    attrs={**_TYPE_ATTRS, "trainable": Attr("bool", True)},
+    doc="a stateful array; initial value in graph.variables",
+)
+
+
+def _fill_ref(xs, attrs):
+    return np.full(attrs["shape"], attrs["value"], dtype=dtypes.np_dtype(attrs["dtype"]))
+
+
+defop(
+    "fill",
+    (),
+    _typed,
+    _fill_ref,
+    NOT_DIFFERENTIABLE,
+    attrs={**_TYPE_ATTRS, "value": Attr("float", 0.0)},
+    doc="a tensor of one repeated value",
+)
+
+
+def _assign_infer(types, attrs):
+    var, value = types
+    if var.dtype != value.dtype:
+        raise ShapeError(f"value dtype {value.dtype} differs from variable dtype {var.dtype}")
+    if var.shape != value.shape:
+        raise ShapeError(f"value shape {value.shape} differs from variable shape {var.shape}")
+    return var
+
+
+def _checked(fn):
+    def ref(xs, attrs):
+        with np.errstate(all="ignore"):
+            return fn(*xs).astype(xs[0].dtype, copy=False)
+
+    return ref
+
+
+for _name, _fn, _doc in (
+    ("assign", lambda v, x: x.copy(), "variable := value"),
+    ("assign_add", np.add, "variable := variable + value"),
+    ("assign_sub", np.subtract, "variable := variable - value"),
+):
+    defop(
+        _name,
+        ("variable", "value"),
+        _assign_infer,
+        _checked(_fn),
+        NOT_DIFFERENTIABLE,
+        stateful=True,
+        doc=_doc + "; the output is the new value",
+    )
+
+
+def _assign(op, var, value, name):
+    if not isinstance(var, Tensor) or var.op != "variable":
+        raise GraphError(f"{op} needs a variable as its first input, got {var!r}")
+    return apply(op, [var, operand(value, like=var)], name)
+
+
+def assign(var, value, name=None):
+    """Store ``value`` into ``var`` when this node runs; returns the new value."""
+    return _assign("assign", var, value, name)
+
+
+def assign_add(var, value, name=None):
+    return _assign("assign_add", var, value, name)
+
+
+def assign_sub(var, value, name=None):
+    return _assign("assign_sub", var, value, name)
+
+
+__all__ = ["assign", "assign_add", "assign_sub"]

@@ -1,0 +1,182 @@
+"""The op registry: one ``OpDef`` record per op, holding every facet of that op.
+
+A record names its inputs and attribute schema, and gives the shape/dtype rule
+(``infer``), the numpy reference (``ref``), the gradient rule (``grad``, or an explicit
+``NotDifferentiable``), an optional ``resolve`` hook that fills attribute defaults that
+depend on input shapes (so a node's attributes are always complete), and the slots for
+lowering: a C template name (``c``) or a decomposition into other ops (``decompose``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from . import dtypes
+from .errors import AttrError, ShapeError, UnsupportedError
+from .ir import TensorType
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Attr:
+    """Schema of one attribute: its kind, default (``REQUIRED`` if none) and choices.
+
+    Kinds: ``int float bool str dtype ints floats any``. A default of ``None`` means "filled
+    in by the op's ``resolve`` hook from the input shapes".
+    """
+
+    kind: str
+    default: object = REQUIRED
+    choices: tuple | None = None
+
+    def coerce(self, op: str, name: str, value):
+        if value is None and self.default is None:
+            return None
+        try:
+            out = _COERCE[self.kind](value)
+        except (TypeError, ValueError):
+            raise AttrError(f"attribute '{name}' expects {self.kind}, got {value!r}") from None
+        if self.choices is not None and out not in self.choices:
+            raise AttrError(
+                f"attribute '{name}' must be one of {', '.join(map(str, self.choices))}, got {value!r}"
+            )
+        return out
+
+
+def _as_int(v):
+    if isinstance(v, bool) or not float(v).is_integer():
+        raise TypeError
+    return int(v)
+
+
+def _as_ints(v):
+    if isinstance(v, (str, bytes)):
+        raise TypeError
+    return tuple(_as_int(x) for x in v)
+
+
+def _as_bool(v):
+    if v in (0, 1, True, False):
+        return bool(v)
+    raise TypeError
+
+
+def _as_str(v):
+    if not isinstance(v, str):
+        raise TypeError
+    return v
+
+
+_COERCE = {
+    "int": _as_int,
+    "float": lambda v: float(v) if not isinstance(v, (bool, str)) else _raise(),
+    "bool": _as_bool,
+    "str": _as_str,
+    "dtype": dtypes.as_dtype,
+    "ints": _as_ints,
+    "floats": lambda v: tuple(float(x) for x in v) if not isinstance(v, str) else _raise(),
+    "any": lambda v: v,
+}
+
+
+def _raise():
+    raise TypeError
+
+
+@dataclass(frozen=True)
+class NotDifferentiable:
+    """Declares that an op has no gradient rule.
+
+    ``error=False``: the derivative is zero or undefined (comparisons, argmax, integer
+    ops, ``stop_gradient``); gradients stop here. ``error=True``: a gradient would exist
+    but flowc does not build it; ``gradients`` raises if the path needs it.
+    """
+
+    reason: str
+    error: bool = False
+
+
+NOT_DIFFERENTIABLE = NotDifferentiable("derivative is zero or undefined")
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    inputs: tuple[str, ...]
+    infer: Callable
+    ref: Callable
+    grad: Callable | NotDifferentiable
+    attrs: Mapping[str, Attr] = field(default_factory=dict)
+    resolve: Callable | None = None
+    c: str | None = None
+    decompose: Callable | None = None
+    stateful: bool = False
+    doc: str = ""
+
+    @property
+    def min_inputs(self) -> int:
+        return sum(1 for i in self.inputs if not i.endswith("?"))  # "xs*": one or more
+
+    @property
+    def max_inputs(self) -> float:
+        return float("inf") if any(i.endswith("*") for i in self.inputs) else len(self.inputs)
+
+    def check_arity(self, n: int, where: str) -> None:
+        if not self.min_inputs <= n <= self.max_inputs:
+            want = (
+                f"at least {self.min_inputs}"
+                if self.max_inputs == float("inf")
+                else str(self.min_inputs)
+                if self.min_inputs == self.max_inputs
+                else f"{self.min_inputs} to {self.max_inputs}"
+            )
+            raise ShapeError(f"{where}: op {self.name} takes {want} input(s), got {n}")
+
+    def normalize_attrs(self, given: Mapping) -> dict:
+        """Check names and kinds, fill static defaults (``resolve`` fills the rest)."""
+        unknown = set(given) - set(self.attrs)
+        if unknown:
+            raise AttrError(
+                f"unknown attribute(s) {', '.join(sorted(unknown))}; known: {', '.join(self.attrs) or 'none'}"
+            )
+        out = {}
+        for name, spec in self.attrs.items():
+            if name in given:
+                out[name] = spec.coerce(self.name, name, given[name])
+            elif spec.default is REQUIRED:
+                raise AttrError(f"missing required attribute '{name}'")
+            else:
+                out[name] = spec.default
+        return out
+
+    def infer_types(self, types: list[TensorType], attrs: Mapping) -> tuple[TensorType, ...]:
+        out = self.infer(types, attrs)
+        return (out,) if isinstance(out, TensorType) else tuple(out)
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    if opdef.name in _REGISTRY:
+        raise ValueError(f"op {opdef.name} registered twice")
+    _REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def defop(name: str, inputs, infer, ref, grad, **kw) -> OpDef:
+    """Register an op; see ``OpDef`` for the fields."""
+    return register(OpDef(name=name, inputs=tuple(inputs), infer=infer, ref=ref, grad=grad, **kw))
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnsupportedError(f"unknown op '{name}'") from None
+
+
+def all_ops() -> dict[str, OpDef]:
+    return dict(_REGISTRY)

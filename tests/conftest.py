@@ -1,0 +1,70 @@
+"""Fixtures shared by every test folder."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import graphdef as gd
+
+
+def build_zoo() -> gd.Graph:
+    """One graph that uses every registered op at least once (checked by a test)."""
+    rng = np.random.default_rng(7)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    g = gd.Graph("zoo")
+    with g:
+        x = gd.placeholder("x", (2, 3, 6, 6))
+        ids = gd.placeholder("ids", (2, 3), "int64")
+        w = gd.variable("w", f32(4, 3, 3, 3))
+        b = gd.constant(f32(4), name="b")
+        with gd.name_scope("features"):
+            c = gd.relu(gd.conv2d(x, w, b, padding=1))
+            c = gd.batch_norm(c, *(gd.constant(np.abs(f32(4)) + 0.5) for _ in range(4)))
+            p = gd.max_pool2d(c, 2)
+            a = gd.avg_pool2d(c, 3, stride=2, padding=1)
+            t = gd.conv_transpose2d(a, gd.constant(f32(4, 2, 2, 2)), stride=2)
+            r = gd.resize(p, scales=(1, 1, 2, 2), mode="linear")
+        h = gd.concat([gd.flatten(r), gd.reshape(t, (2, -1))], axis=1)
+        h = gd.gemm(h, gd.constant(f32(h.shape[1], 8) * 0.1), gd.constant(f32(8)))
+        emb = gd.gather(gd.constant(f32(10, 8)), ids)
+        h = gd.layer_norm(gd.unsqueeze(h, 1) + emb, gd.constant(np.ones(8, np.float32)))
+        h = gd.matmul(h, gd.transpose(h, (0, 2, 1)))
+        s1, s2 = gd.split(h, (1, 2), axis=1)
+        m = gd.where(s1 > s2, gd.gelu(s1), gd.tanh(s2) - gd.sigmoid(s2) * gd.erf(s1))
+        m = gd.leaky_relu(gd.elu(m)) / (gd.exp(gd.neg(gd.abs(m))) + 1.0)
+        m = gd.maximum(gd.minimum(m, 2.0), gd.sqrt(gd.clip(m, 0.0, 4.0)))
+        m = m + gd.log(m * m + 1.0) - gd.rsqrt(m * m + 1.0) ** 2.0
+        m = gd.pad(gd.tile(gd.expand(m, (2, 2, 3)), (1, 1, 2)), [0, 0, 1, 0, 0, 1])
+        m = gd.squeeze(gd.slice(m, [0], [1], [1]), 1)
+        logits = gd.reduce_sum(m, axes=1) + gd.reduce_mean(m, axes=1) - gd.reduce_max(m, axes=1)
+        logits = logits * gd.reduce_min(m, axes=1) + gd.reduce_prod(gd.sign(m) + 2.0, axes=1)
+        probs = gd.softmax(logits, name="probs")
+        gd.log_softmax(logits, name="logp")
+        gd.argmax(probs, name="label")
+        gd.argmin(probs, name="worst")
+        mask = gd.logical_or(gd.logical_and(probs > 0.1, probs < 0.9), gd.logical_not(probs >= 0.5))
+        mask = gd.logical_xor(mask, gd.equal(probs, probs)) | (probs <= 0.0)
+        gd.cast(mask, "float32", name="mask")
+        loss = gd.identity(gd.reduce_sum(gd.stop_gradient(probs) * logits), name="loss")
+        (dw,) = gd.gradients(loss, [w])
+        gd.assign_sub(w, dw * 0.01, name="step")
+        steps = gd.variable("steps", np.zeros((), np.int64))
+        gd.assign(steps, gd.assign_add(steps, 1) * 1, name="count")
+        gd.global_avg_pool(x, name="gap")
+        gd.fill((2,), 1.0, name="filled")
+    return g
+
+
+@pytest.fixture(scope="session")
+def zoo() -> gd.Graph:
+    return build_zoo()
+
+
+@pytest.fixture(scope="session")
+def zoo_feeds() -> dict:
+    rng = np.random.default_rng(3)
+    return {
+        "x": rng.standard_normal((2, 3, 6, 6)).astype(np.float32),
+        "ids": rng.integers(0, 10, (2, 3)).astype(np.int64),
+    }

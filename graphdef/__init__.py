@@ -38,6 +38,7 @@ from .errors import (
     GraphError,
     SerializationError,
     ShapeError,
+    ToolchainError,
     UnsupportedError,
 )
 from .interpret import Session, run, session

@@ -182,7 +182,7 @@ def _unique_name(graph: Graph, base: str, explicit: bool) -> str:
             raise GraphError(f"a node named '{full}' already exists in graph '{graph.name}'")
         return full
     candidate, k = full, graph._names_used.get(full, 0)
-    while candidate in graph:
+    while candidate in graph or candidate in graph._reserved:
         k += 1
         candidate = f"{full}_{k}"
     graph._names_used[full] = k

@@ -45,3 +45,7 @@ class SerializationError(FlowcError):
 
 class GradientError(FlowcError):
     """A gradient that cannot be built (non-differentiable op on the path, bad targets)."""
+
+
+class ToolchainError(FlowcError):
+    """A missing compiler or a failing build: names the compiler, the command and the first errors."""

@@ -25,7 +25,8 @@ def _ref_of(graph: Graph, key) -> ValueRef:
     return graph.resolve(key)
 
 
-def _feed_value(ref: ValueRef, want: TensorType, value) -> np.ndarray:
+def feed_value(ref, want: TensorType, value) -> np.ndarray:
+    """``value`` checked and converted for a tensor of type ``want`` (``ref`` names it)."""
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
         if array.dtype != dtypes.np_dtype(want.dtype):
@@ -100,7 +101,7 @@ class Session:
         values: dict[ValueRef, np.ndarray] = {}
         for key, value in (feeds or {}).items():
             ref = _ref_of(graph, key)
-            values[ref] = _feed_value(ref, graph.type_of(ref), value)
+            values[ref] = feed_value(ref, graph.type_of(ref), value)
         plan = self._plan(fetch_refs, frozenset(values))
         missing = [n for n in plan if n.op == "placeholder"]
         if missing:

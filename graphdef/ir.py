@@ -191,6 +191,7 @@ class Graph:
         self._variables: dict[str, np.ndarray] = {}
         self._cache: dict = {}
         self._names_used: dict[str, int] = {}
+        self._reserved: set[str] = set()  # names a rewrite will still add; auto names avoid them
         self._session = None  # run-time state of gd.run; not part of the IR
 
     # ----------------------------------------------------------------- construction

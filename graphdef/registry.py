@@ -3,8 +3,9 @@
 A record names its inputs and attribute schema, and gives the shape/dtype rule
 (``infer``), the numpy reference (``ref``), the gradient rule (``grad``, or an explicit
 ``NotDifferentiable``), an optional ``resolve`` hook that fills attribute defaults that
-depend on input shapes (so a node's attributes are always complete), and the slots for
-lowering: a C template name (``c``) or a decomposition into other ops (``decompose``).
+depend on input shapes (so a node's attributes are always complete), and the lowering: a C
+expression or kernel template (``c``) and/or a decomposition into other ops (``decompose``,
+which returns None when the node is already in a form the C kernels take).
 """
 
 from __future__ import annotations
@@ -102,6 +103,40 @@ NOT_DIFFERENTIABLE = NotDifferentiable("derivative is zero or undefined")
 
 
 @dataclass(frozen=True)
+class CExpr:
+    """C lowering of an elementwise op: one C expression per element.
+
+    ``pattern(in_dtypes, out_dtype, attrs)`` returns a format string over the operand
+    expressions ``{0}``, ``{1}`` ..., the type suffix ``{t}`` (f32, i64, ... of the operands)
+    and ``{err}`` (address of the step's status, for ops that can fail on data).
+    """
+
+    pattern: Callable
+
+
+@dataclass(frozen=True)
+class CKernel:
+    """C lowering by a template (templates/c/ops/<template>.c.j2) calling runtime_c kernels.
+
+    ``context(in_types, out_types, attrs)`` returns plain data (sizes, strides, tables) for
+    the template; ``headers`` are the runtime_c kernel headers the call needs.
+    """
+
+    template: str
+    context: Callable
+    headers: tuple[str, ...] = ()
+
+
+class CRole(str):
+    """A lowering that needs no code of its own: ``ALIAS`` (output shares the input's
+    memory, e.g. reshape) or ``SOURCE`` (data that lives outside the steps)."""
+
+
+ALIAS = CRole("alias")
+SOURCE = CRole("source")
+
+
+@dataclass(frozen=True)
 class OpDef:
     name: str
     inputs: tuple[str, ...]
@@ -110,10 +145,15 @@ class OpDef:
     grad: Callable | NotDifferentiable
     attrs: Mapping[str, Attr] = field(default_factory=dict)
     resolve: Callable | None = None
-    c: str | None = None
+    c: CExpr | CKernel | CRole | None = None
     decompose: Callable | None = None
+    flops: Callable | None = None
     stateful: bool = False
     doc: str = ""
+
+    @property
+    def elementwise(self) -> bool:
+        return isinstance(self.c, CExpr)
 
     @property
     def min_inputs(self) -> int:

@@ -53,6 +53,7 @@ def build_zoo() -> gd.Graph:
         gd.assign(steps, gd.assign_add(steps, 1) * 1, name="count")
         gd.global_avg_pool(x, name="gap")
         gd.fill((2,), 1.0, name="filled")
+        gd.apply("fused", [probs, logits], program=(("mul", (0, 1), ()), ("exp", (2,), ())), name="fused")
     return g
 
 

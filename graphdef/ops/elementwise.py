@@ -15,7 +15,7 @@ from .. import dtypes
 from ..builder import Tensor, apply, operand
 from ..errors import ExecutionError
 from ..ir import TensorType
-from ..registry import NOT_DIFFERENTIABLE, Attr, defop
+from ..registry import NOT_DIFFERENTIABLE, Attr, CExpr, defop
 from ._util import broadcast_shapes, check_dtype, same_dtype
 
 SIGNED = dtypes.FLOATS + dtypes.SIGNED_INTS
@@ -66,7 +66,27 @@ def _as(dtype_like, value):
     return np.asarray(value).astype(dtype_like.dtype, copy=False)
 
 
-def _unary(name, fn, grad, allowed=dtypes.FLOATS, attrs=None, doc=""):
+def call(fn: str, *attrs: str, err_for_ints: bool = False) -> CExpr:
+    """C lowering ``fn_<t>(operands..., attrs...)``, a scalar function of runtime_c/kernels/scalar.h.
+
+    Integer versions of ops that can fail on data (division, power) also take ``&err``.
+    """
+
+    def pattern(ins, out, a, lit):
+        args = [f"{{{i}}}" for i in range(len(ins))] + [lit(a[k], ins[-1]) for k in attrs]
+        if err_for_ints and dtypes.is_int(ins[-1]):
+            args.append("{err}")
+        return f"{fn}_{{t}}({', '.join(args)})"
+
+    return CExpr(pattern)
+
+
+def infix(op: str) -> CExpr:
+    """C lowering of a comparison or logical op: ``(fc_bool)({0} op {1})``."""
+    return CExpr(lambda ins, out, a, lit: f"(fc_bool)({{0}} {op} {{1}})")
+
+
+def _unary(name, fn, grad, allowed=dtypes.FLOATS, attrs=None, doc="", c=None):
     defop(
         name,
         ("x",),
@@ -75,10 +95,11 @@ def _unary(name, fn, grad, allowed=dtypes.FLOATS, attrs=None, doc=""):
         grad,
         attrs=attrs or {},
         doc=doc,
+        c=c or call(f"fc_{name}", *(attrs or {})),
     )
 
 
-def _binary(name, fn, grad, allowed=dtypes.NUMERIC, out_dtype=None, doc=""):
+def _binary(name, fn, grad, allowed=dtypes.NUMERIC, out_dtype=None, doc="", c=None):
     defop(
         name,
         ("a", "b"),
@@ -86,6 +107,7 @@ def _binary(name, fn, grad, allowed=dtypes.NUMERIC, out_dtype=None, doc=""):
         lambda xs, a: np.asarray(fn(*xs)).astype(out_dtype or xs[0].dtype, copy=False),
         grad,
         doc=doc,
+        c=c or call(f"fc_{name}"),
     )
 
 
@@ -178,18 +200,18 @@ def _pow(a, b):
 _binary("add", np.add, _g_add, doc="a + b")
 _binary("sub", np.subtract, _g_sub, doc="a - b")
 _binary("mul", np.multiply, _g_mul, doc="a * b")
-_binary("div", _div, _g_div, doc="a / b; integers truncate toward zero")
-_binary("pow", _pow, _g_pow, doc="a ** b")
+_binary("div", _div, _g_div, doc="a / b; integers truncate toward zero", c=call("fc_div", err_for_ints=True))
+_binary("pow", _pow, _g_pow, doc="a ** b", c=call("fc_pow", err_for_ints=True))
 _binary("maximum", np.maximum, _g_select(lambda a, b: greater_equal(a, b)), doc="max(a, b); NaN wins")
 _binary("minimum", np.minimum, _g_select(lambda a, b: less_equal(a, b)), doc="min(a, b); NaN wins")
-_binary("equal", np.equal, NOT_DIFFERENTIABLE, dtypes.ALL, "bool", doc="a == b")
-_binary("less", np.less, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a < b")
-_binary("greater", np.greater, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a > b")
-_binary("less_equal", np.less_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a <= b")
-_binary("greater_equal", np.greater_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a >= b")
-_binary("logical_and", np.logical_and, NOT_DIFFERENTIABLE, ("bool",), doc="a and b")
-_binary("logical_or", np.logical_or, NOT_DIFFERENTIABLE, ("bool",), doc="a or b")
-_binary("logical_xor", np.logical_xor, NOT_DIFFERENTIABLE, ("bool",), doc="a != b")
+_binary("equal", np.equal, NOT_DIFFERENTIABLE, dtypes.ALL, "bool", doc="a == b", c=infix("=="))
+_binary("less", np.less, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a < b", c=infix("<"))
+_binary("greater", np.greater, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a > b", c=infix(">"))
+_binary("less_equal", np.less_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a <= b", c=infix("<="))
+_binary("greater_equal", np.greater_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a >= b", c=infix(">="))
+_binary("logical_and", np.logical_and, NOT_DIFFERENTIABLE, ("bool",), doc="a and b", c=infix("&&"))
+_binary("logical_or", np.logical_or, NOT_DIFFERENTIABLE, ("bool",), doc="a or b", c=infix("||"))
+_binary("logical_xor", np.logical_xor, NOT_DIFFERENTIABLE, ("bool",), doc="a != b", c=infix("!="))
 
 
 def add(a, b, name=None):
@@ -277,6 +299,7 @@ defop(
     _where_infer,
     lambda xs, a: np.where(*xs),
     _g_where,
+    c=CExpr(lambda ins, out, a, lit: "({0} ? {1} : {2})"),
     doc="a where condition else b, broadcast together",
 )
 
@@ -376,11 +399,31 @@ def _sigmoid(x):
         return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
+def _stored_bounds(dtype: str, a) -> list:
+    """The clip bounds as the tensor's type stores them (ints: truncated and clamped to range)."""
+    if dtypes.is_float(dtype):
+        return [a["min"], a["max"]]
+    info = np.iinfo(dtypes.np_dtype(dtype))
+    return [
+        int(np.clip(math.trunc(v), info.min, info.max)) if math.isfinite(v) else 0
+        for v in (a["min"], a["max"])
+    ]
+
+
 def _clip(x, min, max):  # noqa: A002 - attribute names
+    lo, hi = _stored_bounds(x.dtype.name, {"min": min, "max": max})
     out = x.copy()
-    out[x < min] = min
-    out[x > max] = max
+    out[x < min] = lo
+    out[x > max] = hi
     return out
+
+
+def _clip_c(dtype, a, lit):
+    if dtypes.is_float(dtype):
+        return f"fc_clip_{{t}}({{0}}, {lit(a['min'], dtype)}, {lit(a['max'], dtype)})"
+    stored = _stored_bounds(dtype, a)
+    bounds = ", ".join(lit(v, "float64") for v in (a["min"], a["max"]))
+    return f"fc_clip_{{t}}({{0}}, {bounds}, {lit(stored[0], dtype)}, {lit(stored[1], dtype)})"
 
 
 def _g_clip(op, gys):
@@ -419,6 +462,7 @@ _unary(
     _g_gelu,
     attrs={"approximate": Attr("str", "none", ("none", "tanh"))},
     doc="x * Phi(x), exact (erf) or tanh approximation",
+    c=CExpr(lambda ins, out, a, lit: f"fc_gelu{'_tanh' if a['approximate'] == 'tanh' else ''}_{{t}}({{0}})"),
 )
 _unary("erf", _erf, _g_erf, doc="the error function")
 _unary(
@@ -428,8 +472,16 @@ _unary(
     dtypes.NUMERIC,
     attrs={"min": Attr("float", -math.inf), "max": Attr("float", math.inf)},
     doc="min(max(x, min), max); NaN stays NaN",
+    c=CExpr(lambda ins, out, a, lit: _clip_c(ins[0], a, lit)),
 )
-_unary("logical_not", np.logical_not, NOT_DIFFERENTIABLE, ("bool",), doc="not x")
+_unary(
+    "logical_not",
+    np.logical_not,
+    NOT_DIFFERENTIABLE,
+    ("bool",),
+    doc="not x",
+    c=CExpr(lambda ins, out, a, lit: "(fc_bool)!{0}"),
+)
 
 
 def neg(x, name=None):
@@ -505,6 +557,20 @@ def _cast_ref(xs, attrs):
         return x.astype(to)
 
 
+_INT_SUFFIX = {"int8": "i8", "uint8": "u8", "int32": "i32", "int64": "i64"}
+
+
+def _cast_c(src: str, dst: str) -> str:
+    """float -> int truncates (NaN -> 0, saturating at int64, then wrapping); int -> int wraps."""
+    if dst == "bool":
+        return "(fc_bool)({0} != 0)"
+    if dtypes.is_float(dst):
+        return f"({'double' if dst == 'float64' else 'float'})({{0}})"
+    if dtypes.is_float(src):
+        return f"fc_to_{_INT_SUFFIX[dst]}(fc_f2i64((double)({{0}})))"
+    return f"fc_to_{_INT_SUFFIX[dst]}((int64_t)({{0}}))"
+
+
 def _g_cast(op, gys):
     x = op.inputs[0]
     if dtypes.is_float(x.dtype) and dtypes.is_float(op.attrs["to"]):
@@ -520,6 +586,7 @@ defop(
     _g_cast,
     attrs={"to": Attr("dtype")},
     doc="convert to dtype 'to'; float -> int truncates toward zero, any -> bool is x != 0",
+    c=CExpr(lambda ins, out, a, lit: _cast_c(ins[0], a["to"])),
 )
 
 

@@ -12,7 +12,8 @@ from .. import dtypes
 from ..builder import apply, constant, operand
 from ..errors import ShapeError
 from ..ir import TensorType
-from ..registry import Attr, NotDifferentiable, defop
+from ..registry import Attr, CKernel, NotDifferentiable, defop
+from . import _lower as L
 from ._util import broadcast_shapes, broadcasts_to, check_dtype, resolve_axis, same_dtype, spatial
 from .elementwise import add, div, exp, mul, neg, sqrt, sub, unbroadcast
 from .reduce import reduce_max, reduce_mean, reduce_sum
@@ -22,6 +23,146 @@ from .shape import pad, reshape, slice_, transpose
 def _acc(x: np.ndarray) -> np.ndarray:
     """Compute float16 in float32, as the C kernels do."""
     return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+# ----------------------------------------------------------------------------- C lowering
+# Plain data for the templates in templates/c/ops/ (see runtime_c/kernels/ for the calls).
+def _mm_shapes(a, b):
+    ash = (1,) + a.shape if a.rank == 1 else a.shape
+    bsh = b.shape + (1,) if b.rank == 1 else b.shape
+    return ash, bsh, broadcast_shapes(ash[:-2], bsh[:-2])
+
+
+def _c_matmul(ins, outs, attrs, lit):
+    ash, bsh, batch = _mm_shapes(*ins)
+    m, k, n = ash[-2], ash[-1], bsh[-1]
+    a_st = [s * m * k for s in L.broadcast_strides(ash[:-2], batch)] if batch else []
+    b_st = [s * k * n for s in L.broadcast_strides(bsh[:-2], batch)] if batch else []
+    y_st = [s * m * n for s in L.strides(batch)]
+    dims, (a_st, b_st, y_st) = L.merge_dims(list(batch), a_st, b_st, y_st)
+    axes = [{"size": d, "a": sa, "b": sb, "y": sy} for d, sa, sb, sy in zip(dims, a_st, b_st, y_st)][::-1]
+    return {"m": m, "n": n, "k": k, "count": math.prod(batch), "axes": axes}
+
+
+def _flops_matmul(ins, outs, attrs):
+    ash, bsh, batch = _mm_shapes(*ins)
+    return 2 * math.prod(batch) * ash[-2] * ash[-1] * bsh[-1]
+
+
+def _gemm_dims(ins, attrs):
+    a, b = ins[:2]
+    m, k = a.shape[::-1] if attrs["trans_a"] else a.shape
+    return m, k, b.shape[0] if attrs["trans_b"] else b.shape[1]
+
+
+def _c_gemm(ins, outs, attrs, lit):
+    m, k, n = _gemm_dims(ins, attrs)
+    a_rs, a_cs = (1, m) if attrs["trans_a"] else (k, 1)
+    b_rs, b_cs = (1, k) if attrs["trans_b"] else (n, 1)
+    c_rs, c_cs = L.broadcast_strides(ins[2].shape, (m, n)) if len(ins) == 3 else (0, 0)
+    return {
+        "m": m,
+        "n": n,
+        "k": k,
+        "a_rs": a_rs,
+        "a_cs": a_cs,
+        "b_rs": b_rs,
+        "b_cs": b_cs,
+        "c_rs": c_rs,
+        "c_cs": c_cs,
+        "has_c": len(ins) == 3,
+        "alpha": lit(attrs["alpha"], "float64"),
+        "beta": lit(attrs["beta"], "float64"),
+    }
+
+
+def _flops_gemm(ins, outs, attrs):
+    m, k, n = _gemm_dims(ins, attrs)
+    return 2 * m * n * k
+
+
+def _decompose_gemm(op):
+    """Integer gemm with alpha or beta other than 1: matmul, scale and add (exact wrap)."""
+    a, b = op.inputs[:2]
+    alpha, beta = op.attrs["alpha"], op.attrs["beta"]
+    if dtypes.is_float(a.dtype) or (alpha == 1.0 and beta == 1.0):
+        return None
+    if not (float(alpha).is_integer() and float(beta).is_integer()):
+        from ..errors import UnsupportedError
+
+        raise UnsupportedError(f"gemm on {a.dtype} with fractional alpha {alpha} or beta {beta}")
+    y = mul(
+        matmul(transpose(a) if op.attrs["trans_a"] else a, transpose(b) if op.attrs["trans_b"] else b),
+        int(alpha),
+    )
+    return (add(y, mul(op.inputs[2], int(beta))) if len(op.inputs) == 3 else y,)
+
+
+def _geom(x_shape, k_spatial, out_spatial, attrs):
+    n = len(k_spatial)
+    return {
+        "in": L.three(x_shape[2:], 1),
+        "k": L.three(k_spatial, 1),
+        "out": L.three(out_spatial, 1),
+        "stride": L.three(attrs["strides"], 1),
+        "pad": L.three(attrs["pads"][:n], 0),
+        "pad_end": L.three(attrs["pads"][n:], 0),
+        "dil": L.three(attrs["dilations"], 1),
+    }
+
+
+def _c_conv(ins, outs, attrs, lit):
+    x, w = ins[:2]
+    return {
+        "fn": "fc_conv",
+        "n": x.shape[0],
+        "c": x.shape[1],
+        "m": w.shape[0],
+        "group": attrs["group"],
+        "has_bias": len(ins) == 3,
+        **_geom(x.shape, w.shape[2:], outs[0].shape[2:], attrs),
+    }
+
+
+def _c_conv_t(ins, outs, attrs, lit):
+    x, w = ins[:2]
+    return {
+        "fn": "fc_conv_transpose",
+        "n": x.shape[0],
+        "c": x.shape[1],
+        "m": outs[0].shape[1],
+        "group": attrs["group"],
+        "has_bias": len(ins) == 3,
+        **_geom(x.shape, w.shape[2:], outs[0].shape[2:], attrs),
+    }
+
+
+def _flops_conv(ins, outs, attrs):
+    w = ins[1]
+    return 2 * outs[0].size * math.prod(w.shape[1:])
+
+
+def _flops_conv_t(ins, outs, attrs):
+    x, w = ins[:2]
+    return 2 * x.size * math.prod(w.shape[1:])
+
+
+def _c_pool(fn):
+    def context(ins, outs, attrs, lit):
+        x = TensorType(attrs["shape"], ins[0].dtype) if "shape" in attrs else ins[0]
+        y = ins[-1] if fn.endswith("grad") else outs[0]  # grads: gy has the pooled shape
+        return {
+            "fn": fn,
+            "planes": x.shape[0] * x.shape[1],
+            "count_include_pad": int(attrs.get("count_include_pad", False)),
+            **_geom(x.shape, attrs["kernel_shape"], y.shape[2:], attrs),
+        }
+
+    return context
+
+
+def _flops_pool(ins, outs, attrs):
+    return outs[0].size * math.prod(attrs["kernel_shape"])
 
 
 # ----------------------------------------------------------------------------- matmul
@@ -72,6 +213,8 @@ defop(
     _matmul_infer,
     _matmul_ref,
     _g_matmul,
+    c=CKernel("matmul", _c_matmul, ("kernels/gemm.h",)),
+    flops=_flops_matmul,
     doc="numpy matmul: batched, broadcast over leading axes, 1-D operands promoted",
 )
 
@@ -138,6 +281,9 @@ defop(
         "trans_a": Attr("bool", False),
         "trans_b": Attr("bool", False),
     },
+    c=CKernel("gemm", _c_gemm, ("kernels/gemm.h",)),
+    decompose=_decompose_gemm,
+    flops=_flops_gemm,
     doc="alpha * op(a) @ op(b) + beta * c, op = transpose if trans_*",
 )
 
@@ -327,6 +473,8 @@ defop(
     _g_conv,
     attrs=_CONV_ATTRS,
     resolve=_window_resolve,
+    c=CKernel("conv", _c_conv, ("kernels/conv.h",)),
+    flops=_flops_conv,
     doc="cross-correlation; x (N, C, *I), w (M, C/group, *K), pads = begins then ends",
 )
 
@@ -463,6 +611,8 @@ defop(
     _g_conv_t,
     attrs={**_CONV_ATTRS, "output_padding": Attr("ints", None)},
     resolve=_conv_t_resolve,
+    c=CKernel("conv", _c_conv_t, ("kernels/conv.h",)),
+    flops=_flops_conv_t,
     doc="transposed convolution; w (C, M/group, *K); output cropped by pads, grown by output_padding",
 )
 
@@ -585,6 +735,8 @@ defop(
     _g_max_pool,
     attrs=_POOL_ATTRS,
     resolve=_window_resolve,
+    c=CKernel("pool", _c_pool("fc_max_pool"), ("kernels/pool.h",)),
+    flops=_flops_pool,
     doc="max over sliding windows; pads never win",
 )
 defop(
@@ -595,6 +747,8 @@ defop(
     _g_avg_pool,
     attrs={**_POOL_ATTRS, "count_include_pad": Attr("bool", False)},
     resolve=_window_resolve,
+    c=CKernel("pool", _c_pool("fc_avg_pool"), ("kernels/pool.h",)),
+    flops=_flops_pool,
     doc="mean over sliding windows; pads count only if count_include_pad",
 )
 
@@ -639,6 +793,7 @@ defop(
     NotDifferentiable("second-order gradients of max_pool are not implemented", error=True),
     attrs=_POOL_ATTRS,
     resolve=_window_resolve,
+    c=CKernel("pool_grad", _c_pool("fc_max_pool_grad"), ("kernels/pool.h",)),
     doc="gradient of max_pool: gy routed to the first maximum of each window",
 )
 
@@ -683,6 +838,7 @@ defop(
     _g_avg_pool_grad,
     attrs={**_POOL_ATTRS, "count_include_pad": Attr("bool", False), "shape": Attr("ints")},
     resolve=_avg_pool_grad_resolve,
+    c=CKernel("pool_grad", _c_pool("fc_avg_pool_grad"), ("kernels/pool.h",)),
     doc="gradient of avg_pool: each window's share spread back over its cells",
 )
 
@@ -806,6 +962,19 @@ def _g_bn(op, gys):
     )
 
 
+def _decompose_bn(op):
+    """y = x * s + t per channel, s = scale / sqrt(var + eps), t = bias - mean * s.
+
+    With constant parameters, constant folding turns s and t into two small constants
+    and fusion makes the whole op one elementwise loop.
+    """
+    x, scale, bias, mean, var = op.inputs
+    shape = (1, x.shape[1]) + (1,) * (x.rank - 2)
+    s = div(scale, sqrt(add(var, op.attrs["epsilon"])))
+    t = sub(bias, mul(mean, s))
+    return (add(mul(x, reshape(s, shape)), reshape(t, shape)),)
+
+
 defop(
     "batch_norm",
     ("x", "scale", "bias", "mean", "var"),
@@ -813,6 +982,7 @@ defop(
     _bn_ref,
     _g_bn,
     attrs={"epsilon": Attr("float", 1e-5)},
+    decompose=_decompose_bn,
     doc="inference batch norm over axis 1: (x - mean) / sqrt(var + epsilon) * scale + bias",
 )
 
@@ -868,6 +1038,29 @@ def _g_ln(op, gys):
     return out
 
 
+def _decompose_ln(op):
+    """Scale or bias that broadcast: expand them to the normalized shape the kernel takes."""
+    from .shape import expand
+
+    x = op.inputs[0]
+    norm = x.shape[op.attrs["axis"] :]
+    params = op.inputs[1:]
+    if all(p.shape == norm for p in params):
+        return None
+    full = [p if p.shape == norm else expand(p, norm) for p in params]
+    return (apply("layer_norm", [x, *full], None, **op.attrs),)
+
+
+def _c_layer_norm(ins, outs, attrs, lit):
+    outer, length, _ = L.around(ins[0].shape, range(attrs["axis"], ins[0].rank))
+    return {
+        "outer": outer,
+        "inner": length,
+        "eps": lit(attrs["epsilon"], "float64"),
+        "has_bias": len(ins) == 3,
+    }
+
+
 defop(
     "layer_norm",
     ("x", "scale", "bias?"),
@@ -876,6 +1069,8 @@ defop(
     _g_ln,
     attrs={"axis": Attr("int", -1), "epsilon": Attr("float", 1e-5)},
     resolve=resolve_axis,
+    c=CKernel("layer_norm", _c_layer_norm, ("kernels/norm.h",)),
+    decompose=_decompose_ln,
     doc="normalize over the axes from 'axis' on, then scale and shift",
 )
 
@@ -914,6 +1109,16 @@ def _softmax_infer(types, attrs):
 
 
 _SOFTMAX_ATTRS = {"axis": Attr("int", -1)}
+
+
+def _c_softmax(fn):
+    def context(ins, outs, attrs, lit):
+        outer, length, inner = L.around(ins[0].shape, [attrs["axis"]])
+        return {"fn": fn, "outer": outer, "len": length, "inner": inner}
+
+    return context
+
+
 defop(
     "softmax",
     ("x",),
@@ -922,6 +1127,7 @@ defop(
     _g_softmax,
     attrs=_SOFTMAX_ATTRS,
     resolve=resolve_axis,
+    c=CKernel("softmax", _c_softmax("fc_softmax"), ("kernels/norm.h",)),
     doc="exp(x) / sum(exp(x)) along axis",
 )
 defop(
@@ -932,6 +1138,7 @@ defop(
     _g_log_softmax,
     attrs=_SOFTMAX_ATTRS,
     resolve=resolve_axis,
+    c=CKernel("softmax", _c_softmax("fc_log_softmax"), ("kernels/norm.h",)),
     doc="log(softmax(x)) along axis, stably",
 )
 
@@ -1060,6 +1267,41 @@ def _resize_infer(types, attrs):
     return TensorType(attrs["sizes"], types[0].dtype)
 
 
+def _decompose_resize(op):
+    """More than one axis changes: one resize per axis (the C kernel resizes one axis)."""
+    x = op.inputs[0]
+    axes = _resize_axes(x.shape, op.attrs)
+    if len(axes) <= 1:
+        return None
+    y = x
+    for a in axes:
+        sizes = list(y.shape)
+        sizes[a] = op.attrs["sizes"][a]
+        scales = [1.0] * x.rank
+        scales[a] = op.attrs["scales"][a]
+        y = apply("resize", [y], None, **{**op.attrs, "sizes": tuple(sizes), "scales": tuple(scales)})
+    return (y,)
+
+
+def _c_resize(ins, outs, attrs, lit):
+    x = ins[0]
+    axes = _resize_axes(x.shape, attrs) or [0]
+    a = axes[0]
+    i0, i1, w = resize_taps(x.shape[a], attrs["sizes"][a], attrs["scales"][a], attrs)
+    outer, _, inner = L.around(x.shape, [a])
+    wtype = "float64" if x.dtype == "float64" else "float32"
+    return {
+        "outer": outer,
+        "in_len": x.shape[a],
+        "out_len": attrs["sizes"][a],
+        "inner": inner,
+        "i0": [int(v) for v in i0],
+        "i1": [int(v) for v in i1],
+        "w": [lit(float(v), wtype) for v in w],
+        "wtype": "double" if wtype == "float64" else "float",
+    }
+
+
 defop(
     "resize",
     ("x",),
@@ -1074,6 +1316,8 @@ defop(
         "nearest_mode": Attr("str", "round_prefer_floor", _NEAREST_MODES),
     },
     resolve=_resize_resolve,
+    c=CKernel("resize", _c_resize, ("kernels/resize.h",)),
+    decompose=_decompose_resize,
     doc="nearest or (multi)linear resize with ONNX coordinate modes; separable per axis",
 )
 

@@ -16,7 +16,10 @@ from .. import dtypes
 from ..builder import Tensor, apply, operand
 from ..errors import FeedError, GraphError, ShapeError
 from ..ir import TensorType
-from ..registry import NOT_DIFFERENTIABLE, Attr, defop
+from ..registry import NOT_DIFFERENTIABLE, SOURCE, Attr, CExpr, CKernel, defop
+from . import _lower as L
+from ._util import check_dtype
+from .elementwise import call
 
 _TYPE_ATTRS = {"shape": Attr("ints"), "dtype": Attr("dtype", "float32")}
 
@@ -39,6 +42,7 @@ defop(
     _fed("placeholder"),
     NOT_DIFFERENTIABLE,
     attrs=_TYPE_ATTRS,
+    c=SOURCE,
     doc="an input fed at run time",
 )
 defop(
@@ -48,6 +52,7 @@ defop(
     _fed("constant"),
     NOT_DIFFERENTIABLE,
     attrs=_TYPE_ATTRS,
+    c=SOURCE,
     doc="a constant array stored in graph.constants",
 )
 defop(
@@ -57,12 +62,21 @@ defop(
     _fed("variable"),
     NOT_DIFFERENTIABLE,
     attrs={**_TYPE_ATTRS, "trainable": Attr("bool", True)},
+    c=SOURCE,
     doc="a stateful array; initial value in graph.variables",
 )
 
 
 def _fill_ref(xs, attrs):
     return np.full(attrs["shape"], attrs["value"], dtype=dtypes.np_dtype(attrs["dtype"]))
+
+
+def _c_fill(ins, outs, attrs, lit):
+    return {
+        "count": outs[0].size,
+        "value": L.stored(lit, attrs["value"], attrs["dtype"]),
+        "itemsize": dtypes.itemsize(attrs["dtype"]),
+    }
 
 
 defop(
@@ -72,12 +86,14 @@ defop(
     _fill_ref,
     NOT_DIFFERENTIABLE,
     attrs={**_TYPE_ATTRS, "value": Attr("float", 0.0)},
+    c=CKernel("fill", _c_fill, ("kernels/copy.h",)),
     doc="a tensor of one repeated value",
 )
 
 
-def _assign_infer(types, attrs):
+def _assign_infer(types, attrs, allowed=dtypes.ALL):
     var, value = types
+    check_dtype(var, allowed, "variable")
     if var.dtype != value.dtype:
         raise ShapeError(f"value dtype {value.dtype} differs from variable dtype {var.dtype}")
     if var.shape != value.shape:
@@ -93,19 +109,20 @@ def _checked(fn):
     return ref
 
 
-for _name, _fn, _doc in (
-    ("assign", lambda v, x: x.copy(), "variable := value"),
-    ("assign_add", np.add, "variable := variable + value"),
-    ("assign_sub", np.subtract, "variable := variable - value"),
+for _name, _fn, _allowed, _c, _doc in (
+    ("assign", lambda v, x: x.copy(), dtypes.ALL, CExpr(lambda ins, out, a, lit: "{1}"), "variable := value"),
+    ("assign_add", np.add, dtypes.NUMERIC, call("fc_add"), "variable := variable + value"),
+    ("assign_sub", np.subtract, dtypes.NUMERIC, call("fc_sub"), "variable := variable - value"),
 ):
     defop(
         _name,
         ("variable", "value"),
-        _assign_infer,
+        lambda ts, a, allowed=_allowed: _assign_infer(ts, a, allowed),
         _checked(_fn),
         NOT_DIFFERENTIABLE,
         stateful=True,
-        doc=_doc + "; the output is the new value",
+        c=_c,
+        doc=_doc + "; the output is the new value (stored when the run ends)",
     )
 
 

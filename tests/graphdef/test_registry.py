@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 import graphdef as gd
-from graphdef.registry import REQUIRED, Attr, NotDifferentiable
+from graphdef.registry import REQUIRED, Attr, CKernel, NotDifferentiable
 
 HERE = Path(__file__).parent
+TEMPLATES = HERE.parents[1] / "templates" / "c" / "ops"
+RUNTIME = HERE.parents[1] / "runtime_c"
 KINDS = {"int", "float", "bool", "str", "dtype", "ints", "floats", "any"}
 
 
@@ -40,8 +42,11 @@ def test_op_record_is_complete(name):
         assert isinstance(spec, Attr) and spec.kind in KINDS, attr_name
         if spec.default is not REQUIRED and spec.default is not None:
             assert spec.coerce(name, attr_name, spec.default) == spec.default
-    # The lowering slot exists; the C backend fills it (template or decomposition).
-    assert hasattr(op, "c") and hasattr(op, "decompose")
+    assert op.c is not None or op.decompose is not None, "a C lowering or a decomposition"
+    if isinstance(op.c, CKernel):
+        assert (TEMPLATES / f"{op.c.template}.c.j2").is_file(), f"template {op.c.template} is missing"
+        for header in op.c.headers:
+            assert (RUNTIME / header).is_file(), f"kernel header {header} is missing"
 
 
 def test_every_op_has_a_forward_test():

@@ -1,0 +1,131 @@
+"""Build drivers: write a project folder atomically, and compile it with a C compiler.
+
+Every failure is a ``ToolchainError`` naming the compiler, the command and the first lines
+of its error output.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from graphdef.errors import ToolchainError
+
+from .emit import RUNTIME, Sources
+
+STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
+OPT = ("-O2",)
+RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "timing.h")
+
+
+def find_cc(cc: str | None = None) -> str:
+    """The C compiler: ``cc`` if given, else $CC, else cc, gcc or clang on PATH."""
+    candidates = [cc] if cc else [os.environ.get("CC")] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    for c in candidates:
+        if c and shutil.which(shlex.split(c)[0]):
+            return c
+    raise ToolchainError(
+        f"no C compiler found (looked for {', '.join(c for c in candidates if c)}); "
+        "install gcc (Debian: apt-get install gcc) or set CC"
+    )
+
+
+def run(cmd: list[str], cwd: Path | None = None) -> None:
+    """Run a build command; on failure raise with the command and the first error lines."""
+    try:
+        res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    except OSError as e:
+        raise ToolchainError(f"cannot run {cmd[0]}: {e}") from None
+    if res.returncode:
+        lines = [ln for ln in (res.stderr or res.stdout).splitlines() if ln.strip()]
+        first = [ln for ln in lines if "error" in ln.lower()][:3] or lines[:3]
+        raise ToolchainError(
+            f"build failed with {cmd[0]} (exit {res.returncode}): {shlex.join(cmd)} :: " + " | ".join(first)
+        )
+
+
+def copy_runtime(dest: Path) -> None:
+    """runtime_c headers and driver sources into dest/runtime (kernels/ too)."""
+    (dest / "runtime" / "kernels").mkdir(parents=True, exist_ok=True)
+    for name in RUNTIME_FILES:
+        shutil.copyfile(RUNTIME / name, dest / "runtime" / name)
+    for path in sorted((RUNTIME / "kernels").iterdir()):
+        if path.suffix in (".h", ".inc"):
+            shutil.copyfile(path, dest / "runtime" / "kernels" / path.name)
+
+
+def write_sources(sources: Sources, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, content in sources.files.items():
+        mode = "wb" if isinstance(content, bytes) else "w"
+        with open(dest / name, mode) as f:
+            f.write(content)
+    copy_runtime(dest)
+
+
+def replace_dir(tmp: Path, dest: Path) -> None:
+    """Move a finished folder into place; an old one is removed only after the move."""
+    old = None
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def temp_dir_beside(dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+
+
+def c_sources(sources: Sources, name: str) -> list[str]:
+    return [f for f in (f"{name}.c", f"{name}_weights.c") if f in sources.files]
+
+
+def build_binary(folder: Path, name: str, sources: Sources, cc: str | None = None, flags=()) -> Path:
+    """Compile the standalone program folder/name (the same command the Makefile runs)."""
+    cc = find_cc(cc)
+    cmd = [
+        *shlex.split(cc),
+        *STRICT,
+        *OPT,
+        *flags,
+        "-I.",
+        "-Iruntime",
+        "-Wa,-I.",
+        "-o",
+        name,
+        "main.c",
+        "runtime/npy.c",
+        *c_sources(sources, name),
+        "-lm",
+    ]
+    run(cmd, cwd=folder)
+    return folder / name
+
+
+def build_shared(folder: Path, name: str, sources: Sources, cc: str | None = None, flags=()) -> Path:
+    """Compile folder/lib<name>.so for in-process use through cffi."""
+    cc = find_cc(cc)
+    cmd = [
+        *shlex.split(cc),
+        *STRICT,
+        *OPT,
+        *flags,
+        "-fPIC",
+        "-shared",
+        "-I.",
+        "-Iruntime",
+        "-Wa,-I.",
+        "-o",
+        f"lib{name}.so",
+        *c_sources(sources, name),
+        "-lm",
+    ]
+    run(cmd, cwd=folder)
+    return folder / f"lib{name}.so"

@@ -1,0 +1,148 @@
+"""The flowc command line: compile a model to a project folder and binary, or inspect it.
+
+    flowc compile MODEL -o OUT --name NAME [--arch host] [--target c] [--ranks N] [--threads N] [--no-build]
+    flowc inspect MODEL [--svg FILE]
+
+MODEL is a saved graph (.flowc), a Python file and function returning a Graph
+(``samples/digits.py:build``), or (later) an .onnx file. Errors print one line and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import graphdef as gd
+from graphdef.errors import FlowcError, UnsupportedError
+
+from . import compiled, lower, memory, passes, schedule
+
+
+def load_model(spec: str) -> gd.Graph:
+    """A Graph from a .flowc file or ``file.py:function``."""
+    path, _, func = (
+        spec.partition(":") if spec.count(":") == 1 and not spec.endswith(".flowc") else (spec, "", "")
+    )
+    if spec.endswith(".onnx"):
+        raise UnsupportedError(f"{spec}: ONNX import is not available in this version of flowc")
+    if func:
+        file = Path(path)
+        if not file.is_file():
+            raise FlowcError(f"{file}: no such file")
+        mod_spec = importlib.util.spec_from_file_location(f"flowc_model_{file.stem}", file)
+        module = importlib.util.module_from_spec(mod_spec)
+        try:
+            mod_spec.loader.exec_module(module)
+        except Exception as e:  # the user's file: report, do not crash
+            raise FlowcError(f"{file}: importing it failed: {type(e).__name__}: {e}") from None
+        fn = getattr(module, func, None)
+        if not callable(fn):
+            raise FlowcError(f"{file}: has no function '{func}'")
+        graph = fn()
+        if not isinstance(graph, gd.Graph):
+            raise FlowcError(f"{spec} returned {type(graph).__name__}, not a graphdef Graph")
+        return graph
+    if not Path(spec).is_file():
+        raise FlowcError(f"{spec}: no such file")
+    return gd.load(spec)
+
+
+def cmd_compile(args) -> int:
+    if args.target != "c":
+        raise UnsupportedError(f"--target {args.target} is not available in this version (use c)")
+    if args.ranks != 1:
+        raise UnsupportedError("--ranks above 1 is not available in this version")
+    if args.threads != 1:
+        raise UnsupportedError("--threads above 1 is not available in this version")
+    graph = load_model(args.model)
+    t0 = time.perf_counter()
+    out = compiled.export(graph, args.output, name=args.name, arch=args.arch, build_binary=not args.no_build)
+    meta = (out / "metadata.json").read_text()
+    import json
+
+    m = json.loads(meta)
+    built = "" if args.no_build else f", binary {out / args.name}"
+    print(
+        f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s; arena {m['arena_bytes']} B "
+        f"(lower bound {m['arena_lower_bound']} B), weights {m['weight_bytes']} B"
+    )
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    graph = load_model(args.model)
+    trace: list = []
+    optimized = passes.run(graph, trace=trace)
+    print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes")
+    supported = set(gd.all_ops())
+    ops = Counter(n.op for n in graph.nodes)
+    print("ops: " + ", ".join(f"{op} x{c}" for op, c in sorted(ops.items())))
+    missing = sorted(set(ops) - supported)
+    print("unsupported ops: " + (", ".join(missing) if missing else "none"))
+    print("passes: " + " -> ".join(f"{name} ({len(g.nodes)})" for name, g in trace))
+    lv = schedule.levels(optimized)
+    topo = schedule.schedule(optimized, "topological")
+    chosen = schedule.schedule(optimized, "memory")
+    print(f"critical path: {len(lv.critical)} nodes, {lv.makespan * 1e6:.1f} us estimated")
+    print(
+        f"peak live bytes: topological order {schedule.peak_bytes(optimized, topo)}, "
+        f"chosen order {schedule.peak_bytes(optimized, chosen)}"
+    )
+    names = [str(r) for r in passes.select_outputs(graph).declared_outputs]
+    program = lower.lower(optimized, names)
+    print("schedule (step, op, node, ASAP us, ALAP us, slack us, flops):")
+    for i, n in enumerate(program.steps):
+        c = schedule.cost(optimized, n)
+        times = " ".join(f"{v * 1e6:9.2f}" for v in (lv.asap[n.name], lv.alap[n.name], lv.slack(n.name)))
+        print(f"  {i:4d} {n.op:16s} {n.name[:40]:40s} {times} {c.flops}")
+    p = program.plan
+    print(
+        f"memory plan: {len(program.buffers)} buffers, arena {p.arena_bytes} B, lower bound "
+        f"{program.lower_bound} B, algorithm {p.algorithm}; outputs and inputs live outside the arena"
+    )
+    if program.buffers:
+        print(memory.draw_text(program.buffers, p))
+    if args.svg:
+        Path(args.svg).write_text(memory.draw_svg(program.buffers, p))
+        print(f"wrote {args.svg}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="flowc", description="ahead-of-time compiler from dataflow graphs to C")
+    sub = ap.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compile", help="write a C project folder and build its binary")
+    c.add_argument("model")
+    c.add_argument("-o", "--output", required=True, type=Path)
+    c.add_argument("--name", default="model")
+    c.add_argument("--arch", default="host")
+    c.add_argument("--target", default="c")
+    c.add_argument("--ranks", type=int, default=1)
+    c.add_argument("--threads", type=int, default=1)
+    c.add_argument("--no-build", action="store_true")
+    c.set_defaults(func=cmd_compile)
+    i = sub.add_parser("inspect", help="ops, passes, schedule and memory plan")
+    i.add_argument("model")
+    i.add_argument("--svg", help="also draw the memory plan to this SVG file")
+    i.set_defaults(func=cmd_inspect)
+    return ap
+
+
+def main(argv=None) -> int:
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `flowc inspect | head` ends quietly
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except FlowcError as e:
+        print(f"flowc: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""compile(): a graph to a shared library loaded in this process; export(): a project folder.
+
+Builds are cached by content: the key hashes the graph (nodes, arrays, outputs), the options,
+the compiler, and flowc's own templates and runtime sources, so an unchanged graph loads its
+library from the cache (~/.cache/flowc, or $FLOWC_CACHE) instead of compiling again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from graphdef import dtypes
+from graphdef.errors import ExecutionError, FeedError, FlowcError
+from graphdef.interpret import feed_value
+from graphdef.ir import Graph, TensorType
+from graphdef.serialize import to_json
+
+from . import build, emit, lower, passes
+from .cnames import C_KEYWORDS
+
+_loaded: dict[str, tuple] = {}
+_source_hash: list[str] = []
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def check_name(name: str) -> str:
+    if (
+        not isinstance(name, str)
+        or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name)
+        or name in C_KEYWORDS
+    ):
+        raise FlowcError(f"model name {name!r} must be a C identifier (letters, digits, '_'; not a keyword)")
+    return name
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FLOWC_CACHE") or Path.home() / ".cache" / "flowc")
+
+
+def _flowc_sources_hash() -> str:
+    if not _source_hash:
+        h = hashlib.sha256(emit.VERSION.encode())
+        for folder in (emit.TEMPLATES, emit.RUNTIME, Path(__file__).parent):
+            for path in sorted(folder.rglob("*")):
+                if path.is_file() and path.suffix in (".j2", ".h", ".c", ".inc", ".py"):
+                    h.update(str(path.relative_to(folder)).encode())
+                    h.update(path.read_bytes())
+        _source_hash.append(h.hexdigest())
+    return _source_hash[0]
+
+
+def graph_key(graph: Graph, outputs, options: dict) -> str:
+    """Content hash of everything a compiled library depends on."""
+    h = hashlib.sha256()
+    h.update(json.dumps(to_json(graph), sort_keys=True, default=str).encode())
+    for store in (graph._constants, graph._variables):
+        for name in sorted(store):
+            a = store[name]
+            h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+    h.update(json.dumps([str(o) for o in outputs], sort_keys=True).encode())
+    h.update(json.dumps(options, sort_keys=True).encode())
+    h.update(_flowc_sources_hash().encode())
+    return h.hexdigest()[:32]
+
+
+def program_for(graph: Graph, outputs=None, planner: str = "best", time_limit: float = 5.0) -> lower.Program:
+    """Passes, schedule and memory plan: the Program every backend renders."""
+    optimized = passes.run(graph, outputs)
+    names = [str(r) for r in passes.select_outputs(graph, outputs).declared_outputs]
+    return lower.lower(optimized, names, algorithm=planner, time_limit=time_limit)
+
+
+class CompiledModel:
+    """A compiled graph loaded in this process. Call it with keyword feeds:
+
+    >>> import numpy as np, graphdef as gd, codegen
+    >>> with gd.Graph("tiny") as g:
+    ...     y = gd.relu(gd.placeholder("x", (3,)) - 1.0, name="y")
+    >>> m = codegen.compile(g)
+    >>> m(x=np.array([0, 1, 2], np.float32))["y"]
+    array([0., 0., 1.], dtype=float32)
+    """
+
+    def __init__(self, library: Path, metadata: dict):
+        import cffi
+
+        self.metadata = metadata
+        self.name = metadata["name"]
+        self.inputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in metadata["inputs"]]
+        self.outputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in metadata["outputs"]]
+        self.arena_bytes = metadata["arena_bytes"]
+        self.lower_bound_bytes = metadata["arena_lower_bound"]
+        self.weight_bytes = metadata["weight_bytes"]
+        self.state_bytes = metadata["state_bytes"]
+        self._stateful = bool(metadata["state"])
+        n = len(self.inputs) + len(self.outputs) + 1 + self._stateful
+        ffi = cffi.FFI()
+        ffi.cdef(
+            f"int {self.name}_run({', '.join(['void *'] * n)});\n"
+            f"const char *{self.name}_status_string(int);\n"
+            + (f"int {self.name}_state_init(void *);\n" if self._stateful else "")
+        )
+        self._ffi = ffi
+        self._lib = ffi.dlopen(str(library))
+        self._run = getattr(self._lib, f"{self.name}_run")
+        self._state = self._aligned(self.state_bytes)
+        self.reset()
+
+    @staticmethod
+    def _aligned(nbytes: int) -> np.ndarray:
+        raw = np.zeros(nbytes + lower.ALIGN, np.uint8)
+        start = (-raw.ctypes.data) % lower.ALIGN
+        return raw[start : start + nbytes]
+
+    def reset(self) -> None:
+        """Variables back to their initial values."""
+        if self._stateful:
+            getattr(self._lib, f"{self.name}_state_init")(self._ffi.from_buffer(self._state))
+
+    def variable(self, name: str) -> np.ndarray:
+        """The current value of a state variable (a copy)."""
+        for v in self.metadata["state"]:
+            if v["name"] == name:
+                t = TensorType(tuple(v["shape"]), v["dtype"])
+                raw = self._state[v["offset"] : v["offset"] + t.nbytes]
+                return raw.view(dtypes.np_dtype(t.dtype)).reshape(t.shape).copy()
+        raise FeedError(f"model '{self.name}' has no state variable '{name}'")
+
+    def __call__(self, **feeds) -> dict[str, np.ndarray]:
+        return self.run(feeds)
+
+    def run(self, feeds: dict) -> dict[str, np.ndarray]:
+        """Outputs by name, as fresh arrays. Feeds must match the inputs' shapes and dtypes."""
+        known = {t.name for t in self.inputs}
+        unknown = sorted(set(feeds) - known)
+        if unknown:
+            raise FeedError(
+                f"model '{self.name}' has no input(s) {', '.join(map(repr, unknown))}; "
+                f"inputs: {', '.join(sorted(known))}"
+            )
+        missing = [t for t in self.inputs if t.name not in feeds]
+        if missing:
+            raise FeedError(
+                f"model '{self.name}' needs feed(s) "
+                + ", ".join(f"'{t.name}' ({TensorType(t.shape, t.dtype)})" for t in missing)
+            )
+        args, keep = [], []
+        for t in self.inputs:
+            a = np.ascontiguousarray(feed_value(t.name, TensorType(t.shape, t.dtype), feeds[t.name]))
+            keep.append(a)
+            args.append(self._ffi.from_buffer(a if a.size else np.zeros(1, np.uint8)))
+        results = {}
+        for t in self.outputs:
+            out = np.empty(t.shape, dtypes.np_dtype(t.dtype))
+            results[t.name] = out
+            args.append(self._ffi.from_buffer(out if out.size else np.zeros(1, np.uint8)))
+        arena = self._aligned(max(self.arena_bytes, 1))
+        args.append(self._ffi.from_buffer(arena))
+        if self._stateful:
+            args.append(self._ffi.from_buffer(self._state))
+        status = self._run(*args)
+        if status:
+            msg = self._ffi.string(getattr(self._lib, f"{self.name}_status_string")(status)).decode()
+            raise ExecutionError(f"model '{self.name}' failed: {msg} (status {status})")
+        return results
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{t.name}: {TensorType(t.shape, t.dtype)}" for t in self.inputs)
+        return f"<CompiledModel {self.name}({ins}), arena {self.arena_bytes} B>"
+
+
+def compile(
+    graph: Graph,
+    outputs=None,
+    name: str = "model",
+    cache: bool = True,
+    cc: str | None = None,
+    flags=(),
+    planner: str = "best",
+) -> CompiledModel:  # noqa: A001 - the public spelling
+    """Compile ``graph`` to C, build it as a shared library and load it with cffi."""
+    check_name(name)
+    cc = build.find_cc(cc)
+    options = {"name": name, "cc": cc, "flags": list(flags), "planner": planner, "kind": "shared"}
+    key = graph_key(graph, outputs or graph.outputs, options)
+    if key in _loaded:
+        return CompiledModel(*_loaded[key])
+    folder = cache_root() / key
+    library, meta_path = folder / f"lib{name}.so", folder / "metadata.json"
+    if not (cache and library.is_file() and meta_path.is_file()):
+        sources = emit.emit(program_for(graph, outputs, planner), name)
+        tmp = build.temp_dir_beside(folder)
+        try:
+            build.write_sources(sources, tmp)
+            build.build_shared(tmp, name, sources, cc, flags)
+            if folder.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    metadata = json.loads(meta_path.read_text())
+    _loaded[key] = (library, metadata)
+    return CompiledModel(library, metadata)
+
+
+def export(
+    graph: Graph,
+    out_dir,
+    name: str = "model",
+    arch: str = "host",
+    outputs=None,
+    build_binary: bool = True,
+    cc: str | None = None,
+    flags=(),
+    planner: str = "best",
+) -> Path:
+    """Write a project folder (header, sources, main.c, Makefile, CMakeLists.txt, metadata.json)
+    and, unless ``build_binary`` is False, build the standalone program ``out_dir/name``.
+
+    The folder appears complete or not at all: it is written beside and renamed into place.
+    """
+    check_name(name)
+    if arch != "host":
+        raise FlowcError(f"unknown or unsupported arch '{arch}'; this version builds for 'host'")
+    out_dir = Path(out_dir)
+    sources = emit.emit(program_for(graph, outputs, planner), name)
+    tmp = build.temp_dir_beside(out_dir)
+    try:
+        build.write_sources(sources, tmp)
+        if build_binary:
+            build.build_binary(tmp, name, sources, cc, flags)
+        build.replace_dir(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def compile_many(graphs, cc: str | None = None, flags=(), planner: str = "best") -> list[CompiledModel]:
+    """Compile several graphs into ONE shared library (one compiler call), for bulk testing.
+
+    ``graphs`` is a list of ``(name, graph)`` or ``(name, graph, outputs)``; names must differ.
+    The generated model sources are included into a single translation unit.
+    """
+    cc = build.find_cc(cc)
+    items = [(g[0], g[1], g[2] if len(g) > 2 else None) for g in graphs]
+    names = [check_name(n) for n, _, _ in items]
+    if len(set(names)) != len(names):
+        raise FlowcError("compile_many needs distinct model names")
+    options = {"cc": cc, "flags": list(flags), "planner": planner, "kind": "bundle"}
+    key = hashlib.sha256(
+        "".join(graph_key(g, o or g.outputs, {**options, "name": n}) for n, g, o in items).encode()
+    ).hexdigest()[:32]
+    folder = cache_root() / key
+    library = folder / "libbundle.so"
+    if not library.is_file():
+        tmp = build.temp_dir_beside(folder)
+        try:
+            bundle = []
+            build.copy_runtime(tmp)
+            for n, g, o in items:
+                sources = emit.emit(program_for(g, o, planner), n, weights="c")
+                for f in (f"{n}.h", f"{n}.c"):
+                    (tmp / f).write_text(sources.files[f])
+                (tmp / f"{n}.metadata.json").write_text(sources.files["metadata.json"])
+                bundle.append(f'#include "{n}.c"\n')
+            (tmp / "bundle.c").write_text("".join(bundle))
+            build.run(
+                [
+                    *build.shlex.split(cc),
+                    *build.STRICT,
+                    *build.OPT,
+                    *flags,
+                    "-fPIC",
+                    "-shared",
+                    "-I.",
+                    "-Iruntime",
+                    "-o",
+                    "libbundle.so",
+                    "bundle.c",
+                    "-lm",
+                ],
+                cwd=tmp,
+            )
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return [
+        CompiledModel(library, json.loads((folder / f"{n}.metadata.json").read_text())) for n, _, _ in items
+    ]

@@ -1,0 +1,386 @@
+"""Render C sources from a Program: Python builds the contexts, Jinja2 templates print them.
+
+Every name, type, size, offset and loop bound is decided here; the templates in
+templates/c/ and templates/build/ only loop over these contexts (StrictUndefined).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from graphdef import dtypes
+from graphdef.ir import Attrs, Node, TensorType, ValueRef
+from graphdef.ops import _lower as L
+from graphdef.ops.fused import program_of
+from graphdef.registry import CExpr, CKernel, get_op
+
+from . import schedule
+from .cnames import COMPUTE, STORAGE, Names, c_comment, c_literal, c_string
+from .lower import ALIGN, Program
+
+VERSION = "0.1.0"
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = ROOT / "templates"
+RUNTIME = ROOT / "runtime_c"
+BLOB_THRESHOLD = 64 * 1024  # weights above this go into a binary blob pulled in by the assembler
+
+
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+@dataclass
+class Sources:
+    """Generated files (name -> text or bytes) and the metadata written as metadata.json."""
+
+    files: dict[str, str | bytes] = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TensorCtx:
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def sfx(self) -> str:
+        return L.suffix(self.dtype)
+
+    @property
+    def ctype(self) -> str:
+        return STORAGE[self.dtype]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * dtypes.itemsize(self.dtype)
+
+    @classmethod
+    def of(cls, t: TensorType) -> TensorCtx:
+        return cls(t.dtype, t.shape)
+
+
+# ----------------------------------------------------------------------------- elementwise
+def index_expr(in_shape, out_shape, var: str = "i") -> str:
+    """C expression of the element of a broadcast input read at output element ``var``."""
+    total = math.prod(out_shape)
+    if tuple(in_shape) == tuple(out_shape):
+        return var
+    if math.prod(in_shape) == 1:
+        return "0"
+    dims, (ins, outs) = L.merge_dims(
+        list(out_shape), L.broadcast_strides(in_shape, out_shape), L.strides(out_shape)
+    )
+    terms = []
+    for d, s_in, s_out in zip(dims, ins, outs):
+        if s_in == 0:
+            continue
+        t = var if s_out == 1 else f"{var} / {s_out}"
+        if s_out * d != total:
+            t = f"({t}) % {d}"
+        terms.append(t if s_in == 1 else f"({t}) * {s_in}")
+    return " + ".join(terms) or "0"
+
+
+def elementwise_context(node: Node, ins: list[TensorType], out: TensorType, x: list[str]) -> dict:
+    """Locals of one loop iteration: loads of the inputs, then one value per instruction."""
+    values, types = [], list(ins)
+    for j, t in enumerate(ins):
+        load = f"{x[j]}[{index_expr(t.shape, out.shape)}]"
+        values.append(
+            {
+                "ctype": COMPUTE[t.dtype],
+                "name": f"a{j}",
+                "expr": f"fc_h2f({load})" if t.dtype == "float16" else load,
+            }
+        )
+    for k, (op, operands, attrs) in enumerate(program_of(node)):
+        opdef, a = get_op(op), Attrs(attrs)
+        args = [types[i] for i in operands]
+        t = opdef.infer_types(args, a)[0]
+        if isinstance(opdef.c, CExpr):
+            pattern = opdef.c.pattern([s.dtype for s in args], t.dtype, a, c_literal)
+            names = [values[i]["name"] for i in operands]
+            expr = pattern.format(*names, t=L.suffix(args[-1].dtype), err="&err")
+            if t.dtype == "float16":
+                expr = f"fc_round_f16({expr})"
+        else:  # an inline scalar: fill with shape ()
+            expr = c_literal(a["value"], a["dtype"])
+        values.append({"ctype": COMPUTE[t.dtype], "name": f"v{k}", "expr": expr})
+        types.append(t)
+    last = values[-1]["name"]
+    return {
+        "count": out.size,
+        "locals": values,
+        "may_fail": any("&err" in v["expr"] for v in values),
+        "store": f"fc_f2h({last})" if out.dtype == "float16" else last,
+    }
+
+
+# ----------------------------------------------------------------------------- weights
+def _value_lines(array: np.ndarray, per_line: int = 8) -> list[str]:
+    dtype = dtypes.as_dtype(array.dtype)
+    flat = array.reshape(-1)
+    if dtype == "float16":
+        items = [f"0x{v:04x}" for v in flat.view(np.uint16).tolist()]
+    elif dtype == "bool":
+        items = ["1" if v else "0" for v in flat.tolist()]
+    else:
+        items = [c_literal(v, dtype) for v in flat.tolist()]
+    items = items or ["0"]
+    return [", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+# ----------------------------------------------------------------------------- the model
+def emit(program: Program, name: str, weights: str = "auto") -> Sources:
+    """All generated files of one model called ``name`` (already a valid C identifier)."""
+    g = program.graph
+    env = environment()
+    names = Names(reserved={"mem", "st", "status", "arena", "state", "i", name})
+    upper = name.upper()
+
+    # inputs and outputs
+    io = []
+    macros = Names()
+    for kind, items in (("in", program.inputs), ("out", program.outputs)):
+        for k, (label, _, t) in enumerate(items):
+            cname = names(f"{kind}_{label}", "t")
+            io.append(
+                {
+                    "kind": kind,
+                    "index": k,
+                    "label": label,
+                    "cname": cname,
+                    "literal": c_string(label),
+                    "comment": c_comment(label),
+                    "macro": macros(f"{upper}_{cname.upper()}"),
+                    "dtype": t.dtype,
+                    "ctype": STORAGE[t.dtype],
+                    "rank": t.rank,
+                    "shape": list(t.shape),
+                    "shape8": (list(t.shape) + [0] * 8)[:8],
+                    "size": t.size,
+                    "nbytes": t.nbytes,
+                    "file": _file_name(label, cname),
+                }
+            )
+    ins = [t for t in io if t["kind"] == "in"]
+    outs = [t for t in io if t["kind"] == "out"]
+
+    # weights: every constant, plus the initial values of state variables
+    arrays = [(c, g._constants[c]) for c in program.constants]
+    arrays += [(f"init:{v}", g._variables[v]) for v in program.variables]
+    total = sum(_align(a.nbytes) for _, a in arrays)
+    blob_mode = weights == "blob" or (weights == "auto" and total > BLOB_THRESHOLD)
+    consts, const_expr, blob, offset = [], {}, bytearray(), 0
+    for key, array in arrays:
+        dt = dtypes.as_dtype(array.dtype)
+        ctype = STORAGE[dt]
+        if blob_mode:
+            const_expr[key] = f"((const {ctype} *)({name}_weights + {offset}))"
+            data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+            blob += data + bytes(_align(len(data)) - len(data))
+            offset += _align(len(data))
+        else:
+            cname = names(f"{name}_w_{key}", "w")
+            const_expr[key] = cname
+            consts.append(
+                {
+                    "cname": cname,
+                    "ctype": ctype,
+                    "count": max(array.size, 1),
+                    "lines": _value_lines(array),
+                    "comment": c_comment(f"{key}: {TensorCtx(dt, array.shape).dtype}{list(array.shape)}"),
+                }
+            )
+
+    def ptr(ref: ValueRef) -> str:
+        loc = program.loc[ref]
+        ctype = STORAGE[g.type_of(ref).dtype]
+        if loc.kind == "input":
+            return ins[loc.index]["cname"]
+        if loc.kind == "output":
+            return outs[loc.index]["cname"]
+        if loc.kind == "const":
+            return const_expr[program.constants[loc.index]]
+        if loc.kind == "state":
+            return f"(({ctype} *)(st + {loc.offset}))"
+        return f"(({ctype} *)(mem + {loc.offset}))"
+
+    # steps
+    steps, calls, headers = [], [], {"kernels/scalar.h"}
+    for index, node in enumerate(program.steps):
+        in_t = [g.type_of(r) for r in node.inputs]
+        if all(t.size == 0 for t in node.outputs):
+            continue  # nothing to compute
+        opdef = get_op(node.op)
+        x = [f"x{j}" for j in range(len(in_t))]
+        y = [f"y{j}" for j in range(len(node.outputs))]
+        if isinstance(opdef.c, CExpr):
+            body = env.get_template("c/ops/elementwise.c.j2").render(
+                x=x, y=y, k=elementwise_context(node, in_t, node.outputs[0], x)
+            )
+        elif isinstance(opdef.c, CKernel):
+            headers.update(opdef.c.headers)
+            k = opdef.c.context(in_t, node.outputs, node.attrs, c_literal)
+            body = env.get_template(f"c/ops/{opdef.c.template}.c.j2").render(
+                x=x,
+                y=y,
+                k=k,
+                op=node.op,
+                ins=[TensorCtx.of(t) for t in in_t],
+                outs=[TensorCtx.of(t) for t in node.outputs],
+            )
+        else:
+            raise AssertionError(f"op {node.op} has no C lowering")
+        func = f"{name}_step_{index}"
+        params = [f"const {STORAGE[t.dtype]} *{v}" for t, v in zip(in_t, x)]
+        params += [f"{STORAGE[t.dtype]} *{v}" for t, v in zip(node.outputs, y)]
+        steps.append(
+            {
+                "index": index,
+                "func": func,
+                "op": node.op,
+                "comment": c_comment(repr(node.name)[1:-1]),
+                "types": ", ".join(str(t) for t in node.outputs),
+                "params": params,
+                "body": body,
+            }
+        )
+        args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
+        calls.append(f"{func}({', '.join(args)})")
+
+    copies = []
+    for k, ref in program.output_copies:
+        copies.append(
+            {
+                "dst": outs[k]["cname"],
+                "src": ptr(ref),
+                "nbytes": outs[k]["nbytes"],
+                "comment": f"output {k} is another value's copy",
+            }
+        )
+    var_index = {v: i for i, v in enumerate(program.variables)}
+    for var, ref in program.state_updates:
+        copies.append(
+            {
+                "dst": f"(st + {program.state_offsets[var_index[var]]})",
+                "src": ptr(ref),
+                "nbytes": g.type_of(ref).nbytes,
+                "comment": "store the assigned value",
+            }
+        )
+    state_init = [
+        {
+            "offset": program.state_offsets[i],
+            "src": const_expr[f"init:{v}"],
+            "nbytes": g.node(v).outputs[0].nbytes,
+            "comment": c_comment(v),
+        }
+        for i, v in enumerate(program.variables)
+    ]
+
+    has_state = bool(program.variables)
+    run_params = [f"const {t['ctype']} *{t['cname']}" for t in ins]
+    run_params += [f"{t['ctype']} *{t['cname']}" for t in outs]
+    run_params.append("void *arena")
+    if has_state:
+        run_params.append("void *state")
+    uses_arena = any("mem +" in c for c in calls) or any("mem +" in c["src"] for c in copies)
+    null_checks = [f"!{t['cname']}" for t in io] + (["!arena"] if uses_arena else [])
+    null_checks += ["!state"] if has_state else []
+    m = {
+        "name": name,
+        "NAME": upper,
+        "version": VERSION,
+        "source_comment": c_comment(repr(g.name)),
+        "arena_bytes": program.arena_bytes,
+        "lower_bound": program.lower_bound,
+        "align": ALIGN,
+        "weight_bytes": program.weight_bytes,
+        "state_bytes": program.state_bytes,
+        "has_state": has_state,
+        "inputs": ins,
+        "outputs": outs,
+        "run_params": run_params,
+        "headers": sorted(headers),
+        "consts": consts,
+        "blob": f"{name}_weights.bin" if blob_mode else None,
+        "steps": steps,
+        "calls": calls,
+        "copies": copies,
+        "state_init": state_init,
+        "uses_arena": uses_arena,
+        "null_checks": null_checks or ["0"],
+    }
+    src = Sources()
+    src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
+    src.files[f"{name}.c"] = env.get_template("c/model.c.j2").render(m=m)
+    if blob_mode:
+        src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
+        src.files[f"{name}_weights.bin"] = bytes(blob)
+    src.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
+    c_sources = [f"{name}.c"] + ([f"{name}_weights.c"] if blob_mode else [])
+    src.files["Makefile"] = env.get_template("build/Makefile.j2").render(m=m, sources=c_sources)
+    src.files["CMakeLists.txt"] = env.get_template("build/CMakeLists.txt.j2").render(m=m, sources=c_sources)
+    src.metadata = _metadata(program, name, ins, outs, blob_mode)
+    src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
+    return src
+
+
+def _file_name(label: str, cname: str) -> str:
+    ok = label and all(ch.isalnum() or ch in "_-." for ch in label) and not label.startswith(".")
+    return label if ok else cname
+
+
+def _metadata(program: Program, name: str, ins, outs, blob_mode: bool) -> dict:
+    g = program.graph
+    def io(items):
+        return [{"name": t["label"], "c_name": t["cname"], "dtype": t["dtype"], "shape": t["shape"],
+                 "file": t["file"] + ".npy"} for t in items]
+
+    return {
+        "flowc": VERSION,
+        "name": name,
+        "graph": g.name,
+        "inputs": io(ins),
+        "outputs": io(outs),
+        "arena_bytes": program.arena_bytes,
+        "arena_lower_bound": program.lower_bound,
+        "weight_bytes": program.weight_bytes,
+        "state_bytes": program.state_bytes,
+        "weights": "blob" if blob_mode else "c",
+        "state": [
+            {
+                "name": v,
+                "dtype": g.node(v).outputs[0].dtype,
+                "shape": list(g.node(v).outputs[0].shape),
+                "offset": off,
+            }
+            for v, off in zip(program.variables, program.state_offsets)
+        ],
+        "schedule": [
+            {"step": i, "node": n.name, "op": n.op, "flops": schedule.cost(g, n).flops}
+            for i, n in enumerate(program.steps)
+        ],
+    }

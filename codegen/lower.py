@@ -1,0 +1,218 @@
+"""From an optimized graph to a Program: schedule, storage of every value, arena plan.
+
+Storage rules, in order:
+- placeholders, constants and variables live where the caller / the weights / the state
+  put them; aliases (reshape and friends) share their input's memory;
+- an elementwise step may write over an input that dies at that step (same bytes, same
+  shape), so the two values share one buffer;
+- a computed value that is a graph output is written straight into the caller's output
+  buffer; everything else gets an arena buffer, placed by ``codegen.memory.plan``;
+- outputs that are inputs, constants, state or a second name of another output are copied
+  at the end of the run; assign ops store their new values into the state at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from graphdef.ir import Graph, Node, TensorType, ValueRef
+from graphdef.registry import ALIAS, get_op
+
+from . import memory, schedule
+
+ALIGN = 64
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where a value lives: ``kind`` in input/output/const/state/arena, which one, at what offset."""
+
+    kind: str
+    index: int
+    offset: int = 0
+
+
+@dataclass
+class Program:
+    graph: Graph
+    order: list[Node]  # every node, in schedule order
+    steps: list[Node]  # the nodes that become code, in order
+    inplace: set[str]  # steps that write over one of their inputs
+    loc: dict[ValueRef, Loc]
+    inputs: list[tuple[str, ValueRef, TensorType]]  # (name, ref, type) per graph input
+    outputs: list[tuple[str, ValueRef, TensorType]]  # (name, ref, type) per graph output
+    constants: list[str]  # constant node names, in Loc index order
+    variables: list[str]  # state variable node names, in Loc index order
+    state_offsets: list[int]
+    state_bytes: int
+    buffers: list[memory.BufferReq]
+    plan: memory.Plan
+    lower_bound: int
+    output_copies: list[tuple[int, ValueRef]] = field(default_factory=list)  # (output index, value)
+    state_updates: list[tuple[str, ValueRef]] = field(default_factory=list)  # (variable, new value)
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.plan.arena_bytes
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(self.graph.node(c).outputs[0].nbytes for c in self.constants)
+
+
+class _Groups:
+    """Union-find over values: members of a group share one piece of memory."""
+
+    def __init__(self):
+        self.parent: dict[ValueRef, ValueRef] = {}
+
+    def find(self, v: ValueRef) -> ValueRef:
+        self.parent.setdefault(v, v)
+        while self.parent[v] != v:
+            self.parent[v] = self.parent[self.parent[v]]
+            v = self.parent[v]
+        return v
+
+    def union(self, keep: ValueRef, other: ValueRef) -> None:
+        self.parent[self.find(other)] = self.find(keep)
+
+
+def _round(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def lower(
+    graph: Graph,
+    output_names: list[str],
+    algorithm: str = "best",
+    time_limit: float = 5.0,
+    schedule_algorithm: str = "memory",
+) -> Program:
+    """Schedule ``graph`` and decide the storage of every value (see the module docstring)."""
+    order = schedule.schedule(graph, schedule_algorithm)
+    steps = [n for n in order if schedule.is_step(n)]
+    pos = {n.name: i for i, n in enumerate(steps)}
+    end = len(steps)  # output copies and state updates happen after the last step
+
+    groups = _Groups()
+    for n in order:
+        for i in range(len(n.outputs)):
+            groups.find(n.ref(i))
+        if get_op(n.op).c is ALIAS:
+            groups.union(n.inputs[0], n.ref())
+
+    outputs_of: dict[ValueRef, list[int]] = {}
+    for k, r in enumerate(graph.declared_outputs):
+        outputs_of.setdefault(r, []).append(k)
+    updates = [(n.inputs[0].node, n.ref()) for n in steps if get_op(n.op).stateful]
+
+    def last_use() -> dict[ValueRef, int]:
+        last: dict[ValueRef, int] = {}
+        for n in steps:
+            for r in n.inputs:
+                g = groups.find(r)
+                last[g] = max(last.get(g, -1), pos[n.name])
+        for r in list(outputs_of) + [v for _, v in updates]:
+            last[groups.find(r)] = end
+        return last
+
+    def root_node(g: ValueRef) -> Node:
+        return graph.node(g.node)
+
+    # in place: an elementwise step takes over the buffer of an input that dies there
+    inplace: set[str] = set()
+    last = last_use()
+    for n in steps:
+        if not get_op(n.op).elementwise or get_op(n.op).stateful or len(n.outputs) != 1:
+            continue
+        out = n.ref()
+        for r in n.inputs:
+            g = groups.find(r)
+            src = root_node(g)
+            t = graph.type_of(r)
+            same_reads = all(graph.type_of(q).shape == t.shape for q in n.inputs if groups.find(q) == g)
+            if (
+                schedule.is_step(src)
+                and last.get(g) == pos[n.name]
+                and t.shape == n.outputs[0].shape
+                and t.nbytes == n.outputs[0].nbytes
+                and groups.find(out) != g
+                and same_reads
+            ):
+                groups.union(r, out)
+                inplace.add(n.name)
+                last = last_use()
+                break
+
+    # storage per group
+    members: dict[ValueRef, list[ValueRef]] = {}
+    for v in groups.parent:
+        members.setdefault(groups.find(v), []).append(v)
+    inputs = [(name, graph.node(name).ref(), graph.node(name).outputs[0]) for name in graph.inputs]
+    input_index = {r: k for k, (_, r, _) in enumerate(inputs)}
+    constants = [n.name for n in graph.nodes if n.op == "constant"]
+    variables = [n.name for n in graph.nodes if n.op == "variable"]
+    loc: dict[ValueRef, Loc] = {}
+    claimed: set[int] = set()
+    buffers: list[memory.BufferReq] = []
+    buffer_groups: list[ValueRef] = []
+    first_write = {}
+    for n in steps:
+        for i in range(len(n.outputs)):
+            g = groups.find(n.ref(i))
+            first_write.setdefault(g, pos[n.name])
+    for g, vs in sorted(members.items(), key=lambda kv: (first_write.get(kv[0], -1), kv[0])):
+        src = root_node(g)
+        if src.op == "placeholder":
+            place = Loc("input", input_index[g])
+        elif src.op == "constant":
+            place = Loc("const", constants.index(src.name))
+        elif src.op == "variable":
+            place = Loc("state", variables.index(src.name))
+        else:
+            outs = sorted(k for v in vs for k in outputs_of.get(v, []) if k not in claimed)
+            if outs:
+                claimed.add(outs[0])
+                place = Loc("output", outs[0])
+            else:
+                size = max(graph.type_of(v).nbytes for v in vs)
+                place = Loc("arena", len(buffers))
+                buffers.append(
+                    memory.BufferReq(size, first_write[g], max(last.get(g, first_write[g]), first_write[g]))
+                )
+                buffer_groups.append(g)
+        for v in vs:
+            loc[v] = place
+
+    output_copies = [(k, r) for k, r in enumerate(graph.declared_outputs) if loc[r] != Loc("output", k)]
+    plan = memory.plan(buffers, algorithm=algorithm, alignment=ALIGN, time_limit=time_limit)
+    for v, place in list(loc.items()):
+        if place.kind == "arena":
+            loc[v] = Loc("arena", place.index, plan.offsets[place.index])
+    state_offsets, off = [], 0
+    for name in variables:
+        state_offsets.append(off)
+        off += _round(graph.node(name).outputs[0].nbytes)
+    for v, place in list(loc.items()):
+        if place.kind == "state":
+            loc[v] = Loc("state", place.index, state_offsets[place.index])
+
+    outputs = [(name, r, graph.type_of(r)) for name, r in zip(output_names, graph.declared_outputs)]
+    return Program(
+        graph,
+        order,
+        steps,
+        inplace,
+        loc,
+        inputs,
+        outputs,
+        constants,
+        variables,
+        state_offsets,
+        off,
+        buffers,
+        plan,
+        memory.lower_bound(buffers, alignment=ALIGN),
+        output_copies,
+        updates,
+    )

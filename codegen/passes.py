@@ -1,0 +1,360 @@
+"""Graph -> Graph passes, each a pure function, run in the flat order of ``PIPELINE``.
+
+Every pass returns a new graph that passes ``graphdef.verify``; node names of surviving
+nodes are kept, so outputs, feeds and error messages keep meaning the same thing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+import graphdef as gd
+from graphdef.builder import Tensor, control_dependencies, default_graph_scope, device
+from graphdef.errors import ExecutionError, FlowcError, GraphError
+from graphdef.ir import SOURCE_OPS, Attrs, Graph, Node, TensorType, ValueRef
+from graphdef.registry import get_op
+
+
+class Rebuild:
+    """Copies a graph node by node into a fresh graph, letting a pass replace nodes."""
+
+    def __init__(self, graph: Graph):
+        self.old = graph
+        self.new = Graph(graph.name)
+        self.new._reserved = {n.name for n in graph.nodes}
+        self.refs: dict[ValueRef, ValueRef] = {}
+        self.names: dict[str, str] = {}
+
+    def _controls(self, node: Node) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.names[c] for c in node.control_inputs if c in self.names))
+
+    def keep(self, node: Node) -> None:
+        """Copy ``node`` unchanged (inputs renamed to their new producers)."""
+        copy = Node(
+            node.name,
+            node.op,
+            tuple(self.refs[r] for r in node.inputs),
+            node.attrs,
+            node.outputs,
+            node.device,
+            self._controls(node),
+        )
+        self.new._append(
+            copy,
+            constant=self.old._constants.get(node.name) if node.op == "constant" else None,
+            variable=self.old._variables.get(node.name) if node.op == "variable" else None,
+        )
+        self._map(node, [copy.ref(i) for i in range(len(node.outputs))])
+
+    def constant(self, node: Node, value: np.ndarray) -> None:
+        """Replace ``node`` by a constant of the same name holding ``value``."""
+        t = TensorType.of(value)
+        const = Node(
+            node.name, "constant", (), Attrs({"shape": t.shape, "dtype": t.dtype}), (t,), node.device
+        )
+        self.new._append(const, constant=value)
+        self._map(node, [const.ref()])
+
+    def replace(self, node: Node, build: Callable[[list[Tensor]], Iterable[Tensor]]) -> None:
+        """Replace ``node`` by what ``build(inputs)`` makes with the builder in the new graph."""
+        inputs = [Tensor(self.new, self.refs[r]) for r in node.inputs]
+        with default_graph_scope(self.new), device(node.device), control_dependencies(self._controls(node)):
+            outs = list(build(inputs))
+        self._map(node, [t.ref for t in outs])
+
+    def inputs(self, node: Node) -> list[Tensor]:
+        return [Tensor(self.new, self.refs[r]) for r in node.inputs]
+
+    def _map(self, node: Node, refs: list[ValueRef]) -> None:
+        for i, r in enumerate(refs):
+            self.refs[node.ref(i)] = r
+        if refs:
+            self.names[node.name] = refs[0].node
+
+    def finish(self) -> Graph:
+        self.new._outputs = tuple(self.refs[r] for r in self.old.declared_outputs)
+        self.new._reserved = set()
+        return self.new
+
+
+# ----------------------------------------------------------------------------- the passes
+def select_outputs(graph: Graph, outputs=None) -> Graph:
+    """Declare the outputs (names, Tensors or refs; default: the graph's outputs)."""
+    refs = (
+        graph.outputs
+        if outputs is None
+        else tuple(o.ref if isinstance(o, Tensor) else graph.resolve(o) for o in outputs)
+    )
+    if not refs:
+        raise GraphError(f"graph '{graph.name}' has no outputs to compile")
+    out = Graph.from_parts(graph.name, graph.nodes, refs, graph._constants, graph._variables)
+    return out
+
+
+def prune(graph: Graph) -> Graph:
+    """Keep only what the outputs need, through data and control edges (partial execution)."""
+    needed: set[str] = set()
+    stack = [r.node for r in graph.declared_outputs]
+    while stack:
+        name = stack.pop()
+        if name not in needed:
+            needed.add(name)
+            node = graph.node(name)
+            stack.extend(r.node for r in node.inputs)
+            stack.extend(node.control_inputs)
+    nodes = [n for n in graph.nodes if n.name in needed]
+    return Graph.from_parts(
+        graph.name,
+        nodes,
+        graph.declared_outputs,
+        {k: v for k, v in graph._constants.items() if k in needed},
+        {k: v for k, v in graph._variables.items() if k in needed},
+    )
+
+
+def freeze_variables(graph: Graph) -> Graph:
+    """Variables that no assign op changes are constants for the compiled code."""
+    assigned = {n.inputs[0].node for n in graph.nodes if get_op(n.op).stateful}
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        if node.op == "variable" and node.name not in assigned:
+            rb.constant(node, graph._variables[node.name])
+        else:
+            rb.keep(node)
+    return rb.finish()
+
+
+class _Rewrite:
+    """What a decomposition sees: the node, its inputs (Tensors in the new graph), attrs."""
+
+    def __init__(self, node: Node, inputs: list[Tensor]):
+        self.node, self.inputs, self.attrs = node, inputs, node.attrs
+
+
+def decompose(graph: Graph) -> Graph:
+    """Replace nodes whose op record decomposes them (repeats until nothing changes)."""
+    while True:
+        rb, changed = Rebuild(graph), False
+        for node in graph.nodes:
+            fn = get_op(node.op).decompose
+            if fn is not None:
+                with default_graph_scope(rb.new), device(node.device):
+                    outs = fn(_Rewrite(node, rb.inputs(node)))
+                if outs is not None:
+                    rb._map(node, [t.ref for t in outs])
+                    changed = True
+                    continue
+            rb.keep(node)
+        graph = rb.finish()
+        if not changed:
+            return graph
+
+
+def fold_constants(graph: Graph, max_bytes: int = 1 << 16) -> Graph:
+    """Evaluate nodes whose inputs are all constants, when the result is not much larger.
+
+    A result is folded if it is at most ``max_bytes`` or no larger than its inputs together,
+    so broadcasting a scalar into a big tensor stays a cheap op instead of a big constant.
+    """
+    rb = Rebuild(graph)
+    const = set()
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        foldable = (
+            node.op not in SOURCE_OPS
+            and not opdef.stateful
+            and node.inputs
+            and all(r in const for r in node.inputs)
+            and len(node.outputs) == 1
+        )
+        if node.op == "constant":
+            rb.keep(node)
+            const.add(node.ref())
+            continue
+        if foldable:
+            in_bytes = sum(graph.type_of(r).nbytes for r in node.inputs)
+            if node.outputs[0].nbytes <= max(max_bytes, in_bytes):
+                values = [rb.new._constants[rb.refs[r].node] for r in node.inputs]
+                try:
+                    with np.errstate(all="ignore"):
+                        out = opdef.ref(values, node.attrs)
+                except FlowcError as e:
+                    raise ExecutionError(
+                        f"{node.describe(graph.type_of(r) for r in node.inputs)}: {e}"
+                    ) from None
+                rb.constant(node, np.asarray(out))
+                const.add(node.ref())
+                continue
+        rb.keep(node)
+    return rb.finish()
+
+
+def cse(graph: Graph) -> Graph:
+    """Common-subexpression elimination: one node per (op, inputs, attrs, device).
+
+    Equal constants merge too (by dtype, shape and bytes). Stateful ops, placeholders,
+    variables and nodes with control inputs are never merged.
+    """
+    rb = Rebuild(graph)
+    seen: dict = {}
+    outputs = {r.node for r in graph.declared_outputs}
+    for node in graph.nodes:
+        opdef = get_op(node.op)
+        if node.op in ("placeholder", "variable") or opdef.stateful or node.control_inputs:
+            rb.keep(node)
+            continue
+        if node.op == "constant":
+            array = graph._constants[node.name]
+            key = (
+                "constant",
+                array.dtype.str,
+                array.shape,
+                hashlib.sha256(array.tobytes()).hexdigest(),
+                node.device,
+            )
+        else:
+            key = (node.op, tuple(rb.refs[r] for r in node.inputs), node.attrs, node.device)
+        if key in seen and node.name not in outputs:
+            rb._map(node, [ValueRef(seen[key], i) for i in range(len(node.outputs))])
+            continue
+        seen.setdefault(key, node.name)
+        rb.keep(node)
+    return rb.finish()
+
+
+def _scalar_constant(graph: Graph, ref: ValueRef, out_rank: int):
+    node = graph.node(ref.node)
+    if node.op == "constant" and node.outputs[0].size == 1 and node.outputs[0].rank <= out_rank:
+        return graph._constants[node.name].reshape(()).item()
+    return None
+
+
+def fuse_elementwise(graph: Graph) -> Graph:
+    """Merge chains of elementwise ops into ``fused`` nodes evaluated in one loop.
+
+    A producer joins its consumer's group when it is elementwise and not stateful, all of
+    its consumers are in the group, its output has the group's output shape (inputs from
+    outside may broadcast), it is not a graph output, and it shares the device and has no
+    control edges. Scalar constants become inline literals. The group keeps the name of
+    its last node.
+    """
+    consumers: dict[str, set[str]] = {n.name: set() for n in graph.nodes}
+    for n in graph.nodes:
+        for r in n.inputs:
+            consumers[r.node].add(n.name)
+    controlled = {c for n in graph.nodes for c in n.control_inputs}
+    outputs = {r.node for r in graph.declared_outputs}
+    index = {n.name: i for i, n in enumerate(graph.nodes)}
+
+    def fusable(n: Node) -> bool:
+        opdef = get_op(n.op)
+        return opdef.elementwise and not opdef.stateful and n.op != "fused" and len(n.outputs) == 1
+
+    group_of: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}
+    for root in reversed(graph.nodes):
+        if not fusable(root) or root.name in group_of:
+            continue
+        members = {root.name}
+        changed = True
+        while changed:
+            changed = False
+            for m in sorted(members, key=index.__getitem__):
+                for r in graph.node(m).inputs:
+                    p = graph.node(r.node)
+                    if (
+                        p.name not in members
+                        and p.name not in group_of
+                        and fusable(p)
+                        and consumers[p.name] <= members
+                        and p.name not in outputs
+                        and p.outputs[0].shape == root.outputs[0].shape
+                        and p.device == root.device
+                        and not p.control_inputs
+                        and p.name not in controlled
+                    ):
+                        members.add(p.name)
+                        changed = True
+        for m in members:
+            group_of[m] = root.name
+        groups[root.name] = sorted(members, key=index.__getitem__)
+
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        group = groups.get(group_of.get(node.name, ""))
+        if group is None:
+            rb.keep(node)
+            continue
+        if node.name != group[-1]:
+            continue  # emitted with its group's root
+        inputs, program = _group_program(graph, [graph.node(m) for m in group], node.outputs[0].rank)
+        if len(program) == 1:
+            rb.keep(node)
+            continue
+        fused = Node(
+            node.name,
+            "fused",
+            tuple(rb.refs[r] for r in inputs),
+            Attrs({"program": program}),
+            node.outputs,
+            node.device,
+            rb._controls(node),
+        )
+        rb.new._append(fused)
+        rb._map(node, [fused.ref()])
+    return rb.finish()
+
+
+def _group_program(graph: Graph, members: list[Node], rank: int):
+    """External inputs of a group, and its instructions (scalar constants become ``fill``)."""
+    inside = {m.ref() for m in members}
+    inputs: list[ValueRef] = []
+    for m in members:
+        for r in m.inputs:
+            if r not in inside and r not in inputs and _scalar_constant(graph, r, rank) is None:
+                inputs.append(r)
+    slot = {r: i for i, r in enumerate(inputs)}
+    program: list = []
+    for m in members:
+        operands = []
+        for r in m.inputs:
+            if r not in slot:  # an inline scalar, defined where it is first used
+                t = graph.type_of(r)
+                value = _scalar_constant(graph, r, rank)
+                program.append(("fill", (), (("dtype", t.dtype), ("shape", ()), ("value", value))))
+                slot[r] = len(inputs) + len(program) - 1
+            operands.append(slot[r])
+        program.append((m.op, tuple(operands), tuple(m.attrs.items())))
+        slot[m.ref()] = len(inputs) + len(program) - 1
+    return inputs, tuple(program)
+
+
+PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
+    ("prune", prune),
+    ("freeze_variables", freeze_variables),
+    ("decompose", decompose),
+    ("fold_constants", fold_constants),
+    ("cse", cse),
+    ("prune_dead", prune),
+    ("fuse_elementwise", fuse_elementwise),
+    ("prune_inlined", prune),
+)
+
+
+def run(graph: Graph, outputs=None, check: bool = True, trace: list | None = None) -> Graph:
+    """Run every pass of ``PIPELINE`` in order; ``trace`` collects (stage, graph) pairs."""
+    graph = select_outputs(graph, outputs)
+    if check:
+        gd.verify(graph)
+    if trace is not None:
+        trace.append(("input", graph))
+    for name, step in PIPELINE:
+        graph = step(graph)
+        if check:
+            gd.verify(graph)
+        if trace is not None:
+            trace.append((name, graph))
+    return graph

@@ -1,0 +1,55 @@
+/* Reductions over the middle axis of an (outer, len, inner) view; y is (outer, inner).
+ *
+ * fc_reduce_{sum,max,min,prod}_SFX(x, y, outer, len, inner)   floats and ints
+ * fc_reduce_mean_SFX(x, y, outer, len, inner)                 floats
+ * fc_argmax_SFX(x, y, outer, len, inner, select_last)         floats and ints, y is int64_t
+ * fc_argmin_SFX(...)
+ *
+ * Sums, products and means accumulate in FC_ACC (float for f16 and f32; uint64_t for
+ * integers, so overflow wraps as numpy's fixed-width results do). len may be 0 for sum
+ * (gives 0) and prod (gives 1); max, min, mean, argmax and argmin need len >= 1 (with
+ * len == 0 they write nothing). max and min propagate NaN like numpy; argmax and argmin
+ * return the first NaN (the last one with select_last), otherwise the first extreme (the
+ * last one on ties with select_last), which is numpy on a flipped axis.
+ *
+ * Loop order: blocks of up to FC_REDUCE_BLOCK inner positions hold their accumulators in
+ * a local array while the len rows stream past, so the input is read contiguously whatever
+ * the axis. y may alias x only when len == 1 or inner == 1.
+ */
+#ifndef FLOWC_KERNELS_REDUCE_H
+#define FLOWC_KERNELS_REDUCE_H
+
+#include "flowc_rt.h"
+
+#define FC_REDUCE_BLOCK 64
+
+/* The loop shared by every reduction: acc[b] starts at INIT, or at the first row when
+ * FROM is 1; STEP(acc[b], v) folds in rows FROM .. len-1; OUT(acc[b]) is stored. Expects
+ * x, y, outer, len, inner in scope and FC_T, FC_LD of the instantiated dtype. */
+#define FC_REDUCE_LOOP_(ACC_T, INIT, FROM, STEP, OUT)                                        \
+    do {                                                                                     \
+        long o_, i0_, l_, b_;                                                                \
+        for (o_ = 0; o_ < outer; o_++) {                                                     \
+            for (i0_ = 0; i0_ < inner; i0_ += FC_REDUCE_BLOCK) {                             \
+                ACC_T acc_[FC_REDUCE_BLOCK];                                                 \
+                const long nb_ = inner - i0_ < FC_REDUCE_BLOCK ? inner - i0_ : FC_REDUCE_BLOCK; \
+                const long base_ = o_ * len * inner + i0_;                                   \
+                for (b_ = 0; b_ < nb_; b_++)                                                 \
+                    acc_[b_] = (FROM) ? (ACC_T)FC_LD(x[base_ + b_]) : (ACC_T)(INIT);         \
+                for (l_ = (FROM); l_ < len; l_++)                                            \
+                    for (b_ = 0; b_ < nb_; b_++)                                             \
+                        STEP(acc_[b_], FC_LD(x[base_ + l_ * inner + b_]));                   \
+                for (b_ = 0; b_ < nb_; b_++)                                                 \
+                    y[o_ * inner + i0_ + b_] = OUT(acc_[b_]);                                \
+            }                                                                                \
+        }                                                                                    \
+    } while (0)
+
+#define FC_INC "kernels/reduce.inc"
+#define FC_WANT_FLOATS
+#define FC_WANT_INTS
+#include "kernels/instantiate.h"
+
+#undef FC_REDUCE_LOOP_
+
+#endif /* FLOWC_KERNELS_REDUCE_H */

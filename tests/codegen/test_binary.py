@@ -1,0 +1,239 @@
+"""Standalone binaries: results, bad input, rebuilds without flowc, sanitizers, determinism."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import codegen
+import graphdef as gd
+
+pytestmark = pytest.mark.c
+ROOT = Path(__file__).resolve().parents[2]
+ZOO_OUTPUTS = ["logp", "label", "mask", "loss", "gap", "filled", "step", "probs"]
+
+
+def digits_graph():
+    spec = importlib.util.spec_from_file_location("digits_sample", ROOT / "samples" / "digits.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, mod.build()
+
+
+def run_binary(binary: Path, feeds: dict, out_dir: Path, *extra):
+    args = [str(binary)]
+    for name, value in feeds.items():
+        path = out_dir.parent / f"{binary.name}-{name}.npy"
+        np.save(path, value)
+        args += ["--in", f"{name}={path}"]
+    return subprocess.run(args + ["--out-dir", str(out_dir), *extra], capture_output=True, text=True)
+
+
+def check_outputs(out_dir: Path, graph, feeds, names):
+    want = gd.Session(graph).run(feeds, names)
+    for name, w in zip(names, want):
+        got = np.load(out_dir / f"{name}.npy")
+        assert got.dtype == w.dtype and got.shape == w.shape, name
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, w, err_msg=name)
+
+
+def _meta(folder):
+    import json
+
+    return json.loads((folder / "metadata.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    mod, g = digits_graph()
+    out = codegen.export(g, tmp_path_factory.mktemp("d") / "out", name="net")
+    _, _, tx, _ = mod.load_data()
+    return g, out, tx[:1]
+
+
+def test_binary_matches_interpreter_and_benchmarks(digits, tmp_path):
+    g, out, x = digits
+    res = run_binary(out / "net", {"x": x}, tmp_path / "res", "--bench", "50")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("median_us=") and float(res.stdout.split("=")[1]) > 0
+    check_outputs(tmp_path / "res", g, {"x": x}, ["probs"])
+    meta = _meta(out)
+    assert meta["inputs"][0] == {
+        "name": "x",
+        "c_name": "in_x",
+        "dtype": "float32",
+        "shape": [1, 64],
+        "file": "x.npy",
+    }
+    assert (
+        meta["arena_bytes"] >= meta["arena_lower_bound"]
+        and meta["weight_bytes"] == (64 * 32 + 32 + 32 * 10 + 10) * 4
+    )
+    for f in ("net.h", "net.c", "main.c", "Makefile", "CMakeLists.txt", "metadata.json"):
+        assert (out / f).is_file(), f
+
+
+def _bad_npy(path: Path, kind: str):
+    x = np.zeros((1, 64), np.float32)
+    if kind == "shape":
+        np.save(path, np.zeros((2, 64), np.float32))
+    elif kind == "dtype":
+        np.save(path, x.astype(np.float64))
+    elif kind == "truncated":
+        np.save(path, x)
+        path.write_bytes(path.read_bytes()[:-10])
+    elif kind == "garbage":
+        path.write_bytes(b"not numpy at all")
+    elif kind == "fortran":
+        np.save(path, np.asfortranarray(np.zeros((2, 64), np.float32)))
+
+
+@pytest.mark.parametrize(
+    "kind,message",
+    [
+        ("shape", "input 'x' (.*) has shape (2, 64), expected (1, 64)"),
+        ("dtype", "has dtype float64, expected float32"),
+        ("truncated", "expected 384 for a float32 array of 64 elements"),
+        ("garbage", "not a .npy file"),
+        ("fortran", "Fortran-order arrays are not supported"),
+    ],
+)
+def test_bad_input_files_fail_cleanly(digits, tmp_path, kind, message):
+    _, out, _ = digits
+    bad = tmp_path / "x.npy"
+    _bad_npy(bad, kind)
+    res = subprocess.run(
+        [str(out / "net"), "--in", f"x={bad}", "--out-dir", str(tmp_path / "res")],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("net: error: ")
+    import re
+
+    assert re.search(re.escape(message).replace("\\.\\*", ".*"), lines[0]), lines[0]
+    assert not (tmp_path / "res").exists() or not list((tmp_path / "res").iterdir())
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "missing --out-dir"),
+        (["--out-dir", "RES"], "missing --in x=FILE.npy"),
+        (["--in", "y=a.npy", "--out-dir", "RES"], "unknown input 'y'"),
+        (["--in", "x", "--out-dir", "RES"], "--in expects NAME=FILE.npy"),
+        (["--bogus"], "unexpected argument '--bogus'"),
+        (["--in", "x=missing.npy", "--out-dir", "RES"], "cannot open"),
+    ],
+)
+def test_bad_arguments_fail_cleanly(digits, tmp_path, args, message):
+    _, out, _ = digits
+    args = [a.replace("RES", str(tmp_path / "res")) for a in args]
+    res = subprocess.run([str(out / "net"), *args], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode != 0 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_makefile_and_cmake_rebuild_without_flowc(digits, tmp_path):
+    g, out, x = digits
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "net").unlink()
+    env = {"PATH": os.environ["PATH"]}  # no PYTHONPATH, no virtual environment
+    subprocess.run(["make", "-s"], cwd=copy, env=env, check=True, capture_output=True)
+    assert run_binary(copy / "net", {"x": x}, tmp_path / "res").returncode == 0
+    check_outputs(tmp_path / "res", g, {"x": x}, ["probs"])
+    if shutil.which("cmake"):
+        build = copy / "build"
+        subprocess.run(["cmake", "-S", str(copy), "-B", str(build)], env=env, check=True, capture_output=True)
+        subprocess.run(["cmake", "--build", str(build)], env=env, check=True, capture_output=True)
+        assert run_binary(build / "net", {"x": x}, tmp_path / "res2").returncode == 0
+
+
+def test_generation_is_byte_identical(tmp_path):
+    a = codegen.export(digits_graph()[1], tmp_path / "a", name="net", build_binary=False)
+    b = codegen.export(digits_graph()[1], tmp_path / "b", name="net", build_binary=False)
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    for f in files:
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+@pytest.mark.parametrize("sample", ["digits", "zoo"])
+def test_samples_run_clean_under_address_and_undefined_sanitizers(sample, zoo, zoo_feeds, tmp_path):
+    if sample == "digits":
+        mod, g = digits_graph()
+        feeds, names = {"x": mod.load_data()[2][:3].reshape(3, 64)[:1]}, ["probs"]
+    else:
+        g, feeds, names = zoo, zoo_feeds, ZOO_OUTPUTS
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
+    out = codegen.export(g, tmp_path / "san", name="san", outputs=names, flags=flags)
+    res = run_binary(out / "san", feeds, tmp_path / "res")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr
+    check_outputs(tmp_path / "res", g, feeds, names)
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="clang not installed")
+def test_zoo_compiles_warning_free_with_clang(zoo, zoo_feeds, tmp_path):
+    out = codegen.export(zoo, tmp_path / "cl", name="zoo", outputs=ZOO_OUTPUTS, cc="clang")
+    assert run_binary(out / "zoo", zoo_feeds, tmp_path / "res").returncode == 0
+    check_outputs(tmp_path / "res", zoo, zoo_feeds, ZOO_OUTPUTS)
+
+
+def test_large_weights_go_through_the_assembler(tmp_path):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 128)).astype(np.float32)  # 128 KiB > the C-array threshold
+    with gd.Graph("big") as g:
+        x = gd.placeholder("x", (1, 256))
+        gd.matmul(x, gd.constant(w), name="y")
+    out = codegen.export(g, tmp_path / "big", name="big")
+    assert (out / "big_weights.bin").stat().st_size >= w.nbytes and ".incbin" in (
+        out / "big_weights.c"
+    ).read_text()
+    xv = rng.standard_normal((1, 256)).astype(np.float32)
+    assert run_binary(out / "big", {"x": xv}, tmp_path / "res").returncode == 0
+    np.testing.assert_allclose(np.load(tmp_path / "res" / "y.npy"), xv @ w, rtol=1e-4, atol=1e-4)
+    m = codegen.compile(g)
+    np.testing.assert_allclose(m(x=xv)["y"], xv @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_untrusted_names_never_reach_c_unescaped(tmp_path):
+    evil = 'x"); system("rm -rf /"); /* */ \\'
+    with gd.Graph("g*/ evil") as g:
+        x = gd.placeholder("in", (2,))
+        gd.relu(x, name=evil.replace(":", ""))
+    out = codegen.export(g, tmp_path / "e", name="evil")
+    for f in ("evil.c", "evil.h", "main.c"):
+        code = _strip_comments_and_strings((out / f).read_text())
+        assert "system(" not in code and "rm -rf" not in code, f
+    res = run_binary(out / "evil", {"in": np.array([-1, 2], np.float32)}, tmp_path / "res")
+    assert res.returncode == 0, res.stderr
+    files = list((tmp_path / "res").iterdir())
+    assert len(files) == 1 and np.load(files[0]).tolist() == [0, 2]
+
+
+def _strip_comments_and_strings(src: str) -> str:
+    """C source without its comments and string literals (what the compiler treats as code)."""
+    out, i = [], 0
+    while i < len(src):
+        if src.startswith("/*", i):
+            i = src.index("*/", i + 2) + 2
+        elif src[i] == '"':
+            i += 1
+            while src[i] != '"':
+                i += 2 if src[i] == "\\" else 1
+            i += 1
+        else:
+            out.append(src[i])
+            i += 1
+    return "".join(out)

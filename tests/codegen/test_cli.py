@@ -1,0 +1,95 @@
+"""The flowc command line: compile and inspect, and clean failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphdef as gd
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS = f"{ROOT / 'samples' / 'digits.py'}:build"
+
+
+def flowc(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "codegen.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=env,
+    )
+
+
+@pytest.mark.c
+def test_compile_builds_a_binary_that_runs(tmp_path):
+    res = flowc("compile", DIGITS, "-o", tmp_path / "out", "--name", "net")
+    assert res.returncode == 0, res.stderr
+    assert "arena" in res.stdout and (tmp_path / "out" / "net").is_file()
+    meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert {"inputs", "outputs", "arena_bytes", "arena_lower_bound", "weight_bytes", "schedule"} <= set(meta)
+    np.save(tmp_path / "x.npy", np.zeros((1, 64), np.float32))
+    run = subprocess.run(
+        [tmp_path / "out" / "net", "--in", f"x={tmp_path / 'x.npy'}", "--out-dir", tmp_path / "r"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0 and np.load(tmp_path / "r" / "probs.npy").shape == (1, 10)
+
+
+def test_compile_without_build_and_from_a_saved_graph(tmp_path):
+    with gd.Graph("saved") as g:
+        gd.relu(gd.placeholder("x", (4,)), name="y")
+    gd.save(g, tmp_path / "m.flowc")
+    res = flowc("compile", tmp_path / "m.flowc", "-o", tmp_path / "out", "--name", "m", "--no-build")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "out" / "m.c").is_file() and not (tmp_path / "out" / "m").exists()
+
+
+def test_inspect_shows_ops_schedule_peaks_and_plan(tmp_path):
+    res = flowc("inspect", DIGITS, "--svg", tmp_path / "plan.svg")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for text in (
+        "ops: ",
+        "unsupported ops: none",
+        "passes: ",
+        "critical path",
+        "peak live bytes: topological order",
+        "chosen order",
+        "schedule (step",
+        "memory plan",
+    ):
+        assert text in out, text
+    assert "<svg" in (tmp_path / "plan.svg").read_text()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["compile", "missing.flowc", "-o", "OUT"], "missing.flowc: no such file"),
+        (["compile", "model.onnx", "-o", "OUT"], "ONNX import is not available"),
+        (["compile", DIGITS, "-o", "OUT", "--name", "bad-name"], "must be a C identifier"),
+        (["compile", DIGITS, "-o", "OUT", "--arch", "pdp11"], "unknown or unsupported arch 'pdp11'"),
+        (["compile", f"{ROOT / 'samples' / 'digits.py'}:nope", "-o", "OUT"], "has no function 'nope'"),
+        (["inspect", "GARBAGE"], "not a readable flowc graph file"),
+    ],
+)
+def test_errors_are_one_line_and_exit_non_zero(tmp_path, args, message):
+    (tmp_path / "GARBAGE").write_bytes(b"junk")
+    args = [
+        str(tmp_path / "OUT") if a == "OUT" else str(tmp_path / "GARBAGE") if a == "GARBAGE" else a
+        for a in args
+    ]
+    res = flowc(*args, cwd=tmp_path)
+    assert res.returncode != 0
+    assert res.stderr.startswith("flowc: error: ") and len(res.stderr.strip().splitlines()) == 1
+    assert message in res.stderr
+    assert not (tmp_path / "OUT").exists()

@@ -1,0 +1,98 @@
+"""codegen.compile: in-process models through cffi, their checks, state, errors and the cache."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import codegen
+import graphdef as gd
+
+pytestmark = pytest.mark.c
+
+
+def _mlp(seed=0):
+    rng = np.random.default_rng(seed)
+    g = gd.Graph("mlp")
+    with g:
+        x = gd.placeholder("x", (2, 8))
+        w = gd.variable("w", rng.standard_normal((8, 4)).astype(np.float32))
+        gd.softmax(gd.relu(gd.matmul(x, w) + 1.0), name="y")
+    return g
+
+
+def test_compiled_model_matches_the_interpreter_and_returns_fresh_arrays():
+    g = _mlp()
+    m = codegen.compile(g)
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    a, b = m(x=x)["y"], m.run({"x": x})["y"]
+    np.testing.assert_allclose(a, gd.run(g, {"x": x}, ["y"])[0], rtol=1e-6)
+    assert a is not b and np.array_equal(a, b)
+    assert m.arena_bytes >= m.lower_bound_bytes > 0
+    assert [t.name for t in m.inputs] == ["x"] and m.outputs[0].shape == (2, 4)
+
+
+@pytest.mark.parametrize(
+    "feeds,match",
+    [
+        ({"x": np.zeros((3, 8), np.float32)}, "has shape \\(3, 8\\), expected \\(2, 8\\)"),
+        ({"x": np.zeros((2, 8))}, "has dtype float64, expected float32"),
+        ({}, "needs feed\\(s\\) 'x' \\(float32\\[2,8\\]\\)"),
+        ({"x": np.zeros((2, 8), np.float32), "z": 1}, "has no input\\(s\\) 'z'"),
+    ],
+)
+def test_bad_feeds_are_refused(feeds, match):
+    m = codegen.compile(_mlp())
+    with pytest.raises(gd.FeedError, match=match):
+        m.run(feeds)
+
+
+def test_unchanged_graph_is_not_rebuilt():
+    codegen.compile(_mlp(3))
+    t0 = time.perf_counter()
+    m = codegen.compile(_mlp(3))  # a new but equal graph: served from the cache
+    assert time.perf_counter() - t0 < 1.0
+    assert m(x=np.ones((2, 8), np.float32))["y"].shape == (2, 4)
+
+
+def test_variables_keep_their_state_across_calls_like_the_interpreter():
+    with gd.Graph("counter") as g:
+        total = gd.variable("total", np.zeros(3, np.float32))
+        x = gd.placeholder("x", (3,))
+        new = gd.assign_add(total, x, name="new")
+        g.set_outputs(gd.mul(total, 1.0, name="before"), new)
+    m = codegen.compile(g)
+    for step in range(1, 4):
+        out = m(x=np.ones(3, np.float32))
+        assert out["new"].tolist() == [step] * 3 and out["before"].tolist() == [step - 1] * 3
+        gd.run(g, {"x": np.ones(3, np.float32)}, ["new"])
+    assert m.variable("total").tolist() == gd.session(g).variable("total").tolist() == [3, 3, 3]
+    m.reset()
+    assert m.variable("total").tolist() == [0, 0, 0]
+
+
+def test_runtime_errors_come_back_as_flowc_errors():
+    with gd.Graph("lookup") as g:
+        i = gd.placeholder("i", (2,), "int64")
+        gd.gather(gd.constant(np.arange(3, dtype=np.float32)), i, name="y")
+    m = codegen.compile(g)
+    assert m(i=np.array([2, -3]))["y"].tolist() == [2, 0]
+    with pytest.raises(gd.ExecutionError, match="index input is out of range"):
+        m(i=np.array([0, 3]))
+
+
+def test_missing_compiler_and_failing_build_name_the_command(monkeypatch):
+    monkeypatch.setenv("CC", "no-such-cc")
+    with pytest.raises(gd.ToolchainError, match="no C compiler found \\(looked for no-such-cc\\)"):
+        codegen.compile(_mlp(5))
+    monkeypatch.delenv("CC")
+    with pytest.raises(gd.ToolchainError, match="build failed with .* -fno-such-flag .*error") as err:
+        codegen.compile(_mlp(6), flags=["-fno-such-flag"])
+    assert "\n" not in str(err.value)
+
+
+def test_model_names_must_be_c_identifiers():
+    with pytest.raises(gd.FlowcError, match="must be a C identifier"):
+        codegen.compile(_mlp(), name="my-model")

@@ -1,0 +1,150 @@
+"""Each pass alone: what it changes, that the result verifies, and that values do not change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import graphdef as gd
+from codegen import passes
+
+
+def _same_values(before, after, feeds):
+    names = [str(r) for r in before.outputs]
+    want = gd.Session(before).run(feeds, names)
+    got = gd.Session(after).run(feeds, [str(r) for r in after.declared_outputs])
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def _declared(g, *outs):
+    return passes.select_outputs(g, list(outs) or None)
+
+
+def test_prune_keeps_what_outputs_need_including_control_inputs():
+    with gd.Graph("g") as g:
+        x = gd.placeholder("x", (2,))
+        gd.placeholder("unused", (3,))
+        a = gd.relu(x, name="a")
+        gd.exp(x, name="dead")
+        with gd.control_dependencies([a]):
+            gd.neg(x, name="y")
+    out = passes.prune(_declared(g, "y"))
+    gd.verify(out)
+    assert [n.name for n in out.nodes] == ["x", "a", "y"]
+
+
+def test_freeze_turns_unassigned_variables_into_constants():
+    with gd.Graph("g") as g:
+        w = gd.variable("w", np.ones(2, np.float32))
+        v = gd.variable("v", np.zeros(2, np.float32))
+        y = gd.add(w, v, name="y")
+        gd.assign_add(v, y, name="step")
+    out = passes.freeze_variables(_declared(g, "y", "step"))
+    gd.verify(out)
+    assert out.node("w").op == "constant" and out.node("v").op == "variable"
+    _same_values(_declared(g, "y", "step"), out, {})
+
+
+def test_fold_constants_evaluates_constant_subgraphs_but_not_big_broadcasts():
+    with gd.Graph("g") as g:
+        x = gd.placeholder("x", (3,))
+        c = gd.transpose(gd.constant(np.arange(6, dtype=np.float32).reshape(2, 3))) * 2.0
+        big = gd.expand(gd.constant(np.float32(1.0)), (200, 200))
+        gd.add(gd.reduce_sum(c, axes=1), x, name="y")
+        gd.reduce_sum(big, name="z")
+    before = _declared(g)
+    out = passes.fold_constants(before)
+    gd.verify(out)
+    ops = {n.name: n.op for n in out.nodes}
+    assert ops["reduce_sum"] == "constant" and ops["expand"] == "expand" and ops["y"] == "add"
+    _same_values(before, out, {"x": np.ones(3, np.float32)})
+
+
+def test_cse_merges_equal_nodes_and_equal_constants():
+    with gd.Graph("g") as g:
+        x = gd.placeholder("x", (3,))
+        a = gd.exp(x) + gd.constant(np.float32(2.0))
+        b = gd.exp(x) + gd.constant(np.float32(2.0))
+        gd.mul(a, b, name="y")
+    before = _declared(g)
+    out = passes.prune(passes.cse(before))
+    gd.verify(out)
+    assert sum(n.op == "exp" for n in out.nodes) == 1 and sum(n.op == "constant" for n in out.nodes) == 1
+    assert sum(n.op == "add" for n in out.nodes) == 1
+    _same_values(before, out, {"x": np.arange(3, dtype=np.float32)})
+
+
+def test_cse_never_merges_stateful_ops():
+    with gd.Graph("g") as g:
+        v = gd.variable("v", np.zeros((), np.float32))
+        gd.assign_add(v, 1.0, name="a")
+        gd.assign_add(v, 1.0, name="b")
+    out = passes.cse(_declared(g, "a", "b"))
+    assert {n.name for n in out.nodes} >= {"a", "b"}
+
+
+def test_decompose_batch_norm_then_fold_and_fuse_to_one_loop():
+    rng = np.random.default_rng(0)
+    p = [rng.uniform(0.5, 1.5, 4).astype(np.float32) for _ in range(4)]
+    with gd.Graph("g") as g:
+        x = gd.placeholder("x", (2, 4, 3, 3))
+        gd.relu(gd.batch_norm(x, *(gd.constant(v) for v in p)), name="y")
+    before = _declared(g)
+    out = passes.run(g)
+    assert [n.op for n in out.nodes if n.op not in ("placeholder", "constant")] == ["fused"]
+    assert [i[0] for i in out.node("y").attrs["program"]] == ["mul", "add", "relu"]
+    _same_values(before, out, {"x": rng.standard_normal((2, 4, 3, 3)).astype(np.float32)})
+
+
+def test_decompose_multi_axis_resize_and_reduction():
+    with gd.Graph("g") as g:
+        x = gd.placeholder("x", (2, 3, 4, 5))
+        gd.resize(x, scales=(1, 1, 2, 1.5), mode="linear", name="r")
+        gd.reduce_sum(x, axes=(0, 2), name="s")
+    before = _declared(g)
+    out = passes.decompose(before)
+    gd.verify(out)
+    assert sum(n.op == "resize" for n in out.nodes) == 2 and sum(n.op == "reduce_sum" for n in out.nodes) == 2
+    _same_values(
+        before, out, {"x": np.random.default_rng(1).standard_normal((2, 3, 4, 5)).astype(np.float32)}
+    )
+
+
+def test_fusion_respects_outputs_consumers_and_shapes():
+    with gd.Graph("g") as g:
+        x = gd.placeholder("x", (4, 3))
+        b = gd.placeholder("b", (3,))
+        h = gd.tanh(x * 2.0 + b, name="h")  # 3 ops, one loop
+        shared = gd.exp(h, name="shared")  # read by two later ops: stays its own node
+        gd.add(shared, 1.0, name="y1")
+        gd.reduce_sum(shared, name="y2")
+        gd.sigmoid(h, name="y3")  # h is read twice too
+    before = _declared(g)
+    out = passes.fuse_elementwise(passes.fold_constants(before))
+    gd.verify(out)
+    assert out.node("h").op == "fused" and len(out.node("h").attrs["program"]) == 4  # mul, 2.0, add, tanh
+    assert out.node("shared").op == "exp"
+    _same_values(before, out, {"x": np.ones((4, 3), np.float32), "b": np.arange(3, dtype=np.float32)})
+
+
+@pytest.mark.parametrize("name", [n for n, _ in passes.PIPELINE])
+def test_each_pipeline_stage_verifies_on_the_zoo(name, zoo, zoo_feeds):
+    trace: list = []
+    outs = ["logp", "label", "mask", "loss", "gap", "filled", "step"]
+    passes.run(zoo, outs, trace=trace)
+    stage = dict(trace)[name]
+    gd.verify(stage)
+    names = [str(r) for r in stage.declared_outputs]
+    assert names == outs
+    got = gd.Session(stage).run(zoo_feeds, names)
+    want = gd.Session(zoo).run(zoo_feeds, outs)
+    for w, v in zip(want, got):
+        np.testing.assert_allclose(v, w, rtol=1e-5, atol=1e-6)
+
+
+def test_graph_without_outputs_is_refused():
+    with gd.Graph("g") as g:
+        gd.placeholder("x", (2,))
+    with pytest.raises(gd.GraphError, match="no outputs"):
+        passes.run(g)

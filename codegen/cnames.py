@@ -27,6 +27,8 @@ STORAGE = {
     "bool": "fc_bool",
 }
 COMPUTE = {**STORAGE, "float16": "float"}
+# types in the public header, which must not need flowc_rt.h (same representation)
+PUBLIC = {**STORAGE, "float16": "uint16_t", "bool": "uint8_t"}
 
 
 class Names:

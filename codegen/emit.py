@@ -21,8 +21,8 @@ from graphdef.ops.fused import program_of
 from graphdef.registry import CExpr, CKernel, get_op
 
 from . import schedule
-from .cnames import COMPUTE, STORAGE, Names, c_comment, c_literal, c_string
-from .lower import ALIGN, Program
+from .cnames import COMPUTE, PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
+from .lower import ALIGN, Loc, Program
 
 VERSION = "0.1.0"
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ def emit(program: Program, name: str, weights: str = "auto") -> Sources:
                     "comment": c_comment(label),
                     "macro": macros(f"{upper}_{cname.upper()}"),
                     "dtype": t.dtype,
-                    "ctype": STORAGE[t.dtype],
+                    "ctype": PUBLIC[t.dtype],
                     "rank": t.rank,
                     "shape": list(t.shape),
                     "shape8": (list(t.shape) + [0] * 8)[:8],
@@ -307,6 +307,9 @@ def emit(program: Program, name: str, weights: str = "auto") -> Sources:
     if has_state:
         run_params.append("void *state")
     uses_arena = any("mem +" in c for c in calls) or any("mem +" in c["src"] for c in copies)
+    read = {program.loc[r] for n in program.steps for r in n.inputs} | {program.loc[r] for _, r in
+                                                                        program.output_copies}
+    unused = [t["cname"] for k, t in enumerate(ins) if Loc("input", k) not in read]
     null_checks = [f"!{t['cname']}" for t in io] + (["!arena"] if uses_arena else [])
     null_checks += ["!state"] if has_state else []
     m = {
@@ -332,6 +335,7 @@ def emit(program: Program, name: str, weights: str = "auto") -> Sources:
         "state_init": state_init,
         "uses_arena": uses_arena,
         "null_checks": null_checks or ["0"],
+        "unused": unused,
     }
     src = Sources()
     src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)

@@ -375,7 +375,7 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
     nodes = 0
     deadline = time.process_time() + time_limit if time_limit and time_limit > 0 else None
 
-    def place(b: int, o: int) -> None:
+    def place(b: int, o: int) -> bool:
         top = o + size[b]
         trail.append((off, b, -1))
         off[b] = sol[b] = o
@@ -386,6 +386,7 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
             trail.append((minoff, c, minoff[c]))
             minoff[c] = top
             affected.update(dict.fromkeys(range(slo[c], shi[c])))
+        raised = len(affected) > 0
         for x in range(slo[b], shi[b]):
             if floor[x] < top:
                 trail.append((floor, x, floor[x]))
@@ -400,6 +401,7 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
         for x in range(slo[b], shi[b] - 1):
             trail.append((cuts, x, cuts[x]))
             cuts[x] -= 1
+        return raised
 
     def undo(mark: int) -> None:
         while len(trail) > mark:
@@ -428,20 +430,23 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
         if not left:
             return True
         min_top = min(minoff[b] + size[b] for b in left)
+        max_off = capacity - max(total[lo:hi])  # higher candidates would fail the section test
         cands = sorted(
             (minoff[b], rank[b], b)
             for b in left
-            if minoff[b] < min_top and (minoff[b], rank[b]) > (last_off, last_rank)
+            if minoff[b] < min_top and minoff[b] <= max_off and (minoff[b], rank[b]) > (last_off, last_rank)
         )
         for o, _, b in cands:
             mark = len(trail)
-            place(b, o)
+            raised = place(b, o)
             ok = all(max(floor[x], o) + total[x] <= capacity for x in range(lo, hi)) and descend(
                 part, lo, hi, o, b
             )
             undo(mark)
             if ok:
                 return True
+            if not raised:  # hatless: b fits at o in any completion, so later candidates fail too
+                return False
         return False
 
     limit = sys.getrecursionlimit()
@@ -458,7 +463,8 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
 
 _CDEF = """
 int flowc_mem_search(int32_t n, int32_t nsec, const int64_t *size, const int32_t *slo,
-                     const int32_t *shi, const int32_t *rank, const int32_t *ov_start,
+                     const int32_t *shi, const int64_t *keys, const int32_t *heur, int32_t nheur,
+                     int32_t dynamic, const int32_t *ov_start,
                      const int32_t *ov_list, const int32_t *sec_start, const int32_t *sec_list,
                      int64_t capacity, int64_t node_limit, double time_limit_s,
                      int64_t *out_offsets, int64_t *out_nodes);

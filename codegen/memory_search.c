@@ -28,15 +28,22 @@
 #define MS_TIME_LIMIT (-2)
 #define MS_NO_MEMORY (-3)
 
-enum { K_OFF, K_MINOFF, K_FLOOR, K_TOTAL, K_CUT };
+enum { K_OFF, K_MINOFF, K_FLOOR, K_TOTAL, K_CUT, K_RANK };
+#define MAX_HEUR 4
 
 typedef struct { int64_t old; int32_t idx; int32_t kind; } Undo;
 typedef struct { int64_t off; int32_t rank; int32_t buf; } Cand;
+typedef struct { int64_t key[MAX_HEUR]; int32_t buf; } Keyed;
 
 typedef struct {
     int32_t n, nsec;
     const int64_t *size;
-    const int32_t *slo, *shi, *rank, *ov_start, *ov_list, *sec_start, *sec_list;
+    const int32_t *slo, *shi, *ov_start, *ov_list, *sec_start, *sec_list;
+    int32_t *rank;
+    const int64_t *keys;
+    const int32_t *heur;
+    int32_t nheur, dynamic;
+    Keyed *kbuf;
     int64_t cap;
     int64_t *off, *minoff, *floor_, *total, *sol;
     int32_t *cuts, *affected;
@@ -86,15 +93,17 @@ static void undo_to(Solver *s, int64_t mark) {
         case K_MINOFF: s->minoff[u->idx] = u->old; break;
         case K_FLOOR: s->floor_[u->idx] = u->old; break;
         case K_TOTAL: s->total[u->idx] = u->old; break;
-        default: s->cuts[u->idx] = (int32_t)u->old; break;
+        case K_CUT: s->cuts[u->idx] = (int32_t)u->old; break;
+        default: s->rank[u->idx] = (int32_t)u->old; break;
         }
     }
 }
 
-/* Places buffer b at offset o and updates lowest offsets, section floors, totals and cuts. */
-static void place(Solver *s, int32_t b, int64_t o) {
+/* Places buffer b at offset o and updates lowest offsets, section floors, totals and cuts.
+ * Returns how many unplaced buffers had to move up (0: b is "hatless", it hinders nobody). */
+static int32_t place(Solver *s, int32_t b, int64_t o) {
     const int64_t top = o + s->size[b];
-    int32_t i, x, naff = 0;
+    int32_t i, x, naff = 0, raised = 0;
     if (++s->gen == 0) {  /* wrapped: clear the stamps so old marks cannot match */
         memset(s->stamp, 0, (size_t)s->nsec * sizeof *s->stamp);
         s->gen = 1;
@@ -107,6 +116,7 @@ static void place(Solver *s, int32_t b, int64_t o) {
         if (s->off[c] >= 0 || s->minoff[c] >= top) continue;
         push_undo(s, K_MINOFF, c, s->minoff[c]);
         s->minoff[c] = top;
+        raised++;
         for (x = s->slo[c]; x < s->shi[c]; x++) {
             if (s->stamp[x] != s->gen) {
                 s->stamp[x] = s->gen;
@@ -140,6 +150,7 @@ static void place(Solver *s, int32_t b, int64_t o) {
         push_undo(s, K_CUT, x, s->cuts[x]);
         s->cuts[x]--;
     }
+    return raised;
 }
 
 /* Every section in [lo, hi) must still fit: max(floor, o) + unplaced sizes <= capacity. */
@@ -161,6 +172,41 @@ static int cand_cmp(const void *pa, const void *pb) {
 static int search(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, int64_t last_off,
                   int32_t last_rank);
 
+static int keyed_cmp(const void *pa, const void *pb) {
+    const Keyed *a = (const Keyed *)pa, *b = (const Keyed *)pb;
+    int h;
+    for (h = 0; h < MAX_HEUR; h++) {
+        if (a->key[h] != b->key[h]) return a->key[h] > b->key[h] ? -1 : 1;
+    }
+    return (a->buf > b->buf) - (a->buf < b->buf);
+}
+
+/* Ranks the buffers parts[base..base+cnt) by the heuristic keys, largest first; key -1 is the
+ * largest current section total (unplaced bytes) over the buffer's sections. */
+static void rerank(Solver *s, int64_t base, int32_t cnt) {
+    int32_t i, h, x;
+    for (i = 0; i < cnt; i++) {
+        const int32_t b = s->parts[base + i];
+        Keyed *kb = &s->kbuf[i];
+        kb->buf = b;
+        for (h = 0; h < MAX_HEUR; h++) {
+            int64_t v = 0;
+            if (h < s->nheur && s->heur[h] < 0) {
+                for (x = s->slo[b]; x < s->shi[b]; x++) if (s->total[x] > v) v = s->total[x];
+            } else if (h < s->nheur) {
+                v = s->keys[(int64_t)s->heur[h] * s->n + b];
+            }
+            kb->key[h] = v;
+        }
+    }
+    qsort(s->kbuf, (size_t)cnt, sizeof(Keyed), keyed_cmp);
+    for (i = 0; i < cnt; i++) {
+        const int32_t b = s->kbuf[i].buf;
+        push_undo(s, K_RANK, b, s->rank[b]);
+        s->rank[b] = i;
+    }
+}
+
 /* Solves the unplaced buffers of parts[pbase..pbase+k) that touch sections [lo, hi). */
 static int solve_range(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, int64_t last_off,
                        int32_t last_rank) {
@@ -174,7 +220,14 @@ static int solve_range(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t 
     }
     if (cnt == 0) return MS_FOUND;
     s->part_top = base + cnt;
-    r = search(s, base, cnt, lo, hi, last_off, last_rank);
+    if (s->dynamic || last_rank < 0) {
+        const int64_t mark = s->trail_len;
+        rerank(s, base, cnt);
+        r = search(s, base, cnt, lo, hi, last_off, -1);
+        undo_to(s, mark);
+    } else {
+        r = search(s, base, cnt, lo, hi, last_off, last_rank);
+    }
     s->part_top = base;
     return r;
 }
@@ -202,8 +255,8 @@ static int descend(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, 
 
 static int search(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, int64_t last_off,
                   int32_t last_rank) {
-    int64_t min_top = INT64_MAX, cbase;
-    int32_t i, j, left = 0, nc = 0;
+    int64_t min_top = INT64_MAX, max_off = s->cap, cbase;
+    int32_t i, j, x, left = 0, nc = 0;
     int r = MS_NOT_FOUND;
     if (s->oom) return MS_NO_MEMORY;
     if (++s->nodes > s->node_limit) return MS_NODE_LIMIT;
@@ -215,12 +268,17 @@ static int search(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, i
         if (s->minoff[b] + s->size[b] < min_top) min_top = s->minoff[b] + s->size[b];
     }
     if (left == 0) return MS_FOUND;
+    /* Everything still to place goes at or above the next offset, so a section with `total`
+     * bytes to place caps that offset at cap - total: later candidates fail sections_fit. */
+    for (x = lo; x < hi; x++) {
+        if (s->cap - s->total[x] < max_off) max_off = s->cap - s->total[x];
+    }
     cbase = s->cand_top;
     if (!grow((void **)&s->cands, &s->cand_cap, cbase + left, sizeof(Cand))) return MS_NO_MEMORY;
     for (i = 0; i < k; i++) {
         const int32_t b = s->parts[pbase + i];
         const int64_t m = s->minoff[b];
-        if (s->off[b] >= 0 || m >= min_top) continue;
+        if (s->off[b] >= 0 || m >= min_top || m > max_off) continue;
         if (m < last_off || (m == last_off && s->rank[b] < last_rank)) continue;
         s->cands[cbase + nc].off = m;
         s->cands[cbase + nc].rank = s->rank[b];
@@ -232,11 +290,13 @@ static int search(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, i
     for (j = 0; j < nc; j++) {
         const Cand c = s->cands[cbase + j];  /* copy: the pool may move while we recurse */
         const int64_t mark = s->trail_len;
-        place(s, c.buf, c.off);
+        const int32_t raised = place(s, c.buf, c.off);
         if (!s->oom && sections_fit(s, lo, hi, c.off)) r = descend(s, pbase, k, lo, hi, c);
         undo_to(s, mark);
         if (s->oom) r = MS_NO_MEMORY;
-        if (r != MS_NOT_FOUND) break;
+        /* A hatless buffer could sit at c.off in any completion, so a plan that places a later
+         * candidate first is not canonical: if c failed, they all fail. */
+        if (r != MS_NOT_FOUND || raised == 0) break;
     }
     s->cand_top = cbase;
     return r;
@@ -246,7 +306,8 @@ static int search(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, i
  * MS_NODE_LIMIT, MS_TIME_LIMIT or MS_NO_MEMORY; *out_nodes gets the number of nodes visited.
  * time_limit_s <= 0 means no deadline. Buffers have size > 0 and 0 <= slo < shi <= nsec. */
 int flowc_mem_search(int32_t n, int32_t nsec, const int64_t *size, const int32_t *slo,
-                     const int32_t *shi, const int32_t *rank, const int32_t *ov_start,
+                     const int32_t *shi, const int64_t *keys, const int32_t *heur, int32_t nheur,
+                     int32_t dynamic, const int32_t *ov_start,
                      const int32_t *ov_list, const int32_t *sec_start, const int32_t *sec_list,
                      int64_t capacity, int64_t node_limit, double time_limit_s,
                      int64_t *out_offsets, int64_t *out_nodes) {
@@ -259,7 +320,12 @@ int flowc_mem_search(int32_t n, int32_t nsec, const int64_t *size, const int32_t
     s.size = size;
     s.slo = slo;
     s.shi = shi;
-    s.rank = rank;
+    s.keys = keys;
+    s.heur = heur;
+    s.nheur = nheur < MAX_HEUR ? nheur : MAX_HEUR;
+    s.dynamic = dynamic;
+    s.rank = calloc((size_t)n + 1, sizeof(int32_t));
+    s.kbuf = malloc(sizeof(Keyed) * (size_t)(n + 1));
     s.ov_start = ov_start;
     s.ov_list = ov_list;
     s.sec_start = sec_start;
@@ -276,7 +342,7 @@ int flowc_mem_search(int32_t n, int32_t nsec, const int64_t *size, const int32_t
     s.cuts = calloc((size_t)nsec + 1, sizeof(int32_t));
     s.affected = malloc(sizeof(int32_t) * (size_t)(nsec + 1));
     s.stamp = calloc((size_t)nsec + 1, sizeof(uint32_t));
-    if (!s.off || !s.minoff || !s.sol || !s.floor_ || !s.total || !s.cuts || !s.affected || !s.stamp ||
+    if (!s.rank || !s.kbuf || !s.off || !s.minoff || !s.sol || !s.floor_ || !s.total || !s.cuts || !s.affected || !s.stamp ||
         !grow((void **)&s.parts, &s.part_cap, n, sizeof(int32_t))) {
         r = MS_NO_MEMORY;
         goto done;
@@ -309,5 +375,7 @@ done:
     free(s.trail);
     free(s.cands);
     free(s.parts);
+    free(s.rank);
+    free(s.kbuf);
     return r;
 }

@@ -95,9 +95,12 @@ def select_outputs(graph: Graph, outputs=None) -> Graph:
 
 
 def prune(graph: Graph) -> Graph:
-    """Keep only what the outputs need, through data and control edges (partial execution)."""
+    """Keep only what the outputs need, through data and control edges (partial execution).
+
+    Placeholders always stay: they are the compiled model's interface, used or not.
+    """
     needed: set[str] = set()
-    stack = [r.node for r in graph.declared_outputs]
+    stack = [r.node for r in graph.declared_outputs] + [n.name for n in graph.nodes if n.op == "placeholder"]
     while stack:
         name = stack.pop()
         if name not in needed:

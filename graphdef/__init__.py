@@ -123,6 +123,13 @@ from .verify import verify
 slice = slice_  # noqa: A001 - gd.slice mirrors the op name
 
 
+def load_onnx(path, shapes: dict | None = None, name: str | None = None, values: dict | None = None) -> Graph:
+    """Import an ONNX model (needs the ``onnx`` package); see ``graphdef.onnx.load_onnx``."""
+    from .onnx import load_onnx as _load
+
+    return _load(path, shapes, name, values)
+
+
 def _bind_operators() -> None:
     from .ops.shape import getitem
 

@@ -190,8 +190,10 @@ def _unique_name(graph: Graph, base: str, explicit: bool) -> str:
 
 
 def _check_name(name) -> str:
-    if not isinstance(name, str) or not name or ":" in name:
-        raise AttrError(f"node name must be a non-empty string without ':', got {name!r}")
+    """Any non-empty string (names from model files are kept as they are; C sees them only
+    sanitized). A name like "y:1" is fine: lookups try exact node names first."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise AttrError(f"node name must be a non-empty string, got {name!r}")
     return name
 
 

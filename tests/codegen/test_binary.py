@@ -237,3 +237,15 @@ def _strip_comments_and_strings(src: str) -> str:
             out.append(src[i])
             i += 1
     return "".join(out)
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
+def test_npy_format_versions_are_read(digits, tmp_path, version):
+    g, out, x = digits
+    path = tmp_path / "x.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, x, version=version)
+    res = subprocess.run([str(out / "net"), "--in", f"x={path}", "--out-dir", str(tmp_path / "res")],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    check_outputs(tmp_path / "res", g, {"x": x}, ["probs"])

@@ -1,0 +1,361 @@
+"""The ONNX importer: file checks, initializers and external data, inputs with static shapes,
+constant evaluation of shape subgraphs, and dispatch to per-op converters.
+
+Values flow as either a numpy array (known at import time: initializers, Constant nodes and
+everything computed only from them, such as Shape -> Gather -> Concat) or a Tensor in the
+graph being built. A node whose inputs are all known is evaluated right away with flowc's own
+op references, so shapes are static in the imported graph.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import dtypes
+from ..builder import Tensor, constant, default_graph_scope, placeholder
+from ..errors import FlowcError, GraphError, UnsupportedError
+from ..interpret import run
+from ..ir import Graph
+from ..ops.shape import identity
+
+MAX_TENSOR_BYTES = 1 << 34  # 16 GiB: declared sizes above this are refused before allocating
+
+
+class OnnxImportError(FlowcError):
+    """A model file that cannot be read or imported."""
+
+
+_CONVERTERS: dict[tuple[str, str], list[tuple[int, Callable]]] = {}
+# ONNX element types flowc supports, by TensorProto enum value
+_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 11: "float64"}
+_TYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64",
+               8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
+               15: "COMPLEX128", 16: "BFLOAT16"}
+
+
+def converter(op_type: str, since: int = 1, domain: str = ""):
+    """Register ``fn(node: OnnxNode) -> list of outputs`` for ``op_type`` from opset ``since``."""
+
+    def register(fn):
+        _CONVERTERS.setdefault((domain, op_type), []).append((since, fn))
+        _CONVERTERS[(domain, op_type)].sort(key=lambda t: t[0])
+        return fn
+
+    return register
+
+
+def _lookup(domain: str, op_type: str, opset: int):
+    versions = _CONVERTERS.get((domain, op_type))
+    if not versions:
+        return None
+    usable = [fn for since, fn in versions if since <= opset]
+    return usable[-1] if usable else None
+
+
+def onnx_dtype(elem_type: int, what: str) -> str:
+    if elem_type not in _DTYPES:
+        name = _TYPE_NAMES.get(elem_type, f"type {elem_type}")
+        raise UnsupportedError(f"{what} has element type {name}, which flowc does not support")
+    return _DTYPES[elem_type]
+
+
+Value = Tensor | np.ndarray
+
+
+@dataclass
+class OnnxNode:
+    """What a converter sees: the ONNX node, its opset, attributes and input values."""
+
+    op: str
+    name: str
+    opset: int
+    attrs: dict
+    inputs: list  # Value or None (missing optional input)
+    num_outputs: int
+    importer: _Importer = field(repr=False)
+
+    def where(self) -> str:
+        return f"node '{self.name}' ({self.op}, opset {self.opset})"
+
+    def has(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def is_const(self, i: int) -> bool:
+        return self.has(i) and isinstance(self.inputs[i], np.ndarray)
+
+    def const(self, i: int, what: str = "") -> np.ndarray:
+        """Input i as a numpy array; it must be known when the model is imported."""
+        if not self.has(i):
+            raise UnsupportedError(f"{self.where()}: input {i} {what}is missing")
+        v = self.inputs[i]
+        if not isinstance(v, np.ndarray):
+            source = f" (model input '{v.name}': fix it with --value)" if v.op == "placeholder" else ""
+            raise UnsupportedError(f"{self.where()}: input {i} {what}must be a constant{source}: flowc compiles "
+                                   "static shapes, so this value has to be known at import time")
+        return v
+
+    def tensor(self, i: int) -> Tensor:
+        """Input i as a Tensor (constants become constant nodes)."""
+        v = self.inputs[i]
+        return v if isinstance(v, Tensor) else constant(v)
+
+    def dtype(self, i: int) -> str:
+        v = self.inputs[i]
+        return v.dtype if isinstance(v, Tensor) else dtypes.as_dtype(v.dtype)
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        v = self.inputs[i]
+        return tuple(v.shape)
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+    def unsupported(self, reason: str) -> UnsupportedError:
+        return UnsupportedError(f"{self.where()}: {reason}")
+
+
+def _attr_value(a):
+    from onnx import AttributeProto, numpy_helper
+
+    t = a.type
+    if t == AttributeProto.FLOAT:
+        return float(a.f)
+    if t == AttributeProto.INT:
+        return int(a.i)
+    if t == AttributeProto.STRING:
+        return a.s.decode("utf-8", "replace")
+    if t == AttributeProto.TENSOR:
+        return _tensor_array(a.t, None, "attribute " + a.name)
+    if t == AttributeProto.FLOATS:
+        return [float(v) for v in a.floats]
+    if t == AttributeProto.INTS:
+        return [int(v) for v in a.ints]
+    if t == AttributeProto.STRINGS:
+        return [s.decode("utf-8", "replace") for s in a.strings]
+    if t == AttributeProto.GRAPH:
+        return a.g
+    if t == AttributeProto.SPARSE_TENSOR:
+        return numpy_helper.to_array(a.sparse_tensor.values)  # rarely used; densified by converters
+    return None
+
+
+def _tensor_array(t, base: Path | None, what: str) -> np.ndarray:
+    """A TensorProto as a numpy array, refusing huge declared sizes and escaping paths."""
+    from onnx import TensorProto, numpy_helper
+
+    dtype = onnx_dtype(t.data_type, f"{what} '{t.name}'")
+    count = math.prod(int(d) for d in t.dims)
+    nbytes = count * dtypes.itemsize(dtype)
+    if any(int(d) < 0 for d in t.dims) or nbytes > MAX_TENSOR_BYTES:
+        raise OnnxImportError(f"tensor '{t.name}' declares {nbytes} bytes (shape {list(t.dims)}), more than flowc "
+                              f"will allocate ({MAX_TENSOR_BYTES} bytes)")
+    if t.data_location == TensorProto.EXTERNAL:
+        if base is None:
+            raise OnnxImportError(f"tensor '{t.name}' uses external data, which needs the model's folder")
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        path = (base / location).resolve()
+        if not location or os.path.isabs(location) or base.resolve() not in path.parents:
+            raise OnnxImportError(f"tensor '{t.name}': external data '{location}' is outside the model's folder "
+                                  f"{base}; refused")
+        offset, length = int(info.get("offset", 0)), int(info.get("length", nbytes))
+        if length != nbytes:
+            raise OnnxImportError(f"tensor '{t.name}': external data length {length} != {nbytes} bytes declared")
+        try:
+            size = path.stat().st_size
+        except OSError:
+            raise OnnxImportError(f"tensor '{t.name}': external data file '{location}' not found") from None
+        if offset + length > size:
+            raise OnnxImportError(f"tensor '{t.name}': external data '{location}' has {size} bytes, needs "
+                                  f"{offset + length}")
+        with open(path, "rb") as f:
+            f.seek(offset)
+            raw = f.read(length)
+        return np.frombuffer(raw, dtype=dtypes.np_dtype(dtype).newbyteorder("<")).reshape(tuple(t.dims)).copy()
+    if t.HasField("raw_data") and len(t.raw_data) != nbytes:
+        raise OnnxImportError(f"tensor '{t.name}': {len(t.raw_data)} bytes of data for {nbytes} declared")
+    try:
+        array = numpy_helper.to_array(t)
+    except Exception as e:  # malformed data fields
+        raise OnnxImportError(f"tensor '{t.name}': unreadable data ({e})") from None
+    return np.asarray(array, dtype=dtypes.np_dtype(dtype)).reshape(tuple(int(d) for d in t.dims))
+
+
+class _Importer:
+    def __init__(self, model, base: Path | None, shapes: dict, label: str, values: dict | None = None):
+        self.model = model
+        self.base = base
+        self.shapes = {k: tuple(int(d) for d in v) for k, v in (shapes or {}).items()}
+        self.values = {k: np.asarray(v) for k, v in (values or {}).items()}
+        self.label = label
+        self.opsets = {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
+        self.opset = self.opsets.get("ai.onnx", 0)
+        self.env: dict[str, Value] = {}
+
+    # ------------------------------------------------------------------ graph
+    def run(self, name: str | None) -> Graph:
+        g = self.model.graph
+        graph = Graph(name or (g.name or "model"))
+        self.graph = graph
+        self._check_ops(g)
+        inits = {t.name for t in g.initializer}
+        for t in g.initializer:
+            self.env[t.name] = _tensor_array(t, self.base, "initializer")
+        with graph:
+            for vi in g.input:
+                if vi.name in inits:
+                    continue
+                if vi.name in self.values:  # fixed when compiling: a constant from now on
+                    self.env[vi.name] = self.values[vi.name].astype(dtypes.np_dtype(self._value_dtype(vi)))
+                    continue
+                self.env[vi.name] = placeholder(vi.name, self._input_shape(vi), self._value_dtype(vi))
+            unknown = (set(self.shapes) | set(self.values)) - {vi.name for vi in g.input}
+            if unknown:
+                raise OnnxImportError(f"{self.label}: --shape/--value name unknown input(s) "
+                                      f"{', '.join(sorted(unknown))}")
+            self._convert_nodes(g.node)
+            outs = []
+            for vi in g.output:
+                if vi.name not in self.env:
+                    raise OnnxImportError(f"{self.label}: graph output '{vi.name}' is not produced by any node")
+                v = self.env[vi.name]
+                if isinstance(v, np.ndarray):
+                    outs.append(constant(v, name=vi.name))
+                elif v.name != vi.name:
+                    outs.append(identity(v, name=vi.name))
+                else:
+                    outs.append(v)
+            graph.set_outputs(*outs)
+        return graph
+
+    def _check_ops(self, g) -> None:
+        missing: Counter = Counter()
+        for node in _all_nodes(g):
+            domain = "" if node.domain in ("", "ai.onnx") else node.domain
+            opset = self.opsets.get(node.domain or "ai.onnx", 0)
+            if _lookup(domain, node.op_type, opset) is None:
+                missing[(node.domain or "ai.onnx", node.op_type, opset)] += 1
+        if missing:
+            parts = ", ".join(f"{op} x{n} ({dom} opset {v})" for (dom, op, v), n in sorted(missing.items()))
+            raise UnsupportedError(f"{self.label}: unsupported ops: {parts}")
+
+    def _value_dtype(self, vi) -> str:
+        if not vi.type.HasField("tensor_type"):
+            raise UnsupportedError(f"input '{vi.name}' is a {vi.type.WhichOneof('value')}, not a tensor")
+        return onnx_dtype(vi.type.tensor_type.elem_type, f"input '{vi.name}'")
+
+    def _input_shape(self, vi) -> tuple[int, ...]:
+        tt = vi.type.tensor_type
+        if vi.name in self.shapes:
+            given = self.shapes[vi.name]
+            if tt.HasField("shape"):
+                dims = tt.shape.dim
+                if len(dims) != len(given) or any(d.HasField("dim_value") and d.dim_value != s
+                                                  for d, s in zip(dims, given)):
+                    declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+                    raise OnnxImportError(f"input '{vi.name}': --shape {list(given)} does not fit declared {declared}")
+            return given
+        if not tt.HasField("shape"):
+            raise OnnxImportError(f"input '{vi.name}' has no shape; give one with --shape {vi.name}=D0xD1x...")
+        out = []
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                out.append(int(d.dim_value))
+            elif d.HasField("dim_value") and d.dim_value == 0:
+                out.append(0)
+            else:
+                sym = d.dim_param or "?"
+                raise OnnxImportError(f"input '{vi.name}' has symbolic dimension '{sym}' at axis {axis}; fix it with "
+                                      f"--shape {vi.name}=" + "x".join("N" for _ in tt.shape.dim))
+        return tuple(out)
+
+    # ------------------------------------------------------------------ nodes
+    def _convert_nodes(self, nodes) -> None:
+        for index, node in enumerate(nodes):
+            for name in node.input:
+                if name and name not in self.env:
+                    raise OnnxImportError(f"{self.label}: node '{node.name or index}' ({node.op_type}) reads '{name}', "
+                                          "which no earlier node or input defines (unsorted or cyclic graph)")
+            self._convert(node, index)
+
+    def _convert(self, node, index: int) -> None:
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        opset = self.opsets.get(node.domain or "ai.onnx", 0)
+        fn = _lookup(domain, node.op_type, opset)
+        inputs = [self.env[n] if n else None for n in node.input]
+        ctx = OnnxNode(node.op_type, node.name or f"{node.op_type}_{index}", opset,
+                       {a.name: _attr_value(a) for a in node.attribute}, inputs, len(node.output), self)
+        known = all(v is None or isinstance(v, np.ndarray) for v in inputs) and node.op_type not in _NONDETERMINISTIC
+        try:
+            outs = self._evaluate(fn, ctx) if known else fn(ctx)
+        except FlowcError as e:
+            msg = str(e)
+            raise type(e)(msg if ctx.where() in msg else f"{ctx.where()}: {msg}") from None
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        for name, value in zip(node.output, outs):
+            if name:
+                self.env[name] = value
+
+    def _evaluate(self, fn, ctx: OnnxNode) -> list:
+        """Run a converter on constant inputs in a scratch graph and return numpy results."""
+        scratch = Graph("const")
+        with default_graph_scope(scratch):
+            outs = fn(ctx)
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        tensors = [o for o in outs if isinstance(o, Tensor)]
+        values = iter(run(scratch, {}, tensors)) if tensors else iter(())
+        return [next(values) if isinstance(o, Tensor) else o for o in outs]
+
+
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                     "Bernoulli"}
+
+
+def _all_nodes(g):
+    for node in g.node:
+        yield node
+
+
+def load_onnx(path, shapes: dict | None = None, name: str | None = None, values: dict | None = None) -> Graph:
+    """Import an ONNX model file into a Graph with static shapes.
+
+    ``shapes`` fixes inputs with symbolic dimensions, e.g. ``{"input": (1, 3, 224, 224)}``.
+    ``values`` fixes whole inputs to constants at compile time (for inputs that decide a
+    shape, such as the axes of a reduction given as a graph input); they leave the interface.
+    External data files are read only from inside the model's own folder.
+    """
+    try:
+        import onnx
+    except ImportError:
+        raise UnsupportedError("ONNX import needs the onnx package: pip install 'flowc[onnx]'") from None
+    path = Path(path)
+    label = str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise OnnxImportError(f"{label}: no such file") from None
+    except OSError as e:
+        raise OnnxImportError(f"{label}: cannot read ({e.strerror})") from None
+    if not data:
+        raise OnnxImportError(f"{label}: empty file")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as e:  # protobuf DecodeError and friends
+        raise OnnxImportError(f"{label}: not an ONNX model (the file does not parse: {e})") from None
+    if not model.HasField("graph") or not model.graph.output or model.ir_version <= 0:
+        raise OnnxImportError(f"{label}: not an ONNX model (no graph, outputs or IR version)")
+    try:
+        graph = _Importer(model, path.parent, shapes or {}, label, values).run(name)
+    except RecursionError:
+        raise OnnxImportError(f"{label}: graph is too deeply nested") from None
+    if not isinstance(graph, Graph):
+        raise GraphError(f"{label}: import produced no graph")
+    return graph

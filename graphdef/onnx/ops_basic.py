@@ -1,0 +1,602 @@
+"""Converters for ONNX ops that map onto flowc's core ops (elementwise, shapes, NN, reductions).
+
+Each converter returns the node's outputs as Tensors (or numpy arrays for values known at
+import time). Opset differences (attributes that became inputs, changed defaults) are handled
+here, by registering one converter per opset range.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import builder as B
+from .. import dtypes
+from ..ops import elementwise as E
+from ..ops import nn as N
+from ..ops import reduce as R
+from ..ops import shape as S
+from .importer import converter, onnx_dtype
+
+# ----------------------------------------------------------------------------- elementwise
+
+
+def _binary(op_type, fn, since=7):
+    @converter(op_type, since)
+    def convert(node):
+        if "axis" in node.attrs or node.attr("broadcast"):
+            raise node.unsupported("legacy broadcast/axis attributes are not supported")
+        return fn(node.tensor(0), node.tensor(1))
+
+
+for _op, _fn in (("Add", E.add), ("Sub", E.sub), ("Mul", E.mul), ("Div", E.div), ("Equal", E.equal),
+                 ("Less", E.less), ("Greater", E.greater), ("LessOrEqual", E.less_equal),
+                 ("GreaterOrEqual", E.greater_equal), ("And", E.logical_and), ("Or", E.logical_or),
+                 ("Xor", E.logical_xor)):
+    _binary(_op, _fn)
+
+
+@converter("Pow", 7)
+def _pow(node):
+    base, exp = node.tensor(0), node.tensor(1)
+    if exp.dtype != base.dtype:
+        exp = E.cast(exp, base.dtype)
+    return E.pow(base, exp)
+
+
+def _variadic(op_type, fn, since=8, mean=False):
+    @converter(op_type, since)
+    def convert(node):
+        xs = [node.tensor(i) for i in range(len(node.inputs)) if node.has(i)]
+        out = xs[0]
+        for x in xs[1:]:
+            out = fn(out, x)
+        if len(xs) == 1:
+            out = S.identity(out)
+        return E.div(out, float(len(xs))) if mean else out
+
+
+_variadic("Sum", E.add)
+_variadic("Max", E.maximum)
+_variadic("Min", E.minimum)
+_variadic("Mean", E.add, mean=True)
+
+
+def _unary(op_type, fn, since=6):
+    converter(op_type, since)(lambda node: fn(node.tensor(0)))
+
+
+for _op, _fn in (("Abs", E.abs), ("Neg", E.neg), ("Exp", E.exp), ("Log", E.log), ("Sqrt", E.sqrt),
+                 ("Tanh", E.tanh), ("Sigmoid", E.sigmoid), ("Relu", E.relu), ("Erf", E.erf), ("Sign", E.sign),
+                 ("Not", E.logical_not)):
+    _unary(_op, _fn, 1)
+
+
+@converter("Reciprocal", 6)
+def _reciprocal(node):
+    return E.div(1.0, node.tensor(0))
+
+
+@converter("LeakyRelu", 6)
+def _leaky(node):
+    return E.leaky_relu(node.tensor(0), node.attr("alpha", 0.01))
+
+
+@converter("Elu", 6)
+def _elu(node):
+    return E.elu(node.tensor(0), node.attr("alpha", 1.0))
+
+
+@converter("Gelu", 20)
+def _gelu(node):
+    return E.gelu(node.tensor(0), node.attr("approximate", "none"))
+
+
+def hard_sigmoid(x, alpha, beta):
+    return E.clip(E.add(E.mul(x, alpha), beta), 0.0, 1.0)
+
+
+@converter("HardSigmoid", 6)
+def _hard_sigmoid(node):
+    return hard_sigmoid(node.tensor(0), node.attr("alpha", 0.2), node.attr("beta", 0.5))
+
+
+@converter("HardSwish", 14)
+def _hard_swish(node):
+    x = node.tensor(0)
+    return E.mul(x, hard_sigmoid(x, 1.0 / 6.0, 0.5))
+
+
+@converter("Softsign", 1)
+def _softsign(node):
+    x = node.tensor(0)
+    return E.div(x, E.add(E.abs(x), 1.0))
+
+
+def softplus(x):
+    # log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))
+    return E.add(E.relu(x), E.log(E.add(E.exp(E.neg(E.abs(x))), 1.0)))
+
+
+@converter("Softplus", 1)
+def _softplus(node):
+    return softplus(node.tensor(0))
+
+
+@converter("Mish", 18)
+def _mish(node):
+    x = node.tensor(0)
+    return E.mul(x, E.tanh(softplus(x)))
+
+
+@converter("Selu", 6)
+def _selu(node):
+    x = node.tensor(0)
+    alpha, gamma = node.attr("alpha", 1.67326319217681884765625), node.attr("gamma", 1.05070102214813232421875)
+    return E.mul(E.elu(x, alpha), gamma)
+
+
+@converter("Celu", 12)
+def _celu(node):
+    x = node.tensor(0)
+    alpha = node.attr("alpha", 1.0)
+    return E.mul(E.elu(E.div(x, alpha), 1.0), alpha)
+
+
+@converter("ThresholdedRelu", 10)
+def _thresholded(node):
+    x = node.tensor(0)
+    return E.where(E.greater(x, node.attr("alpha", 1.0)), x, 0.0)
+
+
+@converter("PRelu", 7)
+def _prelu(node):
+    x, slope = node.tensor(0), node.tensor(1)
+    return E.where(E.less(x, 0), E.mul(x, slope), x)
+
+
+@converter("Clip", 6)
+def _clip6(node):
+    return E.clip(node.tensor(0), node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38))
+
+
+@converter("Clip", 11)
+def _clip11(node):
+    lo = node.const(1, "(min) ").item() if node.has(1) else -math.inf
+    hi = node.const(2, "(max) ").item() if node.has(2) else math.inf
+    return E.clip(node.tensor(0), lo, hi)
+
+
+@converter("Where", 9)
+def _where(node):
+    return E.where(node.tensor(0), node.tensor(1), node.tensor(2))
+
+
+@converter("Cast", 6)
+def _cast(node):
+    return E.cast(node.tensor(0), onnx_dtype(node.attr("to"), f"{node.where()} attribute 'to'"))
+
+
+@converter("CastLike", 15)
+def _cast_like(node):
+    return E.cast(node.tensor(0), node.dtype(1))
+
+
+@converter("Identity", 1)
+def _identity(node):
+    return node.inputs[0] if isinstance(node.inputs[0], np.ndarray) else S.identity(node.tensor(0))
+
+
+@converter("Dropout", 1)
+def _dropout(node):
+    if node.opset >= 12 and node.has(2) and bool(node.const(2, "(training_mode) ").item()):
+        raise node.unsupported("training_mode=1 is not supported (inference only)")
+    x = node.inputs[0]
+    out = [x if isinstance(x, np.ndarray) else S.identity(node.tensor(0))]
+    if node.num_outputs > 1:
+        out.append(np.ones(node.shape(0), bool))
+    return out
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+@converter("Constant", 1)
+def _constant(node):
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if key in node.attrs:
+            v = node.attrs[key]
+            if key.startswith("value_float"):
+                return np.asarray(v, np.float32)
+            if key.startswith("value_int"):
+                return np.asarray(v, np.int64)
+            return np.asarray(v)
+    raise node.unsupported("only tensor, float(s) and int(s) values are supported")
+
+
+@converter("Shape", 1)
+def _shape(node):
+    shape = np.asarray(node.shape(0), np.int64)
+    start, end = node.attr("start", 0), node.attr("end", None)
+    return shape[start:end] if node.opset >= 15 else shape
+
+
+@converter("Size", 1)
+def _size(node):
+    return np.asarray(math.prod(node.shape(0)), np.int64)
+
+
+@converter("ConstantOfShape", 9)
+def _constant_of_shape(node):
+    value = node.attr("value", np.zeros(1, np.float32))
+    shape = tuple(int(d) for d in node.const(0, "(shape) "))
+    return B.fill(shape, value.reshape(-1)[0].item(), dtypes.as_dtype(value.dtype)) if math.prod(shape) > 4096 \
+        else np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
+
+
+@converter("Range", 11)
+def _range(node):
+    start, limit, delta = (node.const(i).item() for i in range(3))
+    return np.arange(start, limit, delta).astype(node.const(0).dtype)
+
+
+def _reshape_target(node, x_shape, target, allowzero):
+    out = []
+    for i, d in enumerate(target):
+        d = int(d)
+        if d == 0 and not allowzero:
+            if i >= len(x_shape):
+                raise node.unsupported(f"shape {list(target)} copies dimension {i}, which the input lacks")
+            d = x_shape[i]
+        out.append(d)
+    return out
+
+
+@converter("Reshape", 5)
+def _reshape(node):
+    target = _reshape_target(node, node.shape(0), node.const(1, "(shape) "), node.attr("allowzero", 0))
+    return S.reshape(node.tensor(0), target)
+
+
+@converter("Flatten", 1)
+def _flatten(node):
+    return S.flatten(node.tensor(0), node.attr("axis", 1))
+
+
+@converter("Squeeze", 1)
+def _squeeze1(node):
+    axes = node.attr("axes")
+    return S.squeeze(node.tensor(0), tuple(axes) if axes is not None else None)
+
+
+@converter("Squeeze", 13)
+def _squeeze13(node):
+    axes = tuple(int(a) for a in node.const(1, "(axes) ")) if node.has(1) else None
+    return S.squeeze(node.tensor(0), axes)
+
+
+@converter("Unsqueeze", 1)
+def _unsqueeze1(node):
+    return S.unsqueeze(node.tensor(0), tuple(node.attr("axes")))
+
+
+@converter("Unsqueeze", 13)
+def _unsqueeze13(node):
+    return S.unsqueeze(node.tensor(0), tuple(int(a) for a in node.const(1, "(axes) ")))
+
+
+@converter("Transpose", 1)
+def _transpose(node):
+    perm = node.attr("perm")
+    return S.transpose(node.tensor(0), tuple(perm) if perm is not None else None)
+
+
+@converter("Concat", 4)
+def _concat(node):
+    xs = [node.tensor(i) for i in range(len(node.inputs)) if node.has(i)]
+    return S.concat(xs, node.attr("axis"))
+
+
+@converter("Split", 2)
+def _split(node):
+    x = node.tensor(0)
+    axis = node.attr("axis", 0)
+    if node.opset >= 13 and node.has(1):
+        sizes = [int(v) for v in node.const(1, "(split) ")]
+    elif node.opset < 13 and node.attr("split") is not None:
+        sizes = list(node.attr("split"))
+    else:
+        dim = x.shape[axis % x.rank]
+        n = node.attr("num_outputs", node.num_outputs) if node.opset >= 18 else node.num_outputs
+        chunk = -(-dim // n)
+        sizes = [min(chunk, dim - i * chunk) for i in range(n)]
+    return list(S.split(x, sizes, axis))
+
+
+@converter("Slice", 1)
+def _slice1(node):
+    starts, ends = node.attr("starts"), node.attr("ends")
+    return S.slice_(node.tensor(0), starts, ends, node.attr("axes"))
+
+
+@converter("Slice", 10)
+def _slice10(node):
+    starts = [int(v) for v in node.const(1, "(starts) ")]
+    ends = [int(v) for v in node.const(2, "(ends) ")]
+    axes = [int(v) for v in node.const(3, "(axes) ")] if node.has(3) else None
+    steps = [int(v) for v in node.const(4, "(steps) ")] if node.has(4) else None
+    return S.slice_(node.tensor(0), starts, ends, axes, steps)
+
+
+@converter("Gather", 1)
+def _gather(node):
+    return S.gather(node.tensor(0), node.tensor(1), node.attr("axis", 0))
+
+
+@converter("Expand", 8)
+def _expand(node):
+    return S.expand(node.tensor(0), [int(v) for v in node.const(1, "(shape) ")])
+
+
+@converter("Tile", 6)
+def _tile(node):
+    return S.tile(node.tensor(0), [int(v) for v in node.const(1, "(repeats) ")])
+
+
+def _pad(node, pads, value, mode):
+    if mode not in ("constant", "reflect", "edge"):
+        raise node.unsupported(f"pad mode '{mode}' is not supported")
+    return S.pad(node.tensor(0), pads, mode, value)
+
+
+@converter("Pad", 2)
+def _pad2(node):
+    return _pad(node, node.attr("pads"), node.attr("value", 0.0), node.attr("mode", "constant"))
+
+
+@converter("Pad", 11)
+def _pad11(node):
+    pads = [int(v) for v in node.const(1, "(pads) ")]
+    value = node.const(2, "(constant_value) ").item() if node.has(2) else 0.0
+    rank = len(node.shape(0))
+    if node.opset >= 18 and node.has(3):
+        axes = [int(a) % rank for a in node.const(3, "(axes) ")]
+        full = [0] * (2 * rank)
+        for k, a in enumerate(axes):
+            full[a], full[rank + a] = pads[k], pads[len(axes) + k]
+        pads = full
+    return _pad(node, pads, value, node.attr("mode", "constant"))
+
+
+# ----------------------------------------------------------------------------- linear algebra and NN
+
+
+@converter("MatMul", 1)
+def _matmul(node):
+    return N.matmul(node.tensor(0), node.tensor(1))
+
+
+@converter("Gemm", 7)
+def _gemm(node):
+    c = node.tensor(2) if node.has(2) else None
+    return N.gemm(node.tensor(0), node.tensor(1), c, node.attr("alpha", 1.0), node.attr("beta", 1.0),
+                  bool(node.attr("transA", 0)), bool(node.attr("transB", 0)))
+
+
+def window_pads(node, in_spatial, kernel, strides, dilations):
+    """Explicit pads from ``pads`` or ``auto_pad``."""
+    auto = node.attr("auto_pad", "NOTSET")
+    n = len(kernel)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        return N.same_pads(in_spatial, kernel, strides, dilations, upper=auto == "SAME_UPPER")
+    if auto == "VALID":
+        return (0,) * (2 * n)
+    return tuple(node.attr("pads", [0] * (2 * n)))
+
+
+@converter("Conv", 1)
+def _conv(node):
+    x, w = node.tensor(0), node.tensor(1)
+    kernel = tuple(node.attr("kernel_shape", w.shape[2:]))
+    n = len(kernel)
+    strides = tuple(node.attr("strides", [1] * n))
+    dilations = tuple(node.attr("dilations", [1] * n))
+    pads = window_pads(node, x.shape[2:], kernel, strides, dilations)
+    b = node.tensor(2) if node.has(2) else None
+    return N.conv(x, w, b, strides, pads, dilations, node.attr("group", 1))
+
+
+@converter("ConvTranspose", 1)
+def _conv_transpose(node):
+    x, w = node.tensor(0), node.tensor(1)
+    kernel = tuple(node.attr("kernel_shape", w.shape[2:]))
+    n = len(kernel)
+    strides = tuple(node.attr("strides", [1] * n))
+    dilations = tuple(node.attr("dilations", [1] * n))
+    out_pad = list(node.attr("output_padding", [0] * n))
+    b = node.tensor(2) if node.has(2) else None
+    in_sp = x.shape[2:]
+    full = [(in_sp[i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 for i in range(n)]
+    output_shape = node.attr("output_shape")
+    auto = node.attr("auto_pad", "NOTSET")
+    if output_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = list(output_shape)[-n:] if output_shape is not None else [in_sp[i] * strides[i] for i in range(n)]
+        total = [full[i] + out_pad[i] - target[i] for i in range(n)]
+        if any(t < 0 for t in total):
+            out_pad = [out_pad[i] - min(total[i], 0) for i in range(n)]
+            total = [max(t, 0) for t in total]
+        upper = auto != "SAME_LOWER"
+        pads = [t // 2 if upper else t - t // 2 for t in total] + [t - t // 2 if upper else t // 2 for t in total]
+    elif auto == "VALID":
+        pads = [0] * (2 * n)
+    else:
+        pads = list(node.attr("pads", [0] * (2 * n)))
+    return N.conv_transpose(x, w, b, strides, pads, dilations, node.attr("group", 1), out_pad)
+
+
+def _pool_args(node, x):
+    kernel = tuple(node.attr("kernel_shape"))
+    n = len(kernel)
+    strides = tuple(node.attr("strides", [1] * n))
+    dilations = tuple(node.attr("dilations", [1] * n))
+    pads = window_pads(node, x.shape[2:], kernel, strides, dilations)
+    return kernel, strides, pads, dilations
+
+
+@converter("MaxPool", 1)
+def _max_pool(node):
+    x = node.tensor(0)
+    if node.num_outputs > 1:
+        raise node.unsupported("the Indices output is not supported")
+    if node.attr("storage_order", 0):
+        raise node.unsupported("storage_order=1 is not supported")
+    kernel, strides, pads, dil = _pool_args(node, x)
+    return N.max_pool(x, kernel, strides, pads, dil, bool(node.attr("ceil_mode", 0)))
+
+
+@converter("AveragePool", 1)
+def _avg_pool(node):
+    x = node.tensor(0)
+    kernel, strides, pads, dil = _pool_args(node, x)
+    return N.avg_pool(x, kernel, strides, pads, dil, bool(node.attr("ceil_mode", 0)),
+                      bool(node.attr("count_include_pad", 0)))
+
+
+@converter("GlobalAveragePool", 1)
+def _gap(node):
+    return N.global_avg_pool(node.tensor(0))
+
+
+@converter("GlobalMaxPool", 1)
+def _gmp(node):
+    return N.global_max_pool(node.tensor(0))
+
+
+@converter("BatchNormalization", 6)
+def _batch_norm(node):
+    if node.attr("training_mode", 0) or node.num_outputs > 1:
+        raise node.unsupported("training mode (running statistics outputs) is not supported")
+    return N.batch_norm(*(node.tensor(i) for i in range(5)), epsilon=node.attr("epsilon", 1e-5))
+
+
+@converter("LayerNormalization", 17)
+def _layer_norm(node):
+    if node.num_outputs > 1:
+        raise node.unsupported("the Mean and InvStdDev outputs are not supported")
+    bias = node.tensor(2) if node.has(2) else None
+    return N.layer_norm(node.tensor(0), node.tensor(1), bias, node.attr("axis", -1), node.attr("epsilon", 1e-5))
+
+
+def _softmax_like(fn):
+    def legacy(node):
+        # before opset 13 the input is seen as 2-D: [prod(shape[:axis]), prod(shape[axis:])]
+        x = node.tensor(0)
+        axis = node.attr("axis", 1) % max(x.rank, 1)
+        flat = S.reshape(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+        return S.reshape(fn(flat, axis=1), x.shape)
+
+    def current(node):
+        return fn(node.tensor(0), axis=node.attr("axis", -1))
+
+    return legacy, current
+
+
+for _op, _fn in (("Softmax", N.softmax), ("LogSoftmax", N.log_softmax)):
+    _legacy, _current = _softmax_like(_fn)
+    converter(_op, 1)(_legacy)
+    converter(_op, 13)(_current)
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+def _reduce(op_type, fn, axes_input_since):
+    @converter(op_type, 1)
+    def convert(node):
+        x = node.tensor(0)
+        keep = bool(node.attr("keepdims", 1))
+        if node.opset >= axes_input_since:
+            axes = [int(a) for a in node.const(1, "(axes) ")] if node.has(1) else []
+            if not axes and node.attr("noop_with_empty_axes", 0):
+                return S.identity(x)
+        else:
+            axes = node.attr("axes") or []
+        return fn(x, axes=tuple(axes) if axes else None, keepdims=keep)
+
+
+for _op, _fn, _since in (("ReduceSum", R.reduce_sum, 13), ("ReduceMean", R.reduce_mean, 18),
+                         ("ReduceMax", R.reduce_max, 18), ("ReduceMin", R.reduce_min, 18),
+                         ("ReduceProd", R.reduce_prod, 18)):
+    _reduce(_op, _fn, _since)
+
+
+def _arg(op_type, fn):
+    @converter(op_type, 1)
+    def convert(node):
+        return fn(node.tensor(0), node.attr("axis", 0), bool(node.attr("keepdims", 1)),
+                  bool(node.attr("select_last_index", 0)))
+
+
+_arg("ArgMax", R.argmax)
+_arg("ArgMin", R.argmin)
+
+
+# ----------------------------------------------------------------------------- resize
+
+
+def _resize(node, scales, sizes, mode, ctm, nearest_mode):
+    x = node.tensor(0)
+    if mode not in ("nearest", "linear"):
+        raise node.unsupported(f"mode '{mode}' is not supported (nearest and linear are)")
+    if ctm == "tf_crop_and_resize":
+        raise node.unsupported("coordinate_transformation_mode 'tf_crop_and_resize' is not supported")
+    shrinks = any(s < 1 for s in scales) if scales else any(s < d for s, d in zip(sizes, x.shape))
+    if node.attr("antialias", 0) and shrinks:
+        raise node.unsupported("antialias is not supported")
+    return N.resize(x, sizes=sizes, scales=scales, mode=mode, coordinate_transformation_mode=ctm,
+                    nearest_mode=nearest_mode)
+
+
+@converter("Resize", 10)
+def _resize10(node):
+    scales = [float(s) for s in node.const(1, "(scales) ")]
+    return _resize(node, scales, None, node.attr("mode", "nearest"), "asymmetric", "floor")
+
+
+@converter("Resize", 11)
+def _resize11(node):
+    x_rank = len(node.shape(0))
+    axes = [a % x_rank for a in node.attr("axes", range(x_rank))] if node.opset >= 18 else list(range(x_rank))
+    scales = sizes = None
+    if node.has(3) and node.const(3).size:
+        given = [int(v) for v in node.const(3, "(sizes) ")]
+        sizes = list(node.shape(0))
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            ratios = [given[k] / node.shape(0)[a] for k, a in enumerate(axes)]
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            given = [int(math.floor(r * node.shape(0)[a] + 0.5)) for a in axes]
+            scales = [1.0] * x_rank
+            for k, a in enumerate(axes):
+                scales[a] = r
+        for k, a in enumerate(axes):
+            sizes[a] = given[k]
+    elif node.has(2) and node.const(2).size:
+        given = [float(v) for v in node.const(2, "(scales) ")]
+        scales = [1.0] * x_rank
+        for k, a in enumerate(axes):
+            scales[a] = given[k]
+    else:
+        raise node.unsupported("needs constant scales or sizes")
+    ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    return _resize(node, scales, sizes, node.attr("mode", "nearest"), ctm,
+                   node.attr("nearest_mode", "round_prefer_floor"))
+
+
+@converter("Upsample", 7)
+def _upsample(node):
+    scales = node.attr("scales") if node.opset < 9 else [float(s) for s in node.const(1, "(scales) ")]
+    mode = node.attr("mode", "nearest")
+    return _resize(node, list(scales), None, "linear" if mode in ("linear", "bilinear") else mode, "asymmetric",
+                   "floor")

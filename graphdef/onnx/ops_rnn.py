@@ -1,0 +1,3 @@
+"""ONNX converters (this family)."""
+
+from __future__ import annotations

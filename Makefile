@@ -4,12 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean conformance
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,models]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -17,6 +17,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest graphdef tests
+
+conformance: $(STAMP)
+	$(PY) tests/onnx/conformance.py
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff

@@ -2,9 +2,11 @@
 
     flowc compile MODEL -o OUT --name NAME [--arch host] [--target c] [--ranks N] [--threads N] [--no-build]
     flowc inspect MODEL [--svg FILE]
+    (both take --shape NAME=D0xD1x.. and --value NAME=V0,V1,..|FILE.npy for ONNX inputs)
 
-MODEL is a saved graph (.flowc), a Python file and function returning a Graph
-(``samples/digits.py:build``), or (later) an .onnx file. Errors print one line and exit 1.
+MODEL is an .onnx file (``--shape NAME=1x3x224x224`` fixes symbolic input dimensions), a
+saved graph (.flowc), or a Python file and function returning a Graph
+(``samples/digits.py:build``). Errors print one line and exit 1.
 """
 
 from __future__ import annotations
@@ -23,13 +25,53 @@ from graphdef.errors import FlowcError, UnsupportedError
 from . import compiled, lower, memory, passes, schedule
 
 
-def load_model(spec: str) -> gd.Graph:
-    """A Graph from a .flowc file or ``file.py:function``."""
+def parse_shapes(items) -> dict:
+    """``["x=1x3x224x224", ...]`` -> {"x": (1, 3, 224, 224)}."""
+    out = {}
+    for item in items or ():
+        name, sep, dims = item.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x")) if sep and name else None
+        except ValueError:
+            shape = None
+        if shape is None or any(d < 0 for d in shape):
+            raise FlowcError(f"--shape expects NAME=D0xD1x..., got '{item}'")
+        out[name] = shape
+    return out
+
+
+def parse_values(items) -> dict:
+    """``["axes=1,2", "w=w.npy"]`` -> {"axes": array([1, 2]), "w": <array from w.npy>}."""
+    import numpy as np
+
+    out = {}
+    for item in items or ():
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise FlowcError(f"--value expects NAME=V0,V1,... or NAME=FILE.npy, got '{item}'")
+        if text.endswith(".npy"):
+            try:
+                out[name] = np.load(text, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise FlowcError(f"--value {name}: cannot read {text} ({e})") from None
+            continue
+        try:
+            nums = [float(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise FlowcError(f"--value {name}: '{text}' is not a list of numbers") from None
+        out[name] = np.array([int(v) for v in nums] if all(v.is_integer() for v in nums) else nums)
+    return out
+
+
+def load_model(spec: str, shapes: dict | None = None, values: dict | None = None) -> gd.Graph:
+    """A Graph from an .onnx file, a .flowc file or ``file.py:function``."""
     path, _, func = (
         spec.partition(":") if spec.count(":") == 1 and not spec.endswith(".flowc") else (spec, "", "")
     )
     if spec.endswith(".onnx"):
-        raise UnsupportedError(f"{spec}: ONNX import is not available in this version of flowc")
+        return gd.load_onnx(spec, shapes=shapes, values=values)
+    if shapes or values:
+        raise FlowcError("--shape and --value apply to ONNX models only")
     if func:
         file = Path(path)
         if not file.is_file():
@@ -59,7 +101,7 @@ def cmd_compile(args) -> int:
         raise UnsupportedError("--ranks above 1 is not available in this version")
     if args.threads != 1:
         raise UnsupportedError("--threads above 1 is not available in this version")
-    graph = load_model(args.model)
+    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
     t0 = time.perf_counter()
     out = compiled.export(graph, args.output, name=args.name, arch=args.arch, build_binary=not args.no_build)
     meta = (out / "metadata.json").read_text()
@@ -75,7 +117,7 @@ def cmd_compile(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    graph = load_model(args.model)
+    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
     trace: list = []
     optimized = passes.run(graph, trace=trace)
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes")
@@ -130,6 +172,19 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("model")
     i.add_argument("--svg", help="also draw the memory plan to this SVG file")
     i.set_defaults(func=cmd_inspect)
+    for p in (c, i):
+        p.add_argument(
+            "--shape",
+            action="append",
+            metavar="NAME=D0xD1x..",
+            help="fix the symbolic dimensions of an ONNX input",
+        )
+        p.add_argument(
+            "--value",
+            action="append",
+            metavar="NAME=V0,V1,..|FILE.npy",
+            help="fix an ONNX input to a constant (e.g. reduction axes given as an input)",
+        )
     return ap
 
 

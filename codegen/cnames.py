@@ -22,8 +22,12 @@ STORAGE = {
     "float64": "double",
     "int8": "int8_t",
     "uint8": "uint8_t",
+    "int16": "int16_t",
+    "uint16": "uint16_t",
     "int32": "int32_t",
+    "uint32": "uint32_t",
     "int64": "int64_t",
+    "uint64": "uint64_t",
     "bool": "fc_bool",
 }
 COMPUTE = {**STORAGE, "float16": "float"}
@@ -93,4 +97,6 @@ def c_literal(value, dtype: str) -> str:
         return "INT64_MIN" if v == -(2**63) else f"INT64_C({v})"
     if dtype == "int32" and v == -(2**31):
         return "INT32_MIN"
+    if dtype in ("uint32", "uint64"):
+        return f"UINT{dtype[4:]}_C({v})"
     return str(v)

@@ -119,7 +119,7 @@ def elementwise_context(node: Node, ins: list[TensorType], out: TensorType, x: l
             names = [values[i]["name"] for i in operands]
             expr = pattern.format(*names, t=L.suffix(args[-1].dtype), err="&err")
             if t.dtype == "float16":
-                expr = f"fc_round_f16({expr})"
+                expr = f"fc_narrow_f16({expr})"
         else:  # an inline scalar: fill with shape ()
             expr = c_literal(a["value"], a["dtype"])
         values.append({"ctype": COMPUTE[t.dtype], "name": f"v{k}", "expr": expr})
@@ -307,8 +307,9 @@ def emit(program: Program, name: str, weights: str = "auto") -> Sources:
     if has_state:
         run_params.append("void *state")
     uses_arena = any("mem +" in c for c in calls) or any("mem +" in c["src"] for c in copies)
-    read = {program.loc[r] for n in program.steps for r in n.inputs} | {program.loc[r] for _, r in
-                                                                        program.output_copies}
+    read = {program.loc[r] for n in program.steps for r in n.inputs} | {
+        program.loc[r] for _, r in program.output_copies
+    }
     unused = [t["cname"] for k, t in enumerate(ins) if Loc("input", k) not in read]
     null_checks = [f"!{t['cname']}" for t in io] + (["!arena"] if uses_arena else [])
     null_checks += ["!state"] if has_state else []
@@ -359,9 +360,18 @@ def _file_name(label: str, cname: str) -> str:
 
 def _metadata(program: Program, name: str, ins, outs, blob_mode: bool) -> dict:
     g = program.graph
+
     def io(items):
-        return [{"name": t["label"], "c_name": t["cname"], "dtype": t["dtype"], "shape": t["shape"],
-                 "file": t["file"] + ".npy"} for t in items]
+        return [
+            {
+                "name": t["label"],
+                "c_name": t["cname"],
+                "dtype": t["dtype"],
+                "shape": t["shape"],
+                "file": t["file"] + ".npy",
+            }
+            for t in items
+        ]
 
     return {
         "flowc": VERSION,

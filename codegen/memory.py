@@ -269,14 +269,16 @@ def greedy_by_conflicts(buffers, alignment: int = 1) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------------------------
 # The exact search (MiniMalloc-style branch and bound)
 
-DEFAULT_NODE_BUDGET = 60_000_000
+DEFAULT_NODE_BUDGET = 8_000_000
 """Search nodes ``search`` may visit in all (about 20-40 s of the C core on 450 buffers)."""
 
 _FOUND, _NOT_FOUND, _NODE_LIMIT, _TIME_LIMIT, _NO_MEMORY = 1, 0, -1, -2, -3
 
-# Static tie-breaking orders tried in turn: T = the largest section total the buffer is in,
-# W = lifetime in steps, A = W * size; all descending, then input order.
-_PREORDERS = ("TWA", "WAT", "TAW")
+# Tie-breaking orders, tried in turn: each letter is a key, largest first, then input order.
+# T = the largest unplaced total of the buffer's sections (recomputed whenever the search splits
+# in time), W = lifetime in steps, A = W * size, Z = size, O = number of buffers it overlaps.
+_HEURISTICS = ("TWA", "WAT", "TAW", "TOA")
+_KEY_LETTERS = "WAZO"  # static key rows passed to the core; T is computed there
 
 
 @dataclass(frozen=True)
@@ -284,8 +286,9 @@ class _Instance:
     """The search's view of a problem: nonzero buffers, sizes in alignment units, sections.
 
     A section is a maximal set of buffers live at one step (a maximal clique of the interval
-    graph); each buffer belongs to the sections ``slo[i]`` to ``shi[i] - 1``, and two buffers
-    overlap in time exactly when they share a section. ``index`` maps back to the input.
+    graph); buffer i belongs to sections ``slo[i]`` to ``shi[i] - 1``, and two buffers overlap
+    in time exactly when they share a section. ``index`` maps back to the input; ``keys`` holds
+    one row per letter of ``_KEY_LETTERS``.
     """
 
     index: tuple[int, ...]
@@ -296,7 +299,7 @@ class _Instance:
     overlaps: tuple[tuple[int, ...], ...]
     members: tuple[tuple[int, ...], ...]
     lower: int
-    ranks: tuple[tuple[int, ...], ...]
+    keys: tuple[tuple[int, ...], ...]
 
 
 def _instance(reqs: Sequence[BufferReq], a: int) -> _Instance:
@@ -328,18 +331,13 @@ def _instance(reqs: Sequence[BufferReq], a: int) -> _Instance:
                 break
             overlaps[i].append(j)
             overlaps[j].append(i)
-    keys = {
-        "T": [max(total[slo[i] : shi[i]]) for i in range(n)],
-        "W": [last[i] - first[i] + 1 for i in range(n)],
-        "A": [(last[i] - first[i] + 1) * size[i] for i in range(n)],
+    width = [last[i] - first[i] + 1 for i in range(n)]
+    rows = {
+        "W": width,
+        "A": [width[i] * size[i] for i in range(n)],
+        "Z": list(size),
+        "O": [len(o) for o in overlaps],
     }
-    ranks = []
-    for heuristic in _PREORDERS:
-        order = sorted(range(n), key=lambda i: tuple(-keys[c][i] for c in heuristic) + (i,))
-        rank = [0] * n
-        for r, i in enumerate(order):
-            rank[i] = r
-        ranks.append(tuple(rank))
     return _Instance(
         index=index,
         size=size,
@@ -349,8 +347,12 @@ def _instance(reqs: Sequence[BufferReq], a: int) -> _Instance:
         overlaps=tuple(tuple(sorted(o)) for o in overlaps),
         members=tuple(tuple(m) for m in members),
         lower=max(total, default=0),
-        ranks=tuple(ranks),
+        keys=tuple(tuple(rows[c]) for c in _KEY_LETTERS),
     )
+
+
+def _heuristic_rows(heuristic: str) -> tuple[int, ...]:
+    return tuple(-1 if c == "T" else _KEY_LETTERS.index(c) for c in heuristic)
 
 
 class _Stop(Exception):
@@ -358,14 +360,15 @@ class _Stop(Exception):
         self.status = status
 
 
-def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_limit: float | None):
-    """The search core in Python; the same steps, order and node count as memory_search.c.
+def _core_python(inst: _Instance, heuristic: str, capacity: int, node_limit: int, time_limit: float | None):
+    """The search core in Python: the same steps, order and node count as memory_search.c.
 
     Returns ``(status, offsets in units or None, nodes visited)``.
     """
     n, nsec, size, slo, shi = len(inst.size), inst.nsec, inst.size, inst.slo, inst.shi
-    off, minoff, sol = [-1] * n, [0] * n, [0] * n
-    floor, total, cuts = [0] * nsec, [0] * nsec, [0] * max(nsec, 1)
+    heur = _heuristic_rows(heuristic)
+    off, minoff, sol, rank = [-1] * n, [0] * n, [0] * n, [0] * n
+    total, cuts = [0] * nsec, [0] * max(nsec, 1)
     for i in range(n):
         for x in range(slo[i], shi[i]):
             total[x] += size[i]
@@ -375,49 +378,72 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
     nodes = 0
     deadline = time.process_time() + time_limit if time_limit and time_limit > 0 else None
 
-    def place(b: int, o: int) -> bool:
-        top = o + size[b]
+    def count_low(x: int) -> int:
+        limit = capacity - total[x]
+        return sum(1 for c in inst.members[x] if off[c] < 0 and minoff[c] <= limit)
+
+    low = [count_low(x) for x in range(nsec)]
+
+    def place(b: int, o: int) -> tuple[int, bool]:
+        top, raised, dead = o + size[b], 0, False
         trail.append((off, b, -1))
         off[b] = sol[b] = o
-        affected: dict[int, None] = {}
-        for c in inst.overlaps[b]:
-            if off[c] >= 0 or minoff[c] >= top:
-                continue
-            trail.append((minoff, c, minoff[c]))
-            minoff[c] = top
-            affected.update(dict.fromkeys(range(slo[c], shi[c])))
-        raised = len(affected) > 0
         for x in range(slo[b], shi[b]):
-            if floor[x] < top:
-                trail.append((floor, x, floor[x]))
-                floor[x] = top
             trail.append((total, x, total[x]))
             total[x] -= size[b]
-        for x in affected:
-            lowest = min((minoff[c] for c in inst.members[x] if off[c] < 0), default=None)
-            if lowest is not None and floor[x] < lowest:
-                trail.append((floor, x, floor[x]))
-                floor[x] = lowest
+        for c in inst.overlaps[b]:
+            was = minoff[c]
+            if off[c] >= 0 or was >= top:
+                continue
+            trail.append((minoff, c, was))
+            minoff[c] = top
+            raised += 1
+            for x in range(slo[c], shi[c]):
+                limit = capacity - total[x]
+                if not slo[b] <= x < shi[b] and was <= limit < top:
+                    trail.append((low, x, low[x]))
+                    low[x] -= 1
+                    dead = dead or low[x] == 0
+        for x in range(slo[b], shi[b]):
+            trail.append((low, x, low[x]))
+            low[x] = count_low(x)
+            dead = dead or (low[x] == 0 and total[x] > 0)
         for x in range(slo[b], shi[b] - 1):
             trail.append((cuts, x, cuts[x]))
             cuts[x] -= 1
-        return raised
+        return raised, dead
 
     def undo(mark: int) -> None:
         while len(trail) > mark:
             array, i, old = trail.pop()
             array[i] = old
 
-    def solve_range(part, lo, hi, last_off, last_rank) -> bool:
+    def rerank(sub: list[int]) -> None:
+        def key(b):
+            ks = [max(total[slo[b] : shi[b]]) if h < 0 else inst.keys[h][b] for h in heur]
+            return tuple(-k for k in ks) + (b,)
+
+        for r, b in enumerate(sorted(sub, key=key)):
+            trail.append((rank, b, rank[b]))
+            rank[b] = r
+
+    def solve_range(part, lo, hi, last_off) -> bool:
         sub = [b for b in part if off[b] < 0 and slo[b] < hi and shi[b] > lo]
-        return not sub or dfs(sub, lo, hi, last_off, last_rank)
+        if not sub:
+            return True
+        mark = len(trail)
+        rerank(sub)
+        try:
+            return dfs(sub, lo, hi, last_off, -1)
+        finally:
+            undo(mark)
 
     def descend(part, lo, hi, o, b) -> bool:
         splits = [x for x in range(slo[b], shi[b] - 1) if cuts[x] == 0]
         if not splits:
             return dfs(part, lo, hi, o, rank[b])
         bounds = [lo] + [x + 1 for x in splits] + [hi]
-        return all(solve_range(part, s, e, o, rank[b]) for s, e in zip(bounds, bounds[1:]))
+        return all(solve_range(part, s, e, o) for s, e in zip(bounds, bounds[1:]))
 
     def dfs(part, lo, hi, last_off, last_rank) -> bool:
         nonlocal nodes
@@ -430,7 +456,7 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
         if not left:
             return True
         min_top = min(minoff[b] + size[b] for b in left)
-        max_off = capacity - max(total[lo:hi])  # higher candidates would fail the section test
+        max_off = capacity - max(total[lo:hi])
         cands = sorted(
             (minoff[b], rank[b], b)
             for b in left
@@ -438,10 +464,8 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
         )
         for o, _, b in cands:
             mark = len(trail)
-            raised = place(b, o)
-            ok = all(max(floor[x], o) + total[x] <= capacity for x in range(lo, hi)) and descend(
-                part, lo, hi, o, b
-            )
+            raised, dead = place(b, o)
+            ok = not dead and descend(part, lo, hi, o, b)
             undo(mark)
             if ok:
                 return True
@@ -449,11 +473,13 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
                 return False
         return False
 
+    if any(c == 0 for c in low):
+        return _NOT_FOUND, None, 0
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 4 * n + 200))
     try:
         bounds = [0] + [x + 1 for x in range(nsec - 1) if cuts[x] == 0] + [nsec]
-        found = all(solve_range(range(n), s, e, 0, -1) for s, e in zip(bounds, bounds[1:]))
+        found = all(solve_range(range(n), s, e, 0) for s, e in zip(bounds, bounds[1:]))
     except _Stop as stop:
         return stop.status, None, nodes
     finally:
@@ -463,11 +489,10 @@ def _core_python(inst: _Instance, rank, capacity: int, node_limit: int, time_lim
 
 _CDEF = """
 int flowc_mem_search(int32_t n, int32_t nsec, const int64_t *size, const int32_t *slo,
-                     const int32_t *shi, const int64_t *keys, const int32_t *heur, int32_t nheur,
-                     int32_t dynamic, const int32_t *ov_start,
-                     const int32_t *ov_list, const int32_t *sec_start, const int32_t *sec_list,
-                     int64_t capacity, int64_t node_limit, double time_limit_s,
-                     int64_t *out_offsets, int64_t *out_nodes);
+                     const int32_t *shi, const int32_t *ov_start, const int32_t *ov_list,
+                     const int32_t *sec_start, const int32_t *sec_list, const int64_t *keys,
+                     const int32_t *heur, int32_t nheur, int64_t capacity, int64_t node_limit,
+                     double time_limit_s, int64_t *out_offsets, int64_t *out_nodes);
 """
 
 _native_cache: list = []  # [(ffi, lib) or None], filled on first use
@@ -522,7 +547,7 @@ def _load_native():
     return result
 
 
-def _core_native(native, inst: _Instance, rank, capacity: int, node_limit: int, time_limit: float | None):
+def _core_native(native, inst: _Instance, heuristic: str, capacity: int, node_limit: int, time_limit):
     ffi, lib = native
     n = len(inst.size)
     ov_start, sec_start = [0], [0]
@@ -530,6 +555,7 @@ def _core_native(native, inst: _Instance, rank, capacity: int, node_limit: int, 
         ov_start.append(ov_start[-1] + len(o))
     for m in inst.members:
         sec_start.append(sec_start[-1] + len(m))
+    heur = _heuristic_rows(heuristic)
     offsets = ffi.new("int64_t[]", max(n, 1))
     nodes = ffi.new("int64_t *")
     status = lib.flowc_mem_search(
@@ -538,11 +564,13 @@ def _core_native(native, inst: _Instance, rank, capacity: int, node_limit: int, 
         ffi.new("int64_t[]", list(inst.size) or [0]),
         ffi.new("int32_t[]", list(inst.slo) or [0]),
         ffi.new("int32_t[]", list(inst.shi) or [0]),
-        ffi.new("int32_t[]", list(rank) or [0]),
         ffi.new("int32_t[]", ov_start),
         ffi.new("int32_t[]", [c for o in inst.overlaps for c in o] or [0]),
         ffi.new("int32_t[]", sec_start),
         ffi.new("int32_t[]", [c for m in inst.members for c in m] or [0]),
+        ffi.new("int64_t[]", [v for row in inst.keys for v in row] or [0]),
+        ffi.new("int32_t[]", list(heur) or [0]),
+        len(heur),
         capacity,
         node_limit,
         float(time_limit or 0.0),
@@ -555,23 +583,23 @@ def _core_native(native, inst: _Instance, rank, capacity: int, node_limit: int, 
 
 
 def _decide(inst: _Instance, capacity: int, node_budget: int, deadline: float | None, native):
-    """Does the instance fit in ``capacity`` units? Tries each preorder in turn, doubling the
-    node limit each round (small limits first: one order often finds a plan at once).
+    """Does the instance fit in ``capacity`` units? Tries each heuristic in turn, doubling the
+    node limit each round (small limits first: one heuristic often finds a plan at once).
 
     Returns ``("found", offsets)``, ``("infeasible", None)`` (proven), or ``("unknown", None)``
     when the budget or the deadline ran out; and the nodes spent.
     """
     spent, limit = 0, max(1024, 8 * len(inst.size))
     while True:
-        for rank in inst.ranks:
+        for heuristic in _HEURISTICS:
             step = min(limit, node_budget - spent)
             left = None if deadline is None else deadline - time.monotonic()
             if step <= 0 or (left is not None and left <= 0):
                 return "unknown", None, spent
             if native is not None:
-                status, offsets, used = _core_native(native, inst, rank, capacity, step, left)
+                status, offsets, used = _core_native(native, inst, heuristic, capacity, step, left)
             else:
-                status, offsets, used = _core_python(inst, rank, capacity, step, left)
+                status, offsets, used = _core_python(inst, heuristic, capacity, step, left)
             spent += used
             if status == _FOUND:
                 return "found", offsets, spent
@@ -638,7 +666,7 @@ def _search(reqs, a, seed, node_budget, time_limit, native) -> tuple[int, ...]:
     first = True
     while lo < hi and spent < node_budget:
         target = lo if first else lo + (hi - 1 - lo) // 2
-        share = node_budget // 2 if first else max(node_budget // 8, 1)
+        share = node_budget // 4 if first else max(node_budget // 8, 1)
         answer, offsets, used = _decide(inst, target, min(share, node_budget - spent), deadline, lib)
         spent += used
         first = False

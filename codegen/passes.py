@@ -130,6 +130,81 @@ def freeze_variables(graph: Graph) -> Graph:
     return rb.finish()
 
 
+def fold_batch_norm(graph: Graph) -> Graph:
+    """Fold inference batch norm into the conv or gemm before it, where that is exact.
+
+    Legal when the producer is a ``conv`` or a ``gemm`` (bias absent or per output column)
+    with constant weights and bias, its output feeds only the batch norm and is not a graph
+    output, and the batch norm's parameters are constants: w' = w * s per output channel,
+    b' = (b - mean) * s + bias with s = scale / sqrt(var + eps). Others are left to
+    ``decompose``.
+    """
+    uses: dict[str, int] = {}
+    for n in graph.nodes:
+        for r in n.inputs:
+            uses[r.node] = uses.get(r.node, 0) + 1
+    outputs = {r.node for r in graph.declared_outputs}
+
+    def const(ref):
+        node = graph.node(ref.node)
+        return graph._constants[node.name] if node.op == "constant" else None
+
+    def foldable(bn: Node, prod: Node) -> bool:
+        if prod.op not in ("conv", "gemm") or uses.get(prod.name) != 1 or prod.name in outputs:
+            return False
+        if prod.control_inputs or prod.device != bn.device:
+            return False
+        if any(const(r) is None for r in list(bn.inputs[1:]) + list(prod.inputs[1:])):
+            return False
+        return (
+            prod.op == "conv"
+            or len(prod.inputs) < 3
+            or const(prod.inputs[2]).size in (1, prod.outputs[0].shape[1])
+        )
+
+    plan = {
+        n.name: graph.node(n.inputs[0].node)
+        for n in graph.nodes
+        if n.op == "batch_norm" and foldable(n, graph.node(n.inputs[0].node))
+    }
+    if not plan:
+        return graph
+    folded = {p.name for p in plan.values()}
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        if node.name in folded:
+            continue  # rebuilt together with its batch norm
+        if node.name not in plan:
+            rb.keep(node)
+            continue
+        prod, a = plan[node.name], plan[node.name].attrs
+        scale, bias, mean, var = (const(r).astype(np.float64) for r in node.inputs[1:])
+        s = scale / np.sqrt(var + node.attrs["epsilon"])
+        w0 = const(prod.inputs[1])
+        w = w0.astype(np.float64)
+        if prod.op == "conv":
+            w = w * s.reshape((-1,) + (1,) * (w.ndim - 1))
+            b = const(prod.inputs[2]).astype(np.float64) if len(prod.inputs) == 3 else 0.0
+        else:  # gemm: y = alpha * a' @ b' + beta * c; scale the output columns
+            w = w * a["alpha"] * (s.reshape(-1, 1) if a["trans_b"] else s.reshape(1, -1))
+            b = (
+                const(prod.inputs[2]).astype(np.float64).reshape(-1) * a["beta"]
+                if len(prod.inputs) == 3
+                else 0.0
+            )
+        w2, b2 = gd.constant, ((b - mean) * s + bias).astype(w0.dtype)
+        with default_graph_scope(rb.new), device(node.device):
+            x = Tensor(rb.new, rb.refs[prod.inputs[0]])
+            if prod.op == "conv":
+                out = gd.conv(
+                    x, w2(w.astype(w0.dtype)), w2(b2), a["strides"], a["pads"], a["dilations"], a["group"]
+                )
+            else:
+                out = gd.gemm(x, w2(w.astype(w0.dtype)), w2(b2), 1.0, 1.0, a["trans_a"], a["trans_b"])
+        rb._map(node, [out.ref])
+    return rb.finish()
+
+
 class _Rewrite:
     """What a decomposition sees: the node, its inputs (Tensors in the new graph), attrs."""
 
@@ -338,6 +413,7 @@ def _group_program(graph: Graph, members: list[Node], rank: int):
 PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
     ("prune", prune),
     ("freeze_variables", freeze_variables),
+    ("fold_batch_norm", fold_batch_norm),
     ("decompose", decompose),
     ("fold_constants", fold_constants),
     ("cse", cse),

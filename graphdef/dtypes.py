@@ -7,8 +7,8 @@ import numpy as np
 from .errors import ShapeError
 
 FLOATS = ("float16", "float32", "float64")
-SIGNED_INTS = ("int8", "int32", "int64")
-UNSIGNED_INTS = ("uint8",)
+SIGNED_INTS = ("int8", "int16", "int32", "int64")
+UNSIGNED_INTS = ("uint8", "uint16", "uint32", "uint64")
 INTS = SIGNED_INTS + UNSIGNED_INTS
 NUMERIC = FLOATS + INTS
 ALL = NUMERIC + ("bool",)

@@ -17,6 +17,7 @@ static const struct {
 } TYPES[] = {
     {"float32", "<f4", 4}, {"float16", "<f2", 2}, {"float64", "<f8", 8}, {"int8", "|i1", 1},
     {"uint8", "|u1", 1},   {"int32", "<i4", 4},   {"int64", "<i8", 8},   {"bool", "|b1", 1},
+    {"int16", "<i2", 2},   {"uint16", "<u2", 2},  {"uint32", "<u4", 4},  {"uint64", "<u8", 8},
 };
 #define NTYPES (sizeof TYPES / sizeof TYPES[0])
 

@@ -8,7 +8,7 @@
 #define FC_NPY_MAX_RANK 8
 
 typedef struct {
-    char dtype[16]; /* float32, float16, float64, int8, uint8, int32, int64 or bool */
+    char dtype[16]; /* float16/32/64, int8/16/32/64, uint8/16/32/64 or bool */
     int rank;
     long shape[FC_NPY_MAX_RANK];
     long size;      /* elements */

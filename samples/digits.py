@@ -93,11 +93,66 @@ def build(batch: int = 1, weights: dict | None = None) -> gd.Graph:
     return g
 
 
-def main() -> int:
-    """Train, compile to a standalone binary, and compare it with the interpreter."""
+def to_onnx(weights: dict, path: Path, batch: int = 1) -> Path:
+    """The same classifier as an ONNX file (MatMul, Add, Relu, Softmax), written with onnx.helper."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["hidden"]),
+        helper.make_node("MatMul", ["hidden", "w2"], ["l0"]),
+        helper.make_node("Add", ["l0", "b2"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "digits",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 64])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, 10])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def binary_predictions(binary: Path, images: np.ndarray) -> np.ndarray:
+    """Run the standalone binary on each image (one process per image, as a user would)."""
     import subprocess
     import tempfile
 
+    preds = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(len(images)):
+            np.save(f"{tmp}/x.npy", images[i : i + 1])
+            subprocess.run([binary, "--in", f"x={tmp}/x.npy", "--out-dir", tmp], check=True)
+            preds.append(int(np.argmax(np.load(f"{tmp}/probs.npy"))))
+    return np.array(preds)
+
+
+def benchmark(binary: Path, image: np.ndarray, runs: int = 10000) -> float:
+    """Median microseconds per run of the binary's own --bench loop."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(f"{tmp}/x.npy", image)
+        out = subprocess.run(
+            [binary, "--in", f"x={tmp}/x.npy", "--out-dir", tmp, "--bench", str(runs)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    return float(out.split("=")[1])
+
+
+def main() -> int:
+    """Train, compile to a standalone binary (from the graph and from ONNX), compare with the interpreter."""
     import codegen
 
     t0 = time.perf_counter()
@@ -118,19 +173,7 @@ def main() -> int:
     codegen.export(g, out, name="digits")
     t_build = time.perf_counter() - t0
     binary = out / "digits"
-    preds = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(len(test_x)):
-            np.save(f"{tmp}/x.npy", test_x[i : i + 1])
-            subprocess.run([binary, "--in", f"x={tmp}/x.npy", "--out-dir", tmp], check=True)
-            preds.append(int(np.argmax(np.load(f"{tmp}/probs.npy"))))
-        bench = subprocess.run(
-            [binary, "--in", f"x={tmp}/x.npy", "--out-dir", tmp, "--bench", "10000"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    preds = np.array(preds)
+    preds = binary_predictions(binary, test_x)
     acc_bin, acc_int = float(np.mean(preds == test_y)), float(np.mean(interp == test_y))
     meta = json.loads((out / "metadata.json").read_text())
     print(
@@ -143,8 +186,22 @@ def main() -> int:
         f"({int(np.sum(preds == test_y))}/{len(test_y)}); "
         f"predictions identical: {bool(np.all(preds == interp))}"
     )
-    print(f"latency per image (batch 1, median of 10000 runs): {float(bench.split('=')[1]):.2f} us")
-    return 0 if acc_bin == acc_int and acc_bin > 0.9 else 1
+    print(f"latency per image (batch 1, median of 10000 runs): {benchmark(binary, test_x[:1]):.2f} us")
+
+    same_onnx = True
+    try:
+        onnx_file = to_onnx(weights, out.parent / "digits.onnx")
+    except ImportError:
+        print("onnx is not installed: skipping the ONNX route")
+    else:
+        codegen.export(gd.load_onnx(onnx_file), out.parent / "digits_onnx", name="digits")
+        onnx_preds = binary_predictions(out.parent / "digits_onnx" / "digits", test_x)
+        same_onnx = bool(np.all(onnx_preds == preds))
+        print(
+            f"from ONNX ({onnx_file} -> flowc): accuracy {np.mean(onnx_preds == test_y):.4f}, "
+            f"predictions identical to the graph's: {same_onnx}"
+        )
+    return 0 if acc_bin == acc_int and acc_bin > 0.9 and same_onnx else 1
 
 
 if __name__ == "__main__":

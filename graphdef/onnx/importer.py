@@ -34,10 +34,39 @@ class OnnxImportError(FlowcError):
 
 _CONVERTERS: dict[tuple[str, str], list[tuple[int, Callable]]] = {}
 # ONNX element types flowc supports, by TensorProto enum value
-_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 11: "float64"}
-_TYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64",
-               8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
-               15: "COMPLEX128", 16: "BFLOAT16"}
+_DTYPES = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    12: "uint32",
+    13: "uint64",
+}
+_TYPE_NAMES = {
+    0: "UNDEFINED",
+    1: "FLOAT",
+    2: "UINT8",
+    3: "INT8",
+    4: "UINT16",
+    5: "INT16",
+    6: "INT32",
+    7: "INT64",
+    8: "STRING",
+    9: "BOOL",
+    10: "FLOAT16",
+    11: "DOUBLE",
+    12: "UINT32",
+    13: "UINT64",
+    14: "COMPLEX64",
+    15: "COMPLEX128",
+    16: "BFLOAT16",
+}
 
 
 def converter(op_type: str, since: int = 1, domain: str = ""):
@@ -97,8 +126,10 @@ class OnnxNode:
         v = self.inputs[i]
         if not isinstance(v, np.ndarray):
             source = f" (model input '{v.name}': fix it with --value)" if v.op == "placeholder" else ""
-            raise UnsupportedError(f"{self.where()}: input {i} {what}must be a constant{source}: flowc compiles "
-                                   "static shapes, so this value has to be known at import time")
+            raise UnsupportedError(
+                f"{self.where()}: input {i} {what}must be a constant{source}: flowc compiles "
+                "static shapes, so this value has to be known at import time"
+            )
         return v
 
     def tensor(self, i: int) -> Tensor:
@@ -154,8 +185,10 @@ def _tensor_array(t, base: Path | None, what: str) -> np.ndarray:
     count = math.prod(int(d) for d in t.dims)
     nbytes = count * dtypes.itemsize(dtype)
     if any(int(d) < 0 for d in t.dims) or nbytes > MAX_TENSOR_BYTES:
-        raise OnnxImportError(f"tensor '{t.name}' declares {nbytes} bytes (shape {list(t.dims)}), more than flowc "
-                              f"will allocate ({MAX_TENSOR_BYTES} bytes)")
+        raise OnnxImportError(
+            f"tensor '{t.name}' declares {nbytes} bytes (shape {list(t.dims)}), more than flowc "
+            f"will allocate ({MAX_TENSOR_BYTES} bytes)"
+        )
     if t.data_location == TensorProto.EXTERNAL:
         if base is None:
             raise OnnxImportError(f"tensor '{t.name}' uses external data, which needs the model's folder")
@@ -163,22 +196,28 @@ def _tensor_array(t, base: Path | None, what: str) -> np.ndarray:
         location = info.get("location", "")
         path = (base / location).resolve()
         if not location or os.path.isabs(location) or base.resolve() not in path.parents:
-            raise OnnxImportError(f"tensor '{t.name}': external data '{location}' is outside the model's folder "
-                                  f"{base}; refused")
+            raise OnnxImportError(
+                f"tensor '{t.name}': external data '{location}' is outside the model's folder {base}; refused"
+            )
         offset, length = int(info.get("offset", 0)), int(info.get("length", nbytes))
         if length != nbytes:
-            raise OnnxImportError(f"tensor '{t.name}': external data length {length} != {nbytes} bytes declared")
+            raise OnnxImportError(
+                f"tensor '{t.name}': external data length {length} != {nbytes} bytes declared"
+            )
         try:
             size = path.stat().st_size
         except OSError:
             raise OnnxImportError(f"tensor '{t.name}': external data file '{location}' not found") from None
         if offset + length > size:
-            raise OnnxImportError(f"tensor '{t.name}': external data '{location}' has {size} bytes, needs "
-                                  f"{offset + length}")
+            raise OnnxImportError(
+                f"tensor '{t.name}': external data '{location}' has {size} bytes, needs {offset + length}"
+            )
         with open(path, "rb") as f:
             f.seek(offset)
             raw = f.read(length)
-        return np.frombuffer(raw, dtype=dtypes.np_dtype(dtype).newbyteorder("<")).reshape(tuple(t.dims)).copy()
+        return (
+            np.frombuffer(raw, dtype=dtypes.np_dtype(dtype).newbyteorder("<")).reshape(tuple(t.dims)).copy()
+        )
     if t.HasField("raw_data") and len(t.raw_data) != nbytes:
         raise OnnxImportError(f"tensor '{t.name}': {len(t.raw_data)} bytes of data for {nbytes} declared")
     try:
@@ -218,13 +257,16 @@ class _Importer:
                 self.env[vi.name] = placeholder(vi.name, self._input_shape(vi), self._value_dtype(vi))
             unknown = (set(self.shapes) | set(self.values)) - {vi.name for vi in g.input}
             if unknown:
-                raise OnnxImportError(f"{self.label}: --shape/--value name unknown input(s) "
-                                      f"{', '.join(sorted(unknown))}")
+                raise OnnxImportError(
+                    f"{self.label}: --shape/--value name unknown input(s) {', '.join(sorted(unknown))}"
+                )
             self._convert_nodes(g.node)
             outs = []
             for vi in g.output:
                 if vi.name not in self.env:
-                    raise OnnxImportError(f"{self.label}: graph output '{vi.name}' is not produced by any node")
+                    raise OnnxImportError(
+                        f"{self.label}: graph output '{vi.name}' is not produced by any node"
+                    )
                 v = self.env[vi.name]
                 if isinstance(v, np.ndarray):
                     outs.append(constant(v, name=vi.name))
@@ -257,13 +299,20 @@ class _Importer:
             given = self.shapes[vi.name]
             if tt.HasField("shape"):
                 dims = tt.shape.dim
-                if len(dims) != len(given) or any(d.HasField("dim_value") and d.dim_value != s
-                                                  for d, s in zip(dims, given)):
-                    declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
-                    raise OnnxImportError(f"input '{vi.name}': --shape {list(given)} does not fit declared {declared}")
+                if len(dims) != len(given) or any(
+                    d.HasField("dim_value") and d.dim_value != s for d, s in zip(dims, given)
+                ):
+                    declared = [
+                        d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims
+                    ]
+                    raise OnnxImportError(
+                        f"input '{vi.name}': --shape {list(given)} does not fit declared {declared}"
+                    )
             return given
         if not tt.HasField("shape"):
-            raise OnnxImportError(f"input '{vi.name}' has no shape; give one with --shape {vi.name}=D0xD1x...")
+            raise OnnxImportError(
+                f"input '{vi.name}' has no shape; give one with --shape {vi.name}=D0xD1x..."
+            )
         out = []
         for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
@@ -272,8 +321,10 @@ class _Importer:
                 out.append(0)
             else:
                 sym = d.dim_param or "?"
-                raise OnnxImportError(f"input '{vi.name}' has symbolic dimension '{sym}' at axis {axis}; fix it with "
-                                      f"--shape {vi.name}=" + "x".join("N" for _ in tt.shape.dim))
+                raise OnnxImportError(
+                    f"input '{vi.name}' has symbolic dimension '{sym}' at axis {axis}; fix it with "
+                    f"--shape {vi.name}=" + "x".join("N" for _ in tt.shape.dim)
+                )
         return tuple(out)
 
     # ------------------------------------------------------------------ nodes
@@ -281,8 +332,10 @@ class _Importer:
         for index, node in enumerate(nodes):
             for name in node.input:
                 if name and name not in self.env:
-                    raise OnnxImportError(f"{self.label}: node '{node.name or index}' ({node.op_type}) reads '{name}', "
-                                          "which no earlier node or input defines (unsorted or cyclic graph)")
+                    raise OnnxImportError(
+                        f"{self.label}: node '{node.name or index}' ({node.op_type}) reads '{name}', "
+                        "which no earlier node or input defines (unsorted or cyclic graph)"
+                    )
             self._convert(node, index)
 
     def _convert(self, node, index: int) -> None:
@@ -290,9 +343,19 @@ class _Importer:
         opset = self.opsets.get(node.domain or "ai.onnx", 0)
         fn = _lookup(domain, node.op_type, opset)
         inputs = [self.env[n] if n else None for n in node.input]
-        ctx = OnnxNode(node.op_type, node.name or f"{node.op_type}_{index}", opset,
-                       {a.name: _attr_value(a) for a in node.attribute}, inputs, len(node.output), self)
-        known = all(v is None or isinstance(v, np.ndarray) for v in inputs) and node.op_type not in _NONDETERMINISTIC
+        ctx = OnnxNode(
+            node.op_type,
+            node.name or f"{node.op_type}_{index}",
+            opset,
+            {a.name: _attr_value(a) for a in node.attribute},
+            inputs,
+            len(node.output),
+            self,
+        )
+        known = (
+            all(v is None or isinstance(v, np.ndarray) for v in inputs)
+            and node.op_type not in _NONDETERMINISTIC
+        )
         try:
             outs = self._evaluate(fn, ctx) if known else fn(ctx)
         except FlowcError as e:
@@ -314,8 +377,14 @@ class _Importer:
         return [next(values) if isinstance(o, Tensor) else o for o in outs]
 
 
-_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-                     "Bernoulli"}
+_NONDETERMINISTIC = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+}
 
 
 def _all_nodes(g):

@@ -133,7 +133,8 @@ def _mish(node):
 @converter("Selu", 6)
 def _selu(node):
     x = node.tensor(0)
-    alpha, gamma = node.attr("alpha", 1.67326319217681884765625), node.attr("gamma", 1.05070102214813232421875)
+    alpha = node.attr("alpha", 1.67326319217681884765625)
+    gamma = node.attr("gamma", 1.05070102214813232421875)
     return E.mul(E.elu(x, alpha), gamma)
 
 
@@ -158,7 +159,8 @@ def _prelu(node):
 
 @converter("Clip", 6)
 def _clip6(node):
-    return E.clip(node.tensor(0), node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38))
+    lo, hi = node.attr("min", -3.4028234663852886e38), node.attr("max", 3.4028234663852886e38)
+    return E.clip(node.tensor(0), lo, hi)
 
 
 @converter("Clip", 11)
@@ -180,20 +182,22 @@ def _cast(node):
 
 @converter("CastLike", 15)
 def _cast_like(node):
-    return E.cast(node.tensor(0), node.dtype(1))
+    to = node.dtype(1)
+    if node.is_const(0):  # only the second input's dtype matters: a constant stays a constant
+        return node.const(0).astype(dtypes.np_dtype(to))  # (dynamo's Clip(x, CastLike(0, x), ...))
+    return E.cast(node.tensor(0), to)
 
 
 @converter("Identity", 1)
 def _identity(node):
-    return node.inputs[0] if isinstance(node.inputs[0], np.ndarray) else S.identity(node.tensor(0))
+    return node.inputs[0]  # no node at all: consumers read the input
 
 
 @converter("Dropout", 1)
 def _dropout(node):
     if node.opset >= 12 and node.has(2) and bool(node.const(2, "(training_mode) ").item()):
         raise node.unsupported("training_mode=1 is not supported (inference only)")
-    x = node.inputs[0]
-    out = [x if isinstance(x, np.ndarray) else S.identity(node.tensor(0))]
+    out = [node.inputs[0]]  # inference: the input itself
     if node.num_outputs > 1:
         out.append(np.ones(node.shape(0), bool))
     return out
@@ -231,8 +235,9 @@ def _size(node):
 def _constant_of_shape(node):
     value = node.attr("value", np.zeros(1, np.float32))
     shape = tuple(int(d) for d in node.const(0, "(shape) "))
-    return B.fill(shape, value.reshape(-1)[0].item(), dtypes.as_dtype(value.dtype)) if math.prod(shape) > 4096 \
-        else np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
+    if math.prod(shape) > 4096:  # a fill node rather than a big constant array
+        return B.fill(shape, value.reshape(-1)[0].item(), dtypes.as_dtype(value.dtype))
+    return np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
 
 
 @converter("Range", 11)
@@ -369,6 +374,107 @@ def _pad11(node):
     return _pad(node, pads, value, node.attr("mode", "constant"))
 
 
+# ----------------------------------------------------------------------------- sequences
+# Static shapes make every sequence known at import: its length and each element's shape. A
+# sequence is held as a Python list of values (arrays or Tensors); these ops only build, pick
+# and split lists, so no sequence reaches the graph. A converter returns ``[list]``: one output.
+
+
+def _sequence(node, i: int) -> list:
+    v = node.inputs[i] if node.has(i) else None
+    if not isinstance(v, list):
+        raise node.unsupported(f"input {i} must be a sequence")
+    return v
+
+
+def _position(node, i: int, length: int, insert: bool = False) -> int:
+    """Input i as an index into a sequence of ``length`` (negative counts from the end)."""
+    top = length + 1 if insert else length
+    pos = int(node.const(i, "(position) ").reshape(-1)[0]) if node.has(i) else top - 1
+    if not -top <= pos < top:
+        raise node.unsupported(f"position {pos} is outside a sequence of {length}")
+    return pos % top
+
+
+def _split_values(x, sizes: list[int], axis: int) -> list:
+    if len(sizes) == 1:
+        return [x]
+    if isinstance(x, np.ndarray):
+        return np.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis)
+    return list(S.split(x, sizes, axis))
+
+
+@converter("SplitToSequence", 11)
+def _split_to_sequence(node):
+    x, shape = node.inputs[0], node.shape(0)
+    axis = node.attr("axis", 0) % len(shape)
+    dim = shape[axis]
+    if node.has(1):
+        split = node.const(1, "(split) ")
+        if split.ndim == 0:  # one size: equal chunks, the last one shorter
+            chunk = int(split)
+            sizes = [min(chunk, dim - k) for k in range(0, dim, chunk)]
+        else:
+            sizes = [int(v) for v in split]
+        squeeze = False
+    else:
+        sizes, squeeze = [1] * dim, not node.attr("keepdims", 1)
+    parts = _split_values(x, sizes, axis)
+    if squeeze:
+        parts = [np.squeeze(p, axis) if isinstance(p, np.ndarray) else S.squeeze(p, (axis,)) for p in parts]
+    return [parts]
+
+
+@converter("SequenceConstruct", 11)
+def _sequence_construct(node):
+    return [[node.inputs[i] for i in range(len(node.inputs))]]
+
+
+@converter("SequenceEmpty", 11)
+def _sequence_empty(node):
+    return [[]]
+
+
+@converter("SequenceAt", 11)
+def _sequence_at(node):
+    seq = _sequence(node, 0)
+    return seq[_position(node, 1, len(seq))]
+
+
+@converter("SequenceLength", 11)
+def _sequence_length(node):
+    return np.asarray(len(_sequence(node, 0)), np.int64)
+
+
+@converter("SequenceInsert", 11)
+def _sequence_insert(node):
+    seq = list(_sequence(node, 0))
+    seq.insert(_position(node, 2, len(seq), insert=True), node.inputs[1])
+    return [seq]
+
+
+@converter("SequenceErase", 11)
+def _sequence_erase(node):
+    seq = list(_sequence(node, 0))
+    del seq[_position(node, 1, len(seq))]
+    return [seq]
+
+
+@converter("ConcatFromSequence", 11)
+def _concat_from_sequence(node):
+    seq = _sequence(node, 0)
+    if not seq:
+        raise node.unsupported("the sequence is empty")
+    axis, new_axis = node.attr("axis"), bool(node.attr("new_axis", 0))
+    if all(isinstance(v, np.ndarray) for v in seq):
+        return np.stack(seq, axis) if new_axis else np.concatenate(seq, axis)
+    xs = [v if not isinstance(v, np.ndarray) else B.constant(v) for v in seq]
+    if new_axis:
+        axis = axis % (xs[0].rank + 1)
+        xs = [S.unsqueeze(v, (axis,)) for v in xs]
+    return S.concat(xs, axis)
+
+
 # ----------------------------------------------------------------------------- linear algebra and NN
 
 
@@ -421,13 +527,18 @@ def _conv_transpose(node):
     output_shape = node.attr("output_shape")
     auto = node.attr("auto_pad", "NOTSET")
     if output_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
-        target = list(output_shape)[-n:] if output_shape is not None else [in_sp[i] * strides[i] for i in range(n)]
+        if output_shape is not None:
+            target = list(output_shape)[-n:]
+        else:
+            target = [in_sp[i] * strides[i] for i in range(n)]
         total = [full[i] + out_pad[i] - target[i] for i in range(n)]
         if any(t < 0 for t in total):
             out_pad = [out_pad[i] - min(total[i], 0) for i in range(n)]
             total = [max(t, 0) for t in total]
-        upper = auto != "SAME_LOWER"
-        pads = [t // 2 if upper else t - t // 2 for t in total] + [t - t // 2 if upper else t // 2 for t in total]
+        # an odd total puts the extra pixel at the end only for SAME_UPPER; with SAME_LOWER and
+        # with output_shape under NOTSET it goes at the start (the spec, and onnxruntime)
+        head = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        pads = head + [t - h for t, h in zip(total, head)]
     elif auto == "VALID":
         pads = [0] * (2 * n)
     else:
@@ -485,7 +596,8 @@ def _layer_norm(node):
     if node.num_outputs > 1:
         raise node.unsupported("the Mean and InvStdDev outputs are not supported")
     bias = node.tensor(2) if node.has(2) else None
-    return N.layer_norm(node.tensor(0), node.tensor(1), bias, node.attr("axis", -1), node.attr("epsilon", 1e-5))
+    axis, epsilon = node.attr("axis", -1), node.attr("epsilon", 1e-5)
+    return N.layer_norm(node.tensor(0), node.tensor(1), bias, axis, epsilon)
 
 
 def _softmax_like(fn):
@@ -554,14 +666,44 @@ def _resize(node, scales, sizes, mode, ctm, nearest_mode):
     shrinks = any(s < 1 for s in scales) if scales else any(s < d for s, d in zip(sizes, x.shape))
     if node.attr("antialias", 0) and shrinks:
         raise node.unsupported("antialias is not supported")
+    if sizes is not None and scales is not None and any(
+            s != math.floor(d * c) and c != s / d for d, s, c in zip(x.shape, sizes, scales)):
+        return _resize_by_taps(x, sizes, scales, mode, ctm, nearest_mode)
     return N.resize(x, sizes=sizes, scales=scales, mode=mode, coordinate_transformation_mode=ctm,
                     nearest_mode=nearest_mode)
+
+
+def _resize_by_taps(x, sizes, scales, mode, ctm, nearest_mode):
+    """Resize as gathers with index tables, one axis at a time, for output sizes that are not
+    floor(scale * size) (keep_aspect_ratio_policy rounds them), which the resize op refuses."""
+    attrs = {"mode": mode, "coordinate_transformation_mode": ctm, "nearest_mode": nearest_mode}
+    y = x
+    for a, (d, size, scale) in enumerate(zip(x.shape, sizes, scales)):
+        if size == d and scale == 1.0:
+            continue
+        i0, i1, w = N.resize_taps(d, size, scale, attrs)
+        lo = S.gather(y, B.constant(i0.astype(np.int64)), a)
+        if mode == "nearest":
+            y = lo
+            continue
+        hi = S.gather(y, B.constant(i1.astype(np.int64)), a)
+        w = w.reshape([-1 if k == a else 1 for k in range(x.rank)]).astype(dtypes.np_dtype(x.dtype))
+        y = E.add(lo, E.mul(E.sub(hi, lo), B.constant(w)))
+    return y
 
 
 @converter("Resize", 10)
 def _resize10(node):
     scales = [float(s) for s in node.const(1, "(scales) ")]
-    return _resize(node, scales, None, node.attr("mode", "nearest"), "asymmetric", "floor")
+    mode = node.attr("mode", "nearest")
+    if mode != "nearest" or all(s >= 1 for s in scales) or all(s <= 1 for s in scales):
+        return _resize(node, scales, None, mode, "asymmetric", "ceil" if min(scales) < 1 else "floor")
+    # Resize-10 "nearest" (as onnxruntime runs it) rounds the source index down on enlarged axes
+    # and up on shrunk ones; nearest resizing is separable, so shrink first, then enlarge
+    shrink = [min(s, 1.0) for s in scales]
+    x = _resize(node, shrink, None, mode, "asymmetric", "ceil")
+    return N.resize(x, scales=[max(s, 1.0) for s in scales], mode=mode,
+                    coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
 
 @converter("Resize", 11)
@@ -578,7 +720,7 @@ def _resize11(node):
             r = min(ratios) if policy == "not_larger" else max(ratios)
             given = [int(math.floor(r * node.shape(0)[a] + 0.5)) for a in axes]
             scales = [1.0] * x_rank
-            for k, a in enumerate(axes):
+            for a in axes:
                 scales[a] = r
         for k, a in enumerate(axes):
             sizes[a] = given[k]
@@ -598,5 +740,5 @@ def _resize11(node):
 def _upsample(node):
     scales = node.attr("scales") if node.opset < 9 else [float(s) for s in node.const(1, "(scales) ")]
     mode = node.attr("mode", "nearest")
-    return _resize(node, list(scales), None, "linear" if mode in ("linear", "bilinear") else mode, "asymmetric",
-                   "floor")
+    mode = "linear" if mode in ("linear", "bilinear") else mode
+    return _resize(node, list(scales), None, mode, "asymmetric", "floor")

@@ -1,3 +1,404 @@
-"""ONNX converters (this family)."""
+"""ONNX recurrent layers (LSTM, GRU, RNN), unrolled over their static number of time steps.
+
+flowc has no loop op: sequence lengths are static, so each layer becomes a chain of ordinary
+ops, one cell per time step and direction. The input projection ``X @ W^T + Wb (+ Rb)`` of
+every time step and direction is one gemm before the recurrence; each step then only adds
+``H @ R^T`` (one small gemm that takes the step's projection as its ``c`` term), splits the
+gates and applies the activations. Outputs follow ONNX: ``Y`` [seq, dirs, batch, hidden]
+(``layout=1``: [batch, seq, dirs, hidden]), ``Y_h`` and ``Y_c`` [dirs, batch, hidden]
+(``layout=1``: [batch, dirs, hidden]).
+
+Weights given as initializers are sliced with numpy at import time, so the graph holds
+plain per-direction constants; weights fed as graph inputs are sliced with graph ops.
+A missing ``initial_h`` / ``initial_c`` (or an all-zero constant one) drops the recurrent
+terms of the first step instead of multiplying by zeros.
+
+Pitfalls, resolved the way onnxruntime does:
+
+- ``activation_alpha`` / ``activation_beta`` are consumed in order by the activations that
+  take an alpha (or a beta), not position by position. A value the lists do not give takes
+  the default of the ONNX operator of that name (LeakyRelu 0.01, HardSigmoid 0.2 / 0.5,
+  Elu 1.0, ThresholdedRelu 1.0, Affine 1.0 / 0.0); ScaledTanh has no ONNX default and is
+  refused without explicit values. (onnxruntime uses 0 for ThresholdedRelu and Affine.)
+- ``clip`` bounds the input of every gate activation (after bias and peephole terms), not
+  the cell state.
+- ``input_forget=1`` (LSTM) sets the forget gate to ``1 - i`` after i's activation.
+- ``sequence_lens`` must be a constant whose entries all equal seq_length: padding-aware
+  recurrence would need per-batch-entry step counts, which a static unrolling cannot give.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dtypes
+from ..builder import Tensor, constant
+from ..ops import elementwise as E
+from ..ops import nn as N
+from ..ops import shape as S
+from .importer import OnnxImportError, converter
+
+# ----------------------------------------------------------------------------- activations
+
+
+def _softplus(x, a, b):
+    # log(1 + e^x) without overflow: max(x, 0) + log(1 + e^-|x|)
+    return E.add(E.relu(x), E.log(E.add(E.exp(E.neg(E.abs(x))), 1.0)))
+
+
+# lower-cased name: (fn(x, alpha, beta), alpha default, beta default); "-" = not used,
+# None = used but without an ONNX default
+_ACTIVATIONS: dict[str, tuple[Callable, float | str | None, float | str | None]] = {
+    "sigmoid": (lambda x, a, b: E.sigmoid(x), "-", "-"),
+    "tanh": (lambda x, a, b: E.tanh(x), "-", "-"),
+    "relu": (lambda x, a, b: E.relu(x), "-", "-"),
+    "softsign": (lambda x, a, b: E.div(x, E.add(E.abs(x), 1.0)), "-", "-"),
+    "softplus": (_softplus, "-", "-"),
+    "leakyrelu": (lambda x, a, b: E.leaky_relu(x, a), 0.01, "-"),
+    "elu": (lambda x, a, b: E.elu(x, a), 1.0, "-"),
+    "thresholdedrelu": (lambda x, a, b: E.where(E.greater(x, a), x, 0.0), 1.0, "-"),
+    "hardsigmoid": (lambda x, a, b: E.clip(E.add(E.mul(x, a), b), 0.0, 1.0), 0.2, 0.5),
+    "affine": (lambda x, a, b: E.add(E.mul(x, a), b), 1.0, 0.0),
+    "scaledtanh": (lambda x, a, b: E.mul(E.tanh(E.mul(x, b)), a), None, None),
+}
+
+
+@dataclass(frozen=True)
+class _Act:
+    name: str
+    fn: Callable
+    alpha: float | None
+    beta: float | None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.fn(x, self.alpha, self.beta)
+
+
+def _activations(node, defaults: list[str], dirs: int) -> list[list[_Act]]:
+    """The activation functions of each direction: [[f, g, h] per direction] for LSTM."""
+    names = node.attr("activations") or defaults * dirs
+    per = len(defaults)
+    if len(names) != per * dirs:
+        raise _bad(node, f"{len(names)} activations given; {node.op} needs {per} per direction "
+                         f"({per * dirs} for {dirs} direction{'s' if dirs > 1 else ''})")
+    alphas = iter(node.attr("activation_alpha") or [])
+    betas = iter(node.attr("activation_beta") or [])
+    acts = []
+    for name in names:
+        key = name.lower()
+        if key not in _ACTIVATIONS:
+            raise node.unsupported(f"activation '{name}' is not one ONNX defines for recurrent layers "
+                                   f"({', '.join(sorted(_ACTIVATIONS))})")
+        fn, alpha_default, beta_default = _ACTIVATIONS[key]
+        params = []
+        for default, values, what in ((alpha_default, alphas, "alpha"), (beta_default, betas, "beta")):
+            value = None if default == "-" else next(values, default)
+            if value is None and default != "-":
+                raise node.unsupported(f"activation '{name}' needs an explicit activation_{what}: "
+                                       "ONNX defines no default for it")
+            params.append(value)
+        acts.append(_Act(key, fn, *params))
+    return [acts[d * per:(d + 1) * per] for d in range(dirs)]
+
+
+# ----------------------------------------------------------------------------- values
+# Inputs are numpy arrays (initializers, known at import time) or Tensors (graph inputs);
+# these helpers keep numpy values numpy so that constant weights stay plain constants.
+
+
+def _t(v) -> Tensor:
+    return v if isinstance(v, Tensor) else constant(v)
+
+
+def _cols(v, lo: int, hi: int):
+    """v[..., lo:hi]."""
+    if isinstance(v, np.ndarray):
+        return v[..., lo:hi]
+    return S.slice_(v, [lo], [hi], axes=[-1])
+
+
+def _row(v, d: int):
+    """v[d] (drops the leading axis)."""
+    if isinstance(v, np.ndarray):
+        return v[d]
+    return S.reshape(S.slice_(v, [d], [d + 1], axes=[0]), v.shape[1:])
+
+
+def _rows(v, lo: int, hi: int):
+    """v[lo:hi]."""
+    if isinstance(v, np.ndarray):
+        return v[lo:hi]
+    return S.slice_(v, [lo], [hi], axes=[0])
+
+
+def _plus(a, b):
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return a + b
+    return E.add(_t(a), _t(b))
+
+
+def _cat(vs, axis: int):
+    if all(isinstance(v, np.ndarray) for v in vs):
+        return np.concatenate(vs, axis=axis)
+    return S.concat([_t(v) for v in vs], axis=axis)
+
+
+def _is_zero(v) -> bool:
+    return isinstance(v, np.ndarray) and not np.any(v)
+
+
+# ----------------------------------------------------------------------------- common part
+
+
+@dataclass
+class _Layer:
+    """What the three ops share: checked shapes, per-direction weights and activations."""
+
+    dirs: int
+    reverse: list[bool]  # per direction: run from the last time step to the first
+    layout: int
+    seq: int
+    batch: int
+    hidden: int
+    dtype: str
+    x: Tensor  # [seq, batch, input]
+    w: object  # [dirs, gates*hidden, input]
+    r: list  # per direction [gates*hidden, hidden]
+    b: object  # [dirs, 2*gates*hidden] or None
+    h0: list  # per direction [batch, hidden] or None
+    acts: list[list[_Act]]
+    clip: float | None
+
+    def gate(self, x: Tensor, act: _Act) -> Tensor:
+        """act(clip(x)): ONNX clips the input of every gate activation."""
+        if self.clip is not None:
+            x = E.clip(x, -self.clip, self.clip)
+        return act(x)
+
+    def project(self, bias: list | None) -> list[list[Tensor]]:
+        """X @ W^T + bias for every time step and direction, as one gemm: [dir][t] -> [batch, G*hidden]."""
+        seq, batch = self.seq, self.batch
+        rows = S.reshape(self.x, (seq * batch, self.x.shape[2]))
+        w = self.w
+        w_all = w.reshape(-1, w.shape[2]) if isinstance(w, np.ndarray) else S.reshape(w, (-1, w.shape[2]))
+        c = None if bias is None else _t(_cat(bias, 0))
+        proj = N.gemm(rows, _t(w_all), c, trans_b=True)  # [seq*batch, dirs*G*hidden]
+        parts = S.split(proj, self.dirs, axis=1) if self.dirs > 1 else (proj,)
+        return [list(S.split(p, seq, axis=0)) if seq > 1 else [p] for p in parts]
+
+    def initial(self, node, i: int, what: str) -> list:
+        """An initial state (input i) per direction as [batch, hidden], or None when absent or zero."""
+        if not node.has(i):
+            return [None] * self.dirs
+        v = node.inputs[i]
+        want = (self.dirs, self.batch, self.hidden)
+        if self.layout == 1:
+            want = (self.batch, self.dirs, self.hidden)
+        _check(node, i, what, want, self.dtype)
+        if _is_zero(v):
+            return [None] * self.dirs
+        if self.layout == 1:
+            v = np.swapaxes(v, 0, 1) if isinstance(v, np.ndarray) else S.transpose(v, (1, 0, 2))
+        return [_row(v, d) for d in range(self.dirs)]
+
+    def outputs(self, node, hs: list[list[Tensor]], finals: list[list[Tensor]]) -> list[Tensor]:
+        """Y from hs[dir][t], then Y_h, Y_c... from finals[k][dir], in ONNX's shapes and layout."""
+        outs = []
+        if node.num_outputs > 0:
+            pieces = [hs[d][t] for t in range(self.seq) for d in range(self.dirs)]
+            y = S.concat(pieces, axis=0) if len(pieces) > 1 else pieces[0]
+            y = S.reshape(y, (self.seq, self.dirs, self.batch, self.hidden))
+            outs.append(S.transpose(y, (2, 0, 1, 3)) if self.layout == 1 else y)
+        for states in finals[: max(node.num_outputs - 1, 0)]:
+            s = S.concat(states, axis=0) if self.dirs > 1 else states[0]
+            s = S.reshape(s, (self.dirs, self.batch, self.hidden))
+            outs.append(S.transpose(s, (1, 0, 2)) if self.layout == 1 else s)
+        return outs
+
+
+def _bad(node, reason: str) -> OnnxImportError:
+    """A malformed node (shapes or attributes the ONNX spec does not allow)."""
+    return OnnxImportError(f"{node.where()}: {reason}")
+
+
+def _check(node, i: int, what: str, want: tuple, dtype: str) -> None:
+    shape, got = node.shape(i), node.dtype(i)
+    if shape != want:
+        raise _bad(node, f"input {what} has shape {list(shape)}, expected {list(want)}")
+    if got != dtype:
+        raise _bad(node, f"input {what} is {got}, X is {dtype}")
+
+
+def _layer(node, gates: int, default_acts: list[str]) -> _Layer:
+    direction = node.attr("direction", "forward")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise _bad(node, f"direction '{direction}' is not forward, reverse or bidirectional")
+    dirs = 2 if direction == "bidirectional" else 1
+    layout = node.attr("layout", 0)
+    if layout not in (0, 1):
+        raise _bad(node, f"layout {layout} is not 0 or 1")
+    for i, what in ((0, "X"), (1, "W"), (2, "R")):
+        if not node.has(i):
+            raise _bad(node, f"input {what} is missing")
+    dtype = node.dtype(0)
+    if not dtypes.is_float(dtype):
+        raise node.unsupported(f"X is {dtype}; recurrent layers take float16, float32 or float64")
+    xshape = node.shape(0)
+    if len(xshape) != 3:
+        raise _bad(node, f"X has shape {list(xshape)}, expected rank 3")
+    seq, batch, inputs = xshape if layout == 0 else (xshape[1], xshape[0], xshape[2])
+    rshape = node.shape(2)
+    if len(rshape) != 3:
+        raise _bad(node, f"R has shape {list(rshape)}, expected [{dirs}, {gates}*hidden, hidden]")
+    hidden = rshape[2]
+    if 0 in (seq, batch, hidden):
+        raise node.unsupported(f"X has shape {list(xshape)} and R {list(rshape)}: an empty sequence, batch "
+                               "or hidden state is not supported")
+    if node.attr("hidden_size") is not None and node.attr("hidden_size") != hidden:
+        raise _bad(node, f"hidden_size {node.attr('hidden_size')} but R has shape {list(rshape)}")
+    _check(node, 1, "W", (dirs, gates * hidden, inputs), dtype)
+    _check(node, 2, "R", (dirs, gates * hidden, hidden), dtype)
+    b = None
+    if node.has(3):
+        _check(node, 3, "B", (dirs, 2 * gates * hidden), dtype)
+        b = None if _is_zero(node.inputs[3]) else node.inputs[3]
+    if node.has(4):
+        lens = node.const(4, "(sequence_lens) ")
+        if lens.shape != (batch,) or np.any(lens != seq):
+            raise node.unsupported(f"sequence_lens {lens.tolist()} must equal seq_length {seq} for every "
+                                   "batch entry: flowc unrolls a static number of time steps, so only "
+                                   "full-length sequences are supported")
+    x = node.tensor(0)
+    if layout == 1:
+        x = S.transpose(x, (1, 0, 2))
+    clip = node.attr("clip")
+    layer = _Layer(
+        dirs=dirs,
+        reverse=[direction == "reverse" or d == 1 for d in range(dirs)],
+        layout=layout, seq=seq, batch=batch, hidden=hidden, dtype=dtype, x=x,
+        w=node.inputs[1], r=[_row(node.inputs[2], d) for d in range(dirs)], b=b, h0=[],
+        acts=_activations(node, default_acts, dirs),
+        clip=None if clip is None else float(clip),
+    )
+    layer.h0 = layer.initial(node, 5, "initial_h")
+    return layer
+
+
+def _steps(layer: _Layer, d: int) -> list[int]:
+    return list(range(layer.seq - 1, -1, -1) if layer.reverse[d] else range(layer.seq))
+
+
+def _recur(h, r, c):
+    """c + h @ r^T, or c alone while h is the zero initial state."""
+    return c if h is None else N.gemm(h, _t(r), c, trans_b=True)
+
+
+def _merged_bias(layer: _Layer, gh: int, r_count: int | None = None) -> list | None:
+    """Wb + Rb per direction, for the input projection; only the first ``r_count`` entries of
+    Rb when given (the rest of Rb is then added inside the recurrence)."""
+    if layer.b is None:
+        return None
+    out = []
+    for d in range(layer.dirs):
+        row = _row(layer.b, d)
+        wb, rb = _cols(row, 0, gh), _cols(row, gh, 2 * gh)
+        if r_count is not None:
+            rb = _cat([_cols(rb, 0, r_count), np.zeros(gh - r_count, dtypes.np_dtype(layer.dtype))], 0)
+        out.append(_plus(wb, rb))
+    return out
+
+
+# ----------------------------------------------------------------------------- converters
+
+
+@converter("LSTM", 7)
+def _lstm(node):
+    layer = _layer(node, 4, ["Sigmoid", "Tanh", "Tanh"])
+    hidden, dirs = layer.hidden, layer.dirs
+    c0 = layer.initial(node, 6, "initial_c")
+    peep = [None] * dirs
+    if node.has(7):
+        _check(node, 7, "P", (dirs, 3 * hidden), layer.dtype)
+        if not _is_zero(node.inputs[7]):
+            rows = [_row(node.inputs[7], d) for d in range(dirs)]
+            peep = [[_t(_cols(p, k * hidden, (k + 1) * hidden)) for k in range(3)] for p in rows]  # i, o, f
+    coupled = bool(node.attr("input_forget", 0))
+    proj = layer.project(_merged_bias(layer, 4 * hidden))
+    hs, h_final, c_final = [], [], []
+    for d in range(dirs):
+        f, g, h_act = layer.acts[d]
+        h, c = layer.h0[d], c0[d]
+        ys = [None] * layer.seq
+        for t in _steps(layer, d):
+            i_, o_, f_, c_ = S.split(_recur(h, layer.r[d], proj[d][t]), 4, axis=1)
+            if peep[d] is not None and c is not None:
+                i_ = E.add(i_, E.mul(peep[d][0], c))
+                f_ = E.add(f_, E.mul(peep[d][2], c))
+            i_ = layer.gate(i_, f)
+            f_ = E.sub(1.0, i_) if coupled else layer.gate(f_, f)
+            c_ = layer.gate(c_, g)
+            c = E.mul(i_, c_) if c is None else E.add(E.mul(f_, c), E.mul(i_, c_))
+            if peep[d] is not None:
+                o_ = E.add(o_, E.mul(peep[d][1], c))
+            h = E.mul(layer.gate(o_, f), h_act(c))
+            ys[t] = h
+        hs.append(ys)
+        h_final.append(h)
+        c_final.append(c)
+    return layer.outputs(node, hs, [h_final, c_final])
+
+
+@converter("GRU", 7)
+def _gru(node):
+    layer = _layer(node, 3, ["Sigmoid", "Tanh"])
+    hidden, dirs = layer.hidden, layer.dirs
+    linear = bool(node.attr("linear_before_reset", 0))
+    # Rb of the hidden gate sits inside r * (...) when linear_before_reset: keep it out of the projection
+    proj = layer.project(_merged_bias(layer, 3 * hidden, 2 * hidden if linear else None))
+    rbh = [None] * dirs
+    if linear and layer.b is not None:
+        rbh = [_t(_cols(_row(layer.b, d), 5 * hidden, 6 * hidden)) for d in range(dirs)]
+    hs, h_final = [], []
+    for d in range(dirs):
+        f, g = layer.acts[d]
+        r_zr, r_h = _rows(layer.r[d], 0, 2 * hidden), _rows(layer.r[d], 2 * hidden, 3 * hidden)
+        h = layer.h0[d]
+        ys = [None] * layer.seq
+        for t in _steps(layer, d):
+            x_zr, x_h = S.split(proj[d][t], (2 * hidden, hidden), axis=1)
+            z, r = S.split(_recur(h, r_zr, x_zr), 2, axis=1)
+            z = layer.gate(z, f)
+            if linear or h is not None:  # r multiplies a zero H otherwise
+                r = layer.gate(r, f)
+            if linear:
+                rec = rbh[d] if h is None else N.gemm(h, _t(r_h), rbh[d], trans_b=True)
+                pre = x_h if rec is None else E.add(x_h, E.mul(r, rec))
+            else:
+                pre = x_h if h is None else N.gemm(E.mul(r, h), _t(r_h), x_h, trans_b=True)
+            cand = layer.gate(pre, g)
+            keep = E.sub(1.0, z)
+            h = E.mul(keep, cand) if h is None else E.add(E.mul(keep, cand), E.mul(z, h))
+            ys[t] = h
+        hs.append(ys)
+        h_final.append(h)
+    return layer.outputs(node, hs, [h_final])
+
+
+@converter("RNN", 7)
+def _rnn(node):
+    layer = _layer(node, 1, ["Tanh"])
+    proj = layer.project(_merged_bias(layer, layer.hidden))
+    hs, h_final = [], []
+    for d in range(layer.dirs):
+        (f,) = layer.acts[d]
+        h = layer.h0[d]
+        ys = [None] * layer.seq
+        for t in _steps(layer, d):
+            h = layer.gate(_recur(h, layer.r[d], proj[d][t]), f)
+            ys[t] = h
+        hs.append(ys)
+        h_final.append(h)
+    return layer.outputs(node, hs, [h_final])

@@ -99,7 +99,11 @@ def suffix(dtype: str) -> str:
         "float64": "f64",
         "int8": "i8",
         "uint8": "u8",
+        "int16": "i16",
+        "uint16": "u16",
         "int32": "i32",
+        "uint32": "u32",
+        "uint64": "u64",
         "int64": "i64",
         "bool": "b",
     }[dtype]

@@ -413,8 +413,8 @@ def _stored_bounds(dtype: str, a) -> list:
 def _clip(x, min, max):  # noqa: A002 - attribute names
     lo, hi = _stored_bounds(x.dtype.name, {"min": min, "max": max})
     out = x.copy()
-    out[x < min] = lo
-    out[x > max] = hi
+    out[out < min] = lo
+    out[out > max] = hi  # min(max(x, min), max): max wins when min > max
     return out
 
 
@@ -471,7 +471,7 @@ _unary(
     _g_clip,
     dtypes.NUMERIC,
     attrs={"min": Attr("float", -math.inf), "max": Attr("float", math.inf)},
-    doc="min(max(x, min), max); NaN stays NaN",
+    doc="min(max(x, min), max); NaN stays NaN; max wins when min > max",
     c=CExpr(lambda ins, out, a, lit: _clip_c(ins[0], a, lit)),
 )
 _unary(
@@ -557,7 +557,16 @@ def _cast_ref(xs, attrs):
         return x.astype(to)
 
 
-_INT_SUFFIX = {"int8": "i8", "uint8": "u8", "int32": "i32", "int64": "i64"}
+_INT_SUFFIX = {
+    "int8": "i8",
+    "uint8": "u8",
+    "int16": "i16",
+    "uint16": "u16",
+    "int32": "i32",
+    "uint32": "u32",
+    "int64": "i64",
+    "uint64": "u64",
+}
 
 
 def _cast_c(src: str, dst: str) -> str:

@@ -1,3 +1,513 @@
-"""(filled in by the op records of this family)"""
+"""Indexing: gather_elements / scatter_elements (one index per element, along an axis),
+gather_nd / scatter_nd (index tuples addressing slices), topk, and the one_hot composition.
+
+Index inputs are int32 or int64; a negative index counts from the end of its axis, and an
+index outside ``[-dim, dim)`` is an ``ExecutionError`` in the interpreter and
+``FC_ERR_INDEX`` from the C kernels (checked before anything is written). Scatters apply
+their updates in row-major order of the index tensor, so with ``reduction="none"`` and
+repeated indices the last update wins (as the ONNX reference does).
+
+>>> import numpy as np, graphdef as gd
+>>> with gd.Graph("g") as g:
+...     x = gd.constant(np.array([[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]], np.float32))
+...     values, indices = gd.topk(x, 2)
+>>> gd.run(g, {}, [values, indices])
+[array([[5., 3.],
+       [6., 4.]], dtype=float32), array([[1, 2],
+       [2, 0]])]
+"""
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..builder import Tensor, apply, constant, fill, operand
+from ..errors import ExecutionError, GradientError, ShapeError
+from ..ir import TensorType
+from ..registry import Attr, CKernel, defop
+from . import _lower as L
+from ._util import check_dtype, norm_axis, resolve_axis, same_dtype
+from .elementwise import add, equal, less, where
+from .shape import concat, expand, unsqueeze
+
+REDUCTIONS = ("none", "add", "mul", "max", "min")
+_RED_CODE = {name: i for i, name in enumerate(REDUCTIONS)}  # FC_RED_* of kernels/gather_scatter.h
+_AT = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+_HEADERS = ("kernels/gather_scatter.h",)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _normalized(indices: np.ndarray, dim: int) -> np.ndarray:
+    """Indices made non-negative (int64), or an ExecutionError naming the first bad one."""
+    if indices.size and (indices.min() < -dim or indices.max() >= dim):
+        bad = indices[(indices < -dim) | (indices >= dim)].flat[0]
+        raise ExecutionError(f"index {bad} is out of range for an axis of size {dim}")
+    return np.where(indices < 0, indices + dim, indices).astype(np.int64)
+
+
+def _apply_updates(flat_out: np.ndarray, targets: np.ndarray, updates: np.ndarray, reduction: str):
+    """flat_out[targets[i]] = f(flat_out[targets[i]], updates[i]) for i in order.
+
+    ``targets`` is 1-D; ``updates`` has targets.size rows (of any trailing shape).
+    """
+    if reduction == "none":
+        # numpy leaves the order of repeated fancy assignments open: pick the last writer
+        last = targets.size - 1 - np.unique(targets[::-1], return_index=True)[1]
+        flat_out[targets[last]] = updates[last]
+    else:
+        _AT[reduction].at(flat_out, targets, updates)
+
+
+def _check_reduction(dtype: str, reduction: str) -> None:
+    if dtype == "bool" and reduction != "none":
+        raise ShapeError(f"reduction '{reduction}' needs numeric data, got bool")
+
+
+def _kernel_sfx(dtype: str) -> str:
+    """Kernel suffix of the scatters: bool data uses the u8 kernels (same storage)."""
+    return "u8" if dtype == "bool" else L.suffix(dtype)
+
+
+def _zeros(shape, dtype):
+    return fill(shape, 0, dtype)
+
+
+# ----------------------------------------------------------------------------- gather_elements
+def _elements_check(data: TensorType, indices: TensorType, axis: int) -> None:
+    check_dtype(indices, dtypes.INDEX, "indices")
+    if data.rank == 0:
+        raise ShapeError("cannot index a scalar")
+    if indices.rank != data.rank:
+        raise ShapeError(f"indices {indices.shape} must have the rank of data {data.shape}")
+    for d, (i, n) in enumerate(zip(indices.shape, data.shape)):
+        if d != axis and i > n:
+            raise ShapeError(f"indices {indices.shape} exceed data {data.shape} on axis {d}")
+
+
+def _elements_coords(data_shape, indices: np.ndarray, axis: int) -> tuple:
+    coords = list(np.indices(indices.shape, sparse=True))
+    coords[axis] = _normalized(indices, data_shape[axis])
+    return tuple(np.broadcast_to(c, indices.shape) for c in coords)
+
+
+def _c_elements(data: TensorType, indices: TensorType, axis: int) -> dict:
+    """Merged index dims with their data strides (0 on the indexed axis)."""
+    ds = L.strides(data.shape)
+    base = [0 if d == axis else ds[d] for d in range(data.rank)]
+    dims, (strides,) = L.merge_dims(list(indices.shape), base)
+    return {
+        "rank": max(len(dims), 1),
+        "dims": dims or [1],
+        "strides": strides or [0],
+        "n": indices.size,
+        "axis_dim": data.shape[axis],
+        "axis_stride": ds[axis],
+        "idx": L.suffix(indices.dtype),
+    }
+
+
+def _gather_elements_infer(types, attrs):
+    data, indices = types
+    _elements_check(data, indices, attrs["axis"])
+    return TensorType(indices.shape, data.dtype)
+
+
+def _gather_elements_ref(xs, attrs):
+    data, indices = xs
+    return data[_elements_coords(data.shape, indices, attrs["axis"])]
+
+
+def _g_gather_elements(op, gys):
+    data, indices = op.inputs
+    zeros = _zeros(data.shape, data.dtype)
+    return scatter_elements(zeros, indices, gys[0], axis=op.attrs["axis"], reduction="add"), None
+
+
+def _c_gather_elements(ins, outs, attrs, lit):
+    return {**_c_elements(ins[0], ins[1], attrs["axis"]), "itemsize": L.itemsize(ins[0].dtype)}
+
+
+defop(
+    "gather_elements",
+    ("data", "indices"),
+    _gather_elements_infer,
+    _gather_elements_ref,
+    _g_gather_elements,
+    attrs={"axis": Attr("int", 0)},
+    resolve=resolve_axis,
+    c=CKernel("gather_elements", _c_gather_elements, _HEADERS),
+    doc="y[i, j, k] = data[i, indices[i, j, k], k] (for axis 1): one index per output element",
+)
+
+
+def gather_elements(data, indices, axis=0, name=None):
+    """Take one element of ``data`` per element of ``indices`` (ONNX GatherElements,
+    ``torch.gather``); the result has the shape of ``indices``."""
+    return apply("gather_elements", [operand(data), operand(indices)], name, axis=axis)
+
+
+# ----------------------------------------------------------------------------- scatter_elements
+def _scatter_elements_infer(types, attrs):
+    data, indices, updates = types
+    _elements_check(data, indices, attrs["axis"])
+    same_dtype([data, updates])
+    _check_reduction(data.dtype, attrs["reduction"])
+    if updates.shape != indices.shape:
+        raise ShapeError(f"updates shape {updates.shape} must be the indices shape {indices.shape}")
+    return data
+
+
+def _scatter_elements_ref(xs, attrs):
+    data, indices, updates = xs
+    out = data.copy()
+    targets = np.ravel_multi_index(_elements_coords(data.shape, indices, attrs["axis"]), data.shape)
+    _apply_updates(out.reshape(-1), targets.reshape(-1), updates.reshape(-1), attrs["reduction"])
+    return out
+
+
+def _winners(scatter, gather, indices, ids, data_shape):
+    """Bool mask over the updates: True for the update that a 'none' scatter keeps."""
+    owner = scatter(fill(data_shape, -1, "int64"), indices, ids)
+    return equal(gather(owner, indices), ids)
+
+
+def _g_scatter_elements(op, gys):
+    data, indices, updates = op.inputs
+    axis, reduction = op.attrs["axis"], op.attrs["reduction"]
+    g = gys[0]
+    if reduction == "add":
+        return g, None, op.want(2, lambda: gather_elements(g, indices, axis))
+    if reduction != "none":
+        raise GradientError(
+            f"gradient of scatter_elements with reduction={reduction} is not implemented "
+            f"(node '{op.node.name}')"
+        )
+
+    def d_updates():
+        ids = constant(np.arange(math.prod(indices.shape), dtype=np.int64).reshape(indices.shape))
+        keep = _winners(
+            lambda d, i, u: scatter_elements(d, i, u, axis),
+            lambda d, i: gather_elements(d, i, axis),
+            indices,
+            ids,
+            data.shape,
+        )
+        return where(keep, gather_elements(g, indices, axis), 0.0)
+
+    return (
+        op.want(0, lambda: scatter_elements(g, indices, _zeros(updates.shape, updates.dtype), axis)),
+        None,
+        op.want(2, d_updates),
+    )
+
+
+def _c_scatter_elements(ins, outs, attrs, lit):
+    data = ins[0]
+    return {
+        **_c_elements(data, ins[1], attrs["axis"]),
+        "fn": f"fc_scatter_elements_{_kernel_sfx(data.dtype)}_{L.suffix(ins[1].dtype)}",
+        "op": _RED_CODE[attrs["reduction"]],
+        "nbytes": data.nbytes,
+    }
+
+
+defop(
+    "scatter_elements",
+    ("data", "indices", "updates"),
+    _scatter_elements_infer,
+    _scatter_elements_ref,
+    _g_scatter_elements,
+    attrs={"axis": Attr("int", 0), "reduction": Attr("str", "none", REDUCTIONS)},
+    resolve=resolve_axis,
+    c=CKernel("scatter_elements", _c_scatter_elements, _HEADERS),
+    doc="data with updates[i, j, k] written to (or combined into) [i, indices[i, j, k], k] "
+    "(for axis 1), in row-major order of indices",
+)
+
+
+def scatter_elements(data, indices, updates, axis=0, reduction="none", name=None):
+    """The inverse of ``gather_elements`` (ONNX ScatterElements): a copy of ``data`` with each
+    update stored at (``reduction="none"``) or combined (add, mul, max, min) into its place."""
+    return apply(
+        "scatter_elements",
+        [operand(data), operand(indices), operand(updates)],
+        name,
+        axis=axis,
+        reduction=reduction,
+    )
+
+
+# ----------------------------------------------------------------------------- gather_nd
+def _nd_check(data: TensorType, indices: TensorType, batch_dims: int) -> int:
+    """k, the length of the index tuples, after checking the ranks."""
+    check_dtype(indices, dtypes.INDEX, "indices")
+    if data.rank == 0 or indices.rank == 0:
+        raise ShapeError("data and indices need rank >= 1")
+    if not 0 <= batch_dims < min(data.rank, indices.rank):
+        raise ShapeError(f"batch_dims {batch_dims} must lie in [0, {min(data.rank, indices.rank)})")
+    if data.shape[:batch_dims] != indices.shape[:batch_dims]:
+        raise ShapeError(f"batch dims of data {data.shape} and indices {indices.shape} differ")
+    k = indices.shape[-1]
+    if not 1 <= k <= data.rank - batch_dims:
+        raise ShapeError(
+            f"index tuples of length {k} (last dim of indices {indices.shape}) must be 1 to "
+            f"{data.rank - batch_dims} long for data {data.shape}"
+        )
+    return k
+
+
+def _nd_rows(data_shape, indices: np.ndarray, batch_dims: int) -> np.ndarray:
+    """Row of each index tuple in data seen as (prod(shape[:b + k]), slice), shape (B, N)."""
+    k = indices.shape[-1]
+    batches = math.prod(data_shape[:batch_dims])
+    count = math.prod(indices.shape[batch_dims:-1])
+    tuples = indices.reshape(batches, count, k)
+    comps = [_normalized(tuples[..., j], data_shape[batch_dims + j]) for j in range(k)]
+    batch = np.broadcast_to(np.arange(batches)[:, None], (batches, count))
+    return np.ravel_multi_index((batch, *comps), (batches,) + tuple(data_shape[batch_dims : batch_dims + k]))
+
+
+def _gather_nd_shape(data, indices, batch_dims):
+    k = indices.shape[-1]
+    return indices.shape[:-1] + data.shape[batch_dims + k :]
+
+
+def _gather_nd_infer(types, attrs):
+    data, indices = types
+    _nd_check(data, indices, attrs["batch_dims"])
+    return TensorType(_gather_nd_shape(data, indices, attrs["batch_dims"]), data.dtype)
+
+
+def _gather_nd_ref(xs, attrs):
+    data, indices = xs
+    b = attrs["batch_dims"]
+    k = indices.shape[-1]
+    rows = _nd_rows(data.shape, indices, b)
+    table = data.reshape((math.prod(data.shape[: b + k]),) + data.shape[b + k :])
+    return table[rows.reshape(-1)].reshape(_gather_nd_shape(data, indices, b))
+
+
+def _batch_coordinates(indices, batch_dims):
+    """indices with the coordinates of its batch dims prepended to every tuple."""
+    if batch_dims == 0:
+        return indices
+    lead = indices.shape[:-1]
+    grid = np.stack(np.indices(lead)[:batch_dims], axis=-1).astype(dtypes.np_dtype(indices.dtype))
+    return concat([constant(grid), indices], axis=-1)
+
+
+def _g_gather_nd(op, gys):
+    data, indices = op.inputs
+    full = _batch_coordinates(indices, op.attrs["batch_dims"])
+    return scatter_nd(_zeros(data.shape, data.dtype), full, gys[0], reduction="add"), None
+
+
+def _c_gather_nd(ins, outs, attrs, lit):
+    data, indices = ins
+    b = attrs["batch_dims"]
+    k = indices.shape[-1]
+    return {
+        "batches": math.prod(data.shape[:b]),
+        "count": math.prod(indices.shape[b:-1]),
+        "k": k,
+        "dims": list(data.shape[b : b + k]),
+        "strides": L.strides(data.shape)[b : b + k],
+        "batch_stride": math.prod(data.shape[b:]),
+        "slice": math.prod(data.shape[b + k :]),
+        "itemsize": L.itemsize(data.dtype),
+        "idx": L.suffix(indices.dtype),
+    }
+
+
+defop(
+    "gather_nd",
+    ("data", "indices"),
+    _gather_nd_infer,
+    _gather_nd_ref,
+    _g_gather_nd,
+    attrs={"batch_dims": Attr("int", 0)},
+    c=CKernel("gather_nd", _c_gather_nd, _HEADERS),
+    doc="the slices of data addressed by the index tuples in the last axis of indices, after "
+    "batch_dims shared leading axes",
+)
+
+
+def gather_nd(data, indices, batch_dims=0, name=None):
+    """Slices of ``data`` addressed by index tuples (ONNX GatherND): the result has shape
+    ``indices.shape[:-1] + data.shape[batch_dims + indices.shape[-1]:]``."""
+    return apply("gather_nd", [operand(data), operand(indices)], name, batch_dims=batch_dims)
+
+
+# ----------------------------------------------------------------------------- scatter_nd
+def _scatter_nd_infer(types, attrs):
+    data, indices, updates = types
+    same_dtype([data, updates])
+    _nd_check(data, indices, 0)
+    _check_reduction(data.dtype, attrs["reduction"])
+    want = _gather_nd_shape(data, indices, 0)
+    if updates.shape != want:
+        raise ShapeError(f"updates shape {updates.shape} must be {want}")
+    return data
+
+
+def _scatter_nd_ref(xs, attrs):
+    data, indices, updates = xs
+    k = indices.shape[-1]
+    out = data.copy()
+    rows = _nd_rows(data.shape, indices, 0).reshape(-1)
+    table = out.reshape((math.prod(data.shape[:k]), math.prod(data.shape[k:])))
+    _apply_updates(table, rows, updates.reshape(rows.size, table.shape[1]), attrs["reduction"])
+    return out
+
+
+def _g_scatter_nd(op, gys):
+    data, indices, updates = op.inputs
+    reduction = op.attrs["reduction"]
+    g = gys[0]
+    if reduction == "add":
+        return g, None, op.want(2, lambda: gather_nd(g, indices))
+    if reduction != "none":
+        raise GradientError(
+            f"gradient of scatter_nd with reduction={reduction} is not implemented (node '{op.node.name}')"
+        )
+
+    def d_updates():
+        lead = indices.shape[:-1]
+        ids = np.arange(math.prod(lead), dtype=np.int64).reshape(lead + (1,) * (updates.rank - len(lead)))
+        ids = expand(constant(ids), updates.shape)
+        keep = _winners(scatter_nd, gather_nd, indices, ids, data.shape)
+        return where(keep, gather_nd(g, indices), 0.0)
+
+    return (
+        op.want(0, lambda: scatter_nd(g, indices, _zeros(updates.shape, updates.dtype))),
+        None,
+        op.want(2, d_updates),
+    )
+
+
+def _c_scatter_nd(ins, outs, attrs, lit):
+    data, indices, _ = ins
+    k = indices.shape[-1]
+    return {
+        "fn": f"fc_scatter_nd_{_kernel_sfx(data.dtype)}_{L.suffix(indices.dtype)}",
+        "count": math.prod(indices.shape[:-1]),
+        "k": k,
+        "dims": list(data.shape[:k]),
+        "strides": L.strides(data.shape)[:k],
+        "slice": math.prod(data.shape[k:]),
+        "op": _RED_CODE[attrs["reduction"]],
+        "nbytes": data.nbytes,
+    }
+
+
+defop(
+    "scatter_nd",
+    ("data", "indices", "updates"),
+    _scatter_nd_infer,
+    _scatter_nd_ref,
+    _g_scatter_nd,
+    attrs={"reduction": Attr("str", "none", REDUCTIONS)},
+    c=CKernel("scatter_nd", _c_scatter_nd, _HEADERS),
+    doc="data with each update slice written to (or combined into) the slice its index tuple "
+    "addresses, in row-major order of the tuples",
+)
+
+
+def scatter_nd(data, indices, updates, reduction="none", name=None):
+    """The inverse of ``gather_nd`` (ONNX ScatterND): a copy of ``data`` with the slices that
+    the index tuples address replaced by (or combined with) ``updates``."""
+    return apply("scatter_nd", [operand(data), operand(indices), operand(updates)], name, reduction=reduction)
+
+
+# ----------------------------------------------------------------------------- topk
+def _topk_infer(types, attrs):
+    x = types[0]
+    check_dtype(x, dtypes.NUMERIC)
+    if x.rank == 0:
+        raise ShapeError("topk needs rank >= 1")
+    axis, k = attrs["axis"], attrs["k"]
+    if not 0 <= k <= x.shape[axis]:
+        raise ShapeError(f"k {k} must lie in [0, {x.shape[axis]}] (axis {axis} of {x.shape})")
+    shape = x.shape[:axis] + (k,) + x.shape[axis + 1 :]
+    return TensorType(shape, x.dtype), TensorType(shape, "int64")
+
+
+def _topk_ref(xs, attrs):
+    x, axis, k = xs[0], attrs["axis"], attrs["k"]
+    if attrs["largest"]:
+        # descending, equal values by the smaller index, NaN first: a stable ascending sort
+        # of the reversed axis, read backwards
+        n = x.shape[axis]
+        order = n - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+    else:
+        order = np.argsort(x, axis=axis, kind="stable")
+    order = np.take(order, np.arange(k), axis=axis).astype(np.int64)
+    return np.take_along_axis(x, order, axis=axis), order
+
+
+def _g_topk(op, gys):
+    x = op.inputs[0]
+    if gys[0] is None:
+        return (None,)
+    zeros = _zeros(x.shape, x.dtype)
+    return (scatter_elements(zeros, op.outputs[1], gys[0], axis=op.attrs["axis"], reduction="add"),)
+
+
+def _c_topk(ins, outs, attrs, lit):
+    outer, dim, inner = L.around(ins[0].shape, [attrs["axis"]])
+    return {"outer": outer, "dim": dim, "inner": inner, "k": attrs["k"], "largest": int(attrs["largest"])}
+
+
+def _flops_topk(ins, outs, attrs):
+    return ins[0].size * max(1, math.ceil(math.log2(max(attrs["k"], 2))))
+
+
+defop(
+    "topk",
+    ("x",),
+    _topk_infer,
+    _topk_ref,
+    _g_topk,
+    attrs={
+        "k": Attr("int"),
+        "axis": Attr("int", -1),
+        "largest": Attr("bool", True),
+        "sorted": Attr("bool", True),
+    },
+    resolve=resolve_axis,
+    c=CKernel("topk", _c_topk, ("kernels/topk.h",)),
+    flops=_flops_topk,
+    doc="the k largest (or smallest) values along axis, best first, and their int64 indices; "
+    "equal values by the smaller index, NaN above every number (always sorted, whatever 'sorted')",
+)
+
+
+def topk(x, k, axis=-1, largest=True, sorted=True, name=None):  # noqa: A002 - ONNX's name
+    """``(values, indices)`` of the ``k`` largest (or smallest) entries along ``axis``."""
+    return apply("topk", [operand(x)], name, k=k, axis=axis, largest=largest, sorted=sorted)
+
+
+# ----------------------------------------------------------------------------- one_hot
+def one_hot(indices, depth: int, axis: int = -1, on_value=1.0, off_value=0.0, dtype="float32", name=None):
+    """``on_value`` where the (wrapped) index equals the position along the new ``axis`` of
+    size ``depth``, else ``off_value`` (ONNX OneHot): a composition of ``equal`` and ``where``.
+
+    Negative indices in ``[-depth, 0)`` count from the end; others out of range give a row of
+    ``off_value``. ``on_value``/``off_value`` may be scalars (of ``dtype``) or scalar Tensors.
+    """
+    indices = operand(indices)
+    if indices.dtype == "bool":
+        raise ShapeError(f"one_hot: indices '{indices.name}' are bool, expected a number type")
+    axis = norm_axis(axis, indices.rank + 1)
+    ndt = dtypes.np_dtype(indices.dtype)
+    wrapped = where(less(indices, 0), add(indices, constant(np.asarray(depth, ndt))), indices)
+    positions = np.arange(depth).astype(ndt).reshape((depth,) + (1,) * (indices.rank - axis))
+    hit = equal(unsqueeze(wrapped, axis), constant(positions))
+    on, off = (
+        v if isinstance(v, Tensor) else constant(np.asarray(v, dtypes.np_dtype(dtype)))
+        for v in (on_value, off_value)
+    )
+    return where(hit, on, off, name=name)

@@ -1,3 +1,460 @@
-"""(filled in by the op records of this family)"""
+"""More elementwise math and the cumulative ops.
+
+- trigonometric and hyperbolic functions (and their inverses), ``floor``, ``ceil`` and
+  ``round`` (half to even, like ``np.round`` and ONNX Round), floats only;
+- ``isnan`` and ``isinf`` (bool results);
+- ``mod``: ``fmod=False`` takes the sign of the divisor (Python's ``%``, ``np.mod``),
+  ``fmod=True`` the sign of the dividend (C's ``fmod`` and ``%``, ``np.fmod``); integer
+  modulo by zero is an error, as integer division is;
+- ``bitwise_and/or/xor/not`` and ``bitshift`` on integers. Shifting by a negative amount or
+  by the bit width or more gives 0, or -1 for a right shift of a negative number (ONNX
+  BitShift); left shifts of signed values wrap;
+- ``cumsum`` and ``cumprod`` along one axis, optionally exclusive and/or reversed (ONNX
+  CumSum/CumProd, ``tf.math.cumsum``). float16 accumulates in float32, like the
+  reductions; integers wrap.
+
+``reciprocal``, ``softplus``, ``softsign`` and ``swish`` are compositions.
+
+>>> import numpy as np, graphdef as gd
+>>> g = gd.Graph("m")
+>>> with g:
+...     x = gd.placeholder("x", (4,))
+...     y = gd.mod(x, 3.0)
+>>> gd.run(g, {"x": np.array([-4, -1, 2, 7], np.float32)}, [y])[0]
+array([2., 2., 2., 1.], dtype=float32)
+"""
 
 from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..builder import apply, operand
+from ..errors import ExecutionError
+from ..ir import TensorType
+from ..registry import NOT_DIFFERENTIABLE, Attr, CExpr, CKernel, NotDifferentiable, defop
+from . import _lower as L
+from ._util import check_dtype, resolve_axis
+from .elementwise import (
+    _binary,
+    _binary_infer,
+    _pair,
+    _unary,
+    add,
+    call,
+    div,
+    mul,
+    neg,
+    rsqrt,
+    sigmoid,
+    sub,
+    unbroadcast,
+)
+
+# ----------------------------------------------------------------------------- float unary
+
+
+def _g_sin(op, gys):
+    return (mul(gys[0], cos(op.inputs[0])),)
+
+
+def _g_cos(op, gys):
+    return (neg(mul(gys[0], sin(op.inputs[0]))),)
+
+
+def _g_tan(op, gys):
+    y = op.outputs[0]
+    return (mul(gys[0], add(mul(y, y), 1)),)
+
+
+def _g_asin(op, gys):
+    x = op.inputs[0]
+    return (mul(gys[0], rsqrt(sub(1, mul(x, x)))),)
+
+
+def _g_acos(op, gys):
+    x = op.inputs[0]
+    return (neg(mul(gys[0], rsqrt(sub(1, mul(x, x))))),)
+
+
+def _g_atan(op, gys):
+    x = op.inputs[0]
+    return (div(gys[0], add(mul(x, x), 1)),)
+
+
+def _g_sinh(op, gys):
+    return (mul(gys[0], cosh(op.inputs[0])),)
+
+
+def _g_cosh(op, gys):
+    return (mul(gys[0], sinh(op.inputs[0])),)
+
+
+def _g_asinh(op, gys):
+    x = op.inputs[0]
+    return (mul(gys[0], rsqrt(add(mul(x, x), 1))),)
+
+
+def _g_acosh(op, gys):
+    x = op.inputs[0]
+    return (mul(gys[0], rsqrt(sub(mul(x, x), 1))),)
+
+
+def _g_atanh(op, gys):
+    x = op.inputs[0]
+    return (div(gys[0], sub(1, mul(x, x))),)
+
+
+_unary("sin", np.sin, _g_sin, doc="sine")
+_unary("cos", np.cos, _g_cos, doc="cosine")
+_unary("tan", np.tan, _g_tan, doc="tangent")
+_unary("asin", np.arcsin, _g_asin, doc="inverse sine; NaN outside [-1, 1]")
+_unary("acos", np.arccos, _g_acos, doc="inverse cosine; NaN outside [-1, 1]")
+_unary("atan", np.arctan, _g_atan, doc="inverse tangent")
+_unary("sinh", np.sinh, _g_sinh, doc="hyperbolic sine")
+_unary("cosh", np.cosh, _g_cosh, doc="hyperbolic cosine")
+_unary("asinh", np.arcsinh, _g_asinh, doc="inverse hyperbolic sine")
+_unary("acosh", np.arccosh, _g_acosh, doc="inverse hyperbolic cosine; NaN below 1")
+_unary("atanh", np.arctanh, _g_atanh, doc="inverse hyperbolic tangent; NaN outside [-1, 1]")
+# piecewise constant: the derivative is zero wherever it exists
+_unary("floor", np.floor, NOT_DIFFERENTIABLE, doc="largest integer <= x")
+_unary("ceil", np.ceil, NOT_DIFFERENTIABLE, doc="smallest integer >= x")
+_unary("round", np.round, NOT_DIFFERENTIABLE, doc="nearest integer, halves to even (2.5 -> 2)")
+
+
+def sin(x, name=None):
+    return apply("sin", [operand(x)], name)
+
+
+def cos(x, name=None):
+    return apply("cos", [operand(x)], name)
+
+
+def tan(x, name=None):
+    return apply("tan", [operand(x)], name)
+
+
+def asin(x, name=None):
+    return apply("asin", [operand(x)], name)
+
+
+def acos(x, name=None):
+    return apply("acos", [operand(x)], name)
+
+
+def atan(x, name=None):
+    return apply("atan", [operand(x)], name)
+
+
+def sinh(x, name=None):
+    return apply("sinh", [operand(x)], name)
+
+
+def cosh(x, name=None):
+    return apply("cosh", [operand(x)], name)
+
+
+def asinh(x, name=None):
+    return apply("asinh", [operand(x)], name)
+
+
+def acosh(x, name=None):
+    return apply("acosh", [operand(x)], name)
+
+
+def atanh(x, name=None):
+    return apply("atanh", [operand(x)], name)
+
+
+def floor(x, name=None):
+    return apply("floor", [operand(x)], name)
+
+
+def ceil(x, name=None):
+    return apply("ceil", [operand(x)], name)
+
+
+def round(x, name=None):  # noqa: A001 - the op's name
+    """Round to the nearest integer, halves to even: ``round([0.5, 1.5, 2.5]) == [0, 2, 2]``."""
+    return apply("round", [operand(x)], name)
+
+
+def reciprocal(x, name=None):
+    """``1 / x`` (a composition)."""
+    x = operand(x)
+    return div(1, x, name=name)
+
+
+def softplus(x, name=None):
+    """``log(1 + exp(x))`` without overflow: ``relu(x) + log(1 + exp(-|x|))`` (a composition)."""
+    from .elementwise import abs, exp, log, relu
+
+    x = operand(x)
+    return add(relu(x), log(add(exp(neg(abs(x))), 1)), name=name)
+
+
+def softsign(x, name=None):
+    """``x / (1 + |x|)`` (a composition)."""
+    from .elementwise import abs
+
+    x = operand(x)
+    return div(x, add(abs(x), 1), name=name)
+
+
+def swish(x, alpha=1.0, name=None):
+    """``x * sigmoid(alpha * x)`` (a composition; SiLU when alpha is 1)."""
+    x = operand(x)
+    return mul(x, sigmoid(mul(x, alpha) if alpha != 1.0 else x), name=name)
+
+
+# ----------------------------------------------------------------------------- isnan, isinf
+
+
+def _bool_infer(types, attrs):
+    check_dtype(types[0], dtypes.FLOATS)
+    return TensorType(types[0].shape, "bool")
+
+
+def _isinf(x, detect_positive, detect_negative):
+    return (np.isposinf(x) & detect_positive) | (np.isneginf(x) & detect_negative)
+
+
+defop(
+    "isnan",
+    ("x",),
+    _bool_infer,
+    lambda xs, a: np.isnan(xs[0]),
+    NOT_DIFFERENTIABLE,
+    c=call("fc_isnan"),
+    doc="whether x is NaN (bool)",
+)
+defop(
+    "isinf",
+    ("x",),
+    _bool_infer,
+    lambda xs, a: _isinf(xs[0], **a),
+    NOT_DIFFERENTIABLE,
+    attrs={"detect_positive": Attr("bool", True), "detect_negative": Attr("bool", True)},
+    c=CExpr(
+        lambda ins, out, a, lit: (
+            f"fc_isinf_{{t}}({{0}}, {int(a['detect_positive'])}, {int(a['detect_negative'])})"
+        )
+    ),
+    doc="whether x is +inf (if detect_positive) or -inf (if detect_negative) (bool)",
+)
+
+
+def isnan(x, name=None):
+    return apply("isnan", [operand(x)], name)
+
+
+def isinf(x, detect_positive=True, detect_negative=True, name=None):
+    return apply(
+        "isinf", [operand(x)], name, detect_positive=detect_positive, detect_negative=detect_negative
+    )
+
+
+# ----------------------------------------------------------------------------- mod
+
+
+def _mod_ref(xs, attrs):
+    a, b = xs
+    if dtypes.is_int(a.dtype.name) and np.any(b == 0):
+        raise ExecutionError("integer modulo by zero")
+    out = np.fmod(a, b) if attrs["fmod"] else np.mod(a, b)
+    return np.asarray(out).astype(a.dtype, copy=False)
+
+
+def _mod_c(ins, out, a, lit):
+    fn = "fc_fmod" if a["fmod"] else "fc_mod"
+    return f"{fn}_{{t}}({{0}}, {{1}}, {{err}})" if dtypes.is_int(ins[0]) else f"{fn}_{{t}}({{0}}, {{1}})"
+
+
+def _trunc(q):
+    from .elementwise import sign
+
+    return mul(sign(q), floor(mul(q, sign(q))))
+
+
+def _g_mod(op, gys):
+    # y = a - q * b with q = floor(a / b) (trunc for fmod): piecewise, dy/da = 1, dy/db = -q
+    a, b = op.inputs
+    g = gys[0]
+
+    def gb():
+        q = div(a, b)
+        q = _trunc(q) if op.attrs["fmod"] else floor(q)
+        return unbroadcast(neg(mul(g, q)), b.shape)
+
+    return op.want(0, lambda: unbroadcast(g, a.shape)), op.want(1, gb)
+
+
+defop(
+    "mod",
+    ("a", "b"),
+    _binary_infer(dtypes.NUMERIC),
+    _mod_ref,
+    _g_mod,
+    attrs={"fmod": Attr("bool", False)},
+    c=CExpr(_mod_c),
+    doc="remainder of a / b: sign of b (np.mod), or of a if fmod (np.fmod); integer b == 0 is an error",
+)
+
+
+def mod(a, b, fmod=False, name=None):
+    """Elementwise remainder; ``fmod=False``: Python's ``a % b``, ``fmod=True``: C's ``fmod``."""
+    return apply("mod", _pair(a, b), name, fmod=fmod)
+
+
+# ----------------------------------------------------------------------------- bitwise
+
+
+_binary("bitwise_and", np.bitwise_and, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a & b, bit by bit")
+_binary("bitwise_or", np.bitwise_or, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a | b, bit by bit")
+_binary("bitwise_xor", np.bitwise_xor, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a ^ b, bit by bit")
+_unary("bitwise_not", np.invert, NOT_DIFFERENTIABLE, dtypes.INTS, doc="~x, bit by bit")
+
+_UNSIGNED = {"int8": np.uint8, "uint8": np.uint8, "int16": np.uint16, "uint16": np.uint16, "int32": np.uint32,
+             "uint32": np.uint32, "int64": np.uint64, "uint64": np.uint64}
+
+
+def _bitshift(a, b, direction):
+    a, b = (np.ascontiguousarray(v) for v in np.broadcast_arrays(a, b))
+    bits = a.dtype.itemsize * 8
+    outside = (b < 0) | (b >= bits)
+    s = np.where(outside, 0, b)
+    if direction == "left":
+        unsigned = _UNSIGNED[a.dtype.name]
+        shifted = np.left_shift(a.view(unsigned), s.astype(unsigned)).view(a.dtype)
+        fill = np.zeros_like(a)
+    else:
+        shifted = np.right_shift(a, s.astype(a.dtype))
+        fill = np.where(a < 0, -1, 0).astype(a.dtype) if a.dtype.kind == "i" else np.zeros_like(a)
+    return np.where(outside, fill, shifted).astype(a.dtype)
+
+
+defop(
+    "bitshift",
+    ("x", "y"),
+    _binary_infer(dtypes.INTS),
+    lambda xs, a: _bitshift(*xs, a["direction"]),
+    NOT_DIFFERENTIABLE,
+    attrs={"direction": Attr("str", choices=("left", "right"))},
+    c=CExpr(lambda ins, out, a, lit: f"fc_shift_{a['direction']}_{{t}}({{0}}, {{1}})"),
+    doc="x shifted left or right by y bits (right: arithmetic for signed types); "
+    "y < 0 or >= the bit width gives 0, or -1 for a right shift of a negative x",
+)
+
+
+def bitwise_and(a, b, name=None):
+    return apply("bitwise_and", _pair(a, b), name)
+
+
+def bitwise_or(a, b, name=None):
+    return apply("bitwise_or", _pair(a, b), name)
+
+
+def bitwise_xor(a, b, name=None):
+    return apply("bitwise_xor", _pair(a, b), name)
+
+
+def bitwise_not(x, name=None):
+    return apply("bitwise_not", [operand(x)], name)
+
+
+def bitshift(x, y, direction="left", name=None):
+    """``x << y`` (direction "left") or ``x >> y`` ("right"), elementwise with broadcasting."""
+    return apply("bitshift", _pair(x, y), name, direction=direction)
+
+
+# ----------------------------------------------------------------------------- cumulative
+
+_CUM_ATTRS = {"axis": Attr("int", 0), "exclusive": Attr("bool", False), "reverse": Attr("bool", False)}
+
+
+def _cum_infer(types, attrs):
+    check_dtype(types[0], dtypes.NUMERIC)
+    return types[0]
+
+
+def _cum_ref(accumulate, identity):
+    def ref(xs, attrs):
+        x = xs[0]
+        v = np.moveaxis(x.astype(np.float32) if x.dtype == np.float16 else x, attrs["axis"], -1)
+        if attrs["reverse"]:
+            v = v[..., ::-1]
+        out = accumulate(v, axis=-1, dtype=v.dtype)
+        if attrs["exclusive"]:
+            shifted = np.full_like(out, identity)
+            shifted[..., 1:] = out[..., :-1]
+            out = shifted
+        if attrs["reverse"]:
+            out = out[..., ::-1]
+        return np.ascontiguousarray(np.moveaxis(out, -1, attrs["axis"])).astype(x.dtype, copy=False)
+
+    return ref
+
+
+def _cum_c(ins, outs, attrs, lit):
+    outer, length, inner = L.around(ins[0].shape, [attrs["axis"]])
+    return {
+        "outer": outer,
+        "len": length,
+        "inner": inner,
+        "exclusive": int(attrs["exclusive"]),
+        "reverse": int(attrs["reverse"]),
+    }
+
+
+def _g_cumsum(op, gys):
+    a = op.attrs
+    return (cumsum(gys[0], a["axis"], a["exclusive"], not a["reverse"]),)
+
+
+defop(
+    "cumsum",
+    ("x",),
+    _cum_infer,
+    _cum_ref(np.cumsum, 0),
+    _g_cumsum,
+    attrs=_CUM_ATTRS,
+    resolve=resolve_axis,
+    c=CKernel("cumulative", _cum_c, ("kernels/cumulative.h",)),
+    flops=lambda ins, outs, a: ins[0].size,
+    doc="running sum along axis (exclusive: without the element itself; reverse: from the end)",
+)
+defop(
+    "cumprod",
+    ("x",),
+    _cum_infer,
+    _cum_ref(np.cumprod, 1),
+    NotDifferentiable(
+        "the gradient of a running product divides by x (undefined at zeros); not built", error=True
+    ),
+    attrs=_CUM_ATTRS,
+    resolve=resolve_axis,
+    c=CKernel("cumulative", _cum_c, ("kernels/cumulative.h",)),
+    flops=lambda ins, outs, a: ins[0].size,
+    doc="running product along axis (exclusive: without the element itself; reverse: from the end)",
+)
+
+
+def cumsum(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Running sum along ``axis``: ``cumsum([1, 2, 3]) == [1, 3, 6]``; exclusive gives
+    ``[0, 1, 3]``, reverse ``[6, 5, 3]``."""
+    return apply("cumsum", [operand(x)], name, axis=axis, exclusive=exclusive, reverse=reverse)
+
+
+def cumprod(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Running product along ``axis``: ``cumprod([1, 2, 3]) == [1, 2, 6]``; exclusive gives
+    ``[1, 1, 2]``, reverse ``[6, 6, 3]``."""
+    return apply("cumprod", [operand(x)], name, axis=axis, exclusive=exclusive, reverse=reverse)
+
+
+# the builders that graphdef exports (``gd.sin``, ``gd.cumsum`` ...)
+__all__ = [
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "floor", "ceil", "round", "reciprocal", "softplus", "softsign", "swish", "isnan", "isinf",
+    "mod", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitshift", "cumsum",
+    "cumprod",
+]  # fmt: skip

@@ -3,7 +3,7 @@
  * Usage, in a kernel family header:
  *     #define FC_INC "kernels/pool.inc"
  *     #define FC_WANT_FLOATS          (f16, f32, f64)
- *     #define FC_WANT_INTS            (i8, u8, i32, i64), optional
+ *     #define FC_WANT_INTS            (i8, u8, i16, u16, i32, u32, i64, u64), optional
  *     #include "kernels/instantiate.h"
  *
  * Inside the .inc file:
@@ -107,6 +107,62 @@
 #define FC_T uint8_t
 #define FC_A uint64_t
 #define FC_ST(v) ((uint8_t)(v))
+#define FC_LOWEST 0
+#include FC_INC
+#undef FC_SFX
+#undef FC_T
+#undef FC_A
+#undef FC_ST
+#undef FC_LOWEST
+#undef FC_ISNEG
+
+#define FC_SFX i16
+#define FC_ISNEG(v) ((v) < 0)
+#define FC_T int16_t
+#define FC_A int64_t
+#define FC_ST(v) ((int16_t)(uint16_t)(uint64_t)(v))
+#define FC_LOWEST INT16_MIN
+#include FC_INC
+#undef FC_SFX
+#undef FC_T
+#undef FC_A
+#undef FC_ST
+#undef FC_LOWEST
+#undef FC_ISNEG
+
+#define FC_SFX u16
+#define FC_ISNEG(v) 0
+#define FC_T uint16_t
+#define FC_A uint64_t
+#define FC_ST(v) ((uint16_t)(v))
+#define FC_LOWEST 0
+#include FC_INC
+#undef FC_SFX
+#undef FC_T
+#undef FC_A
+#undef FC_ST
+#undef FC_LOWEST
+#undef FC_ISNEG
+
+#define FC_SFX u32
+#define FC_ISNEG(v) 0
+#define FC_T uint32_t
+#define FC_A uint64_t
+#define FC_ST(v) ((uint32_t)(v))
+#define FC_LOWEST 0
+#include FC_INC
+#undef FC_SFX
+#undef FC_T
+#undef FC_A
+#undef FC_ST
+#undef FC_LOWEST
+#undef FC_ISNEG
+
+#define FC_SFX u64
+#define FC_ISNEG(v) 0
+#define FC_T uint64_t
+#define FC_A uint64_t
+#define FC_ST(v) ((uint64_t)(v))
 #define FC_LOWEST 0
 #include FC_INC
 #undef FC_SFX

@@ -19,7 +19,7 @@
 #include "kernels/instantiate.h"
 
 /* Round a float to float16 and back: what storing an f16 intermediate would give. */
-FC_INLINE float fc_round_f16(float v) { return fc_h2f(fc_f2h(v)); }
+FC_INLINE float fc_narrow_f16(float v) { return fc_h2f(fc_f2h(v)); }
 
 /* float -> integer conversion: truncate toward zero, NaN -> 0, saturate to int64 first,
  * then wrap to the target width (never undefined behaviour). */
@@ -36,5 +36,9 @@ FC_INLINE int8_t fc_to_i8(int64_t v) { return (int8_t)(uint8_t)(uint64_t)v; }
 FC_INLINE uint8_t fc_to_u8(int64_t v) { return (uint8_t)(uint64_t)v; }
 FC_INLINE int32_t fc_to_i32(int64_t v) { return (int32_t)(uint32_t)(uint64_t)v; }
 FC_INLINE int64_t fc_to_i64(int64_t v) { return v; }
+FC_INLINE int16_t fc_to_i16(int64_t v) { return (int16_t)(uint16_t)(uint64_t)v; }
+FC_INLINE uint16_t fc_to_u16(int64_t v) { return (uint16_t)(uint64_t)v; }
+FC_INLINE uint32_t fc_to_u32(int64_t v) { return (uint32_t)(uint64_t)v; }
+FC_INLINE uint64_t fc_to_u64(int64_t v) { return (uint64_t)v; }
 
 #endif /* FC_KERNELS_SCALAR_H */

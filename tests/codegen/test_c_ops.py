@@ -13,7 +13,7 @@ pytestmark = pytest.mark.c
 
 RNG = np.random.default_rng(42)
 FLOATS = ("float32", "float64", "float16")
-INTS = ("int8", "uint8", "int32", "int64")
+INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 
 
 def arr(shape, dtype, lo=-3.0, hi=3.0):
@@ -78,6 +78,8 @@ for dt in FLOATS:
         arr((2, 5), dt),
     )
     case(f"pow-{dt}", gd.pow, pos((3, 2), dt), arr((2,), dt))
+case("clip-inverted-f", lambda x: gd.clip(x, 1.0, -1.0), arr((5,), "float32"))
+case("clip-inverted-i", lambda x: gd.clip(x, 2.5, -1.5), arr((5,), "int32"))
 case("pow-int", gd.pow, arr((4,), "int32"), np.array([0, 1, 2, 3], np.int32))
 case("logic", lambda a, b: gd.logical_not(gd.logical_xor(a, b)), arr((4,), "bool"), arr((2, 1), "bool"))
 
@@ -307,7 +309,9 @@ def _declared_elsewhere() -> set[str]:
     out: set[str] = set()
     for path in Path(__file__).parent.glob("test_*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "C_OPS_TESTED" for t in node.targets):
+            if isinstance(node, ast.Assign) and any(
+                getattr(t, "id", None) == "C_OPS_TESTED" for t in node.targets
+            ):
                 out |= ast.literal_eval(node.value)
     return out
 

@@ -31,7 +31,7 @@ def test_prune_keeps_what_outputs_need_including_control_inputs():
             gd.neg(x, name="y")
     out = passes.prune(_declared(g, "y"))
     gd.verify(out)
-    assert [n.name for n in out.nodes] == ["x", "a", "y"]
+    assert [n.name for n in out.nodes] == ["x", "unused", "a", "y"]  # placeholders are the interface
 
 
 def test_freeze_turns_unassigned_variables_into_constants():
@@ -148,3 +148,36 @@ def test_graph_without_outputs_is_refused():
         gd.placeholder("x", (2,))
     with pytest.raises(gd.GraphError, match="no outputs"):
         passes.run(g)
+
+
+@pytest.mark.parametrize("producer", ["conv", "gemm", "gemm_t"])
+def test_batch_norm_folds_into_the_conv_or_gemm_before_it(producer):
+    rng = np.random.default_rng(3)
+    p = [rng.uniform(0.5, 1.5, 4).astype(np.float32) for _ in range(4)]
+    with gd.Graph("g") as g:
+        if producer == "conv":
+            x = gd.placeholder("x", (2, 3, 5, 5))
+            feeds = {"x": rng.standard_normal((2, 3, 5, 5)).astype(np.float32)}
+            h = gd.conv2d(x, gd.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+                          gd.constant(rng.standard_normal(4).astype(np.float32)), padding=1)
+        else:
+            x = gd.placeholder("x", (2, 6))
+            feeds = {"x": rng.standard_normal((2, 6)).astype(np.float32)}
+            wshape = (4, 6) if producer == "gemm_t" else (6, 4)
+            h = gd.gemm(x, gd.constant(rng.standard_normal(wshape).astype(np.float32)),
+                        gd.constant(np.float32(0.5)), alpha=2.0, beta=3.0, trans_b=producer == "gemm_t")
+        gd.relu(gd.batch_norm(h, *(gd.constant(v) for v in p)), name="y")
+    before = _declared(g)
+    out = passes.fold_batch_norm(before)
+    gd.verify(out)
+    assert not any(n.op == "batch_norm" for n in out.nodes)
+    _same_values(before, out, feeds)
+
+
+def test_batch_norm_is_not_folded_when_the_conv_output_is_also_used():
+    with gd.Graph("g") as g:
+        x = gd.placeholder("x", (1, 2, 4, 4))
+        h = gd.conv2d(x, gd.constant(np.ones((2, 2, 1, 1), np.float32)))
+        bn = gd.batch_norm(h, *(gd.constant(np.ones(2, np.float32)) for _ in range(4)))
+        gd.add(bn, h, name="y")
+    assert any(n.op == "batch_norm" for n in passes.fold_batch_norm(_declared(g)).nodes)

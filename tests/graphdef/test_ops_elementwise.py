@@ -281,6 +281,8 @@ def test_gelu_tanh(rng, run_op):
     [
         ("float32", -1.0, 0.5),
         ("float32", 0.0, math.inf),
+        ("float32", 1.0, -1.0),
+        ("int32", 2.5, -1.5),
         ("int32", -2, 3),
         ("float16", -0.5, 0.5),
         ("uint8", 2, 7),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -51,17 +52,26 @@ def generate(cache: Path) -> list[Path]:
             for i, (inputs, outputs) in enumerate(case.data_sets):
                 d = folder / f"test_data_set_{i}"
                 d.mkdir(exist_ok=True)
-                for kind, values, infos in (("input", inputs, case.model.graph.input),
-                                            ("output", outputs, case.model.graph.output)):
+                for kind, values, infos in (
+                    ("input", inputs, case.model.graph.input),
+                    ("output", outputs, case.model.graph.output),
+                ):
                     for j, v in enumerate(values):
                         info = infos[j]
                         if not info.type.HasField("tensor_type"):
                             (d / f"{kind}_{j}.pb").write_bytes(b"")  # sequences/maps: unsupported anyway
                             continue
-                        t = v if isinstance(v, onnx.TensorProto) else numpy_helper.from_array(np.asarray(v), info.name)
+                        t = (
+                            v
+                            if isinstance(v, onnx.TensorProto)
+                            else numpy_helper.from_array(np.asarray(v), info.name)
+                        )
                         (d / f"{kind}_{j}.pb").write_bytes(t.SerializeToString())
-            (folder / "case.json").write_text(json.dumps({"rtol": getattr(case, "rtol", 1e-3) or 1e-3,
-                                                          "atol": getattr(case, "atol", 1e-7) or 1e-7}))
+            (folder / "case.json").write_text(
+                json.dumps(
+                    {"rtol": getattr(case, "rtol", 1e-3) or 1e-3, "atol": getattr(case, "atol", 1e-7) or 1e-7}
+                )
+            )
         stamp.write_text(str(len(cases)))
     return sorted(p for p in cache.iterdir() if p.is_dir() and (p / "model.onnx").exists())
 
@@ -71,7 +81,10 @@ def _main_op(model) -> str:
     counts = Counter(ops)
     # the op under test: the rarest non-trivial op of the model, else its first op
     for op in ops:
-        if op not in ("Constant", "Identity", "Cast", "Shape", "Reshape", "Unsqueeze", "Squeeze") and counts[op] >= 1:
+        if (
+            op not in ("Constant", "Identity", "Cast", "Shape", "Reshape", "Unsqueeze", "Squeeze")
+            and counts[op] >= 1
+        ):
             return op
     return ops[0] if ops else "?"
 
@@ -116,21 +129,28 @@ def import_case(folder: Path) -> dict:
     inputs = [vi.name for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}]
     shapes = {n: a.shape for n, a in zip(inputs, sets[0][0])}
     fixed: dict = {}
+    given = dict(zip(inputs, sets[0][0]))
     try:
-        try:
-            g = gd.load_onnx(folder / "model.onnx", shapes=shapes)
-        except FlowcError as e:
-            # inputs that decide shapes (axes, pads, sizes...) given as graph inputs: compile
-            # the model for the test's values, as a user would fix them with --value
-            if "fix it with --value" not in str(e) or len(sets) != 1:
-                raise
-            fixed = {n: a for n, a in zip(inputs, sets[0][0]) if a.dtype.kind in "iu" and a.size <= 64}
-            g = gd.load_onnx(folder / "model.onnx", shapes=shapes, values=fixed)
+        while True:
+            try:
+                g = gd.load_onnx(folder / "model.onnx", shapes=shapes, values=fixed)
+                break
+            except FlowcError as e:
+                # an input that decides a shape (axes, pads, sizes, depth...) given as a graph
+                # input: compile for the test's value, as a user fixes it with --value
+                m = re.search(r"model input '([^']+)': fix it with --value", str(e))
+                if not m or m.group(1) in fixed or m.group(1) not in given or len(sets) != 1:
+                    raise
+                fixed[m.group(1)] = given[m.group(1)]
     except FlowcError as e:
         return {**base, "status": "unsupported", "reason": str(e)}
     except Exception as e:  # a crash: must not happen
-        return {**base, "status": "crash", "reason": f"{type(e).__name__}: {e}",
-                "trace": traceback.format_exc(limit=4)}
+        return {
+            **base,
+            "status": "crash",
+            "reason": f"{type(e).__name__}: {e}",
+            "trace": traceback.format_exc(limit=4),
+        }
     if fixed:
         keep = [i for i, n in enumerate(inputs) if n not in fixed]
         sets = [([ins[i] for i in keep], outs) for ins, outs in sets]
@@ -236,8 +256,10 @@ def write_report(results: list[dict], path: Path, onnx_version: str, seconds: fl
     for op in sorted(by_op):
         c = by_op[op]
         why = reasons[op].most_common(1)[0][0] if reasons[op] else ""
-        lines.append(f"| {op} | {sum(c.values())} | {c['passed']} | {c['failed'] + c['crash']} | "
-                     f"{c['unsupported']} | {why} |")
+        lines.append(
+            f"| {op} | {sum(c.values())} | {c['passed']} | {c['failed'] + c['crash']} | "
+            f"{c['unsupported']} | {why} |"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -245,7 +267,7 @@ def _short(reason: str) -> str:
     reason = reason.replace("|", "/").replace("\n", " ")
     for cut in ("unsupported ops: ",):
         if cut in reason:
-            reason = reason[reason.index(cut):]
+            reason = reason[reason.index(cut) :]
     if ": " in reason and reason.startswith("node '"):
         reason = reason.split("): ", 1)[-1]
     return reason[:110]
@@ -265,7 +287,7 @@ def main(argv=None) -> int:
     folders = generate(args.cache or default_cache())
     if args.only:
         folders = [f for f in folders if args.only in f.name]
-    batches = [folders[i:i + BATCH] for i in range(0, len(folders), BATCH)]
+    batches = [folders[i : i + BATCH] for i in range(0, len(folders), BATCH)]
     results: list[dict] = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for out in pool.map(run_batch, batches):
@@ -273,8 +295,10 @@ def main(argv=None) -> int:
             print(f"{len(results)}/{len(folders)} cases", file=sys.stderr)
     seconds = time.perf_counter() - t0
     total = Counter(r["status"] for r in results)
-    print(f"passed {total['passed']}, failed {total['failed']}, unsupported {total['unsupported']}, "
-          f"crashed {total['crash']} of {len(results)} in {seconds:.0f} s")
+    print(
+        f"passed {total['passed']}, failed {total['failed']}, unsupported {total['unsupported']}, "
+        f"crashed {total['crash']} of {len(results)} in {seconds:.0f} s"
+    )
     if not args.only:
         write_report(results, args.report, onnx.__version__, seconds)
         args.results.write_text(json.dumps(sorted(results, key=lambda r: r["case"]), indent=0) + "\n")

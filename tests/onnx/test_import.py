@@ -1,0 +1,220 @@
+"""The ONNX importer: static shapes, constants, external data, and every kind of bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graphdef as gd
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def save(tmp_path, nodes, inputs, outputs, inits=(), name="m.onnx", opset=17, domains=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *domains])
+    model.ir_version = 8
+    path = tmp_path / name
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def vi(name, shape, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def external(name, dims, **info):
+    """A float tensor whose data lives in an external file."""
+    t = TensorProto()
+    t.name, t.data_type = name, TensorProto.FLOAT
+    t.dims.extend(dims)
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in info.items():
+        e = t.external_data.add()
+        e.key, e.value = k, str(v)
+    return t
+
+
+def test_shape_subgraphs_fold_to_constants_and_run(tmp_path):
+    # y = reshape(x, concat(shape(x)[0:1], [-1])) * 2: the shape arithmetic is known at import
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Mul", ["r", "two"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+    ]
+    path = save(tmp_path, nodes, [vi("x", [2, 3, 4])], [vi("y", [2, 12])], inits)
+    g = gd.load_onnx(path)
+    assert {n.op for n in g.nodes} == {
+        "placeholder",
+        "constant",
+        "reshape",
+        "mul",
+        "identity",
+    }  # identity: output name
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(gd.run(g, {"x": x}, ["y"])[0], x.reshape(2, 12) * 2)
+
+
+def test_symbolic_dimensions_need_a_shape(tmp_path):
+    path = save(
+        tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [vi("x", ["batch", 3])], [vi("y", ["batch", 3])]
+    )
+    with pytest.raises(
+        gd.FlowcError, match="input 'x' has symbolic dimension 'batch' at axis 0; fix it with --shape x=NxN"
+    ):
+        gd.load_onnx(path)
+    g = gd.load_onnx(path, shapes={"x": (5, 3)})
+    assert g.node("x").outputs[0].shape == (5, 3)
+    with pytest.raises(gd.FlowcError, match="does not fit declared"):
+        gd.load_onnx(path, shapes={"x": (5, 4)})
+
+
+def test_identity_and_dropout_disappear(tmp_path):
+    nodes = [
+        helper.make_node("Identity", ["x"], ["a"]),
+        helper.make_node("Dropout", ["a"], ["b"]),
+        helper.make_node("Relu", ["b"], ["y"]),
+    ]
+    g = gd.load_onnx(save(tmp_path, nodes, [vi("x", [2])], [vi("y", [2])], opset=13))
+    assert [n.op for n in g.nodes] == ["placeholder", "relu", "identity"]  # the last names the output
+
+
+def test_external_data_inside_the_folder_is_read(tmp_path):
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (tmp_path / "w.bin").write_bytes(b"pad!" + w.tobytes())
+    t = external("w", [2, 3], location="w.bin", offset=4, length=w.nbytes)
+    path = save(
+        tmp_path, [helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", [1, 2])], [vi("y", [1, 3])], [t]
+    )
+    g = gd.load_onnx(path)
+    np.testing.assert_array_equal(gd.run(g, {"x": np.ones((1, 2), np.float32)}, ["y"])[0], [[3, 5, 7]])
+
+
+@pytest.mark.parametrize("location", ["../outside.bin", "/etc/passwd", "sub/../../outside.bin"])
+def test_external_data_outside_the_folder_is_refused(tmp_path, location):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (tmp_path / "outside.bin").write_bytes(bytes(24))
+    t = external("w", [2, 3], location=location)
+    path = save(
+        folder, [helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", [1, 2])], [vi("y", [1, 3])], [t]
+    )
+    with pytest.raises(gd.FlowcError, match="outside the model's folder .* refused"):
+        gd.load_onnx(path)
+
+
+def test_unsupported_ops_are_all_listed_at_once(tmp_path):
+    nodes = [
+        helper.make_node("FancyOp", ["x"], ["a"], domain="com.example"),
+        helper.make_node("FancyOp", ["a"], ["b"], domain="com.example"),
+        helper.make_node("StringNormalizer", ["b"], ["c"]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    path = save(
+        tmp_path, nodes, [vi("x", [2])], [vi("y", [2])], domains=[helper.make_opsetid("com.example", 1)]
+    )
+    with pytest.raises(gd.UnsupportedError) as err:
+        gd.load_onnx(path)
+    msg = str(err.value)
+    assert "FancyOp x2 (com.example opset 1)" in msg and "StringNormalizer x1 (ai.onnx opset 17)" in msg
+    assert "\n" not in msg
+
+
+def test_cyclic_and_unsorted_graphs_are_refused(tmp_path):
+    nodes = [
+        helper.make_node("Relu", ["b"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    with pytest.raises(gd.FlowcError, match="reads 'b', which no earlier node or input defines"):
+        gd.load_onnx(save(tmp_path, nodes, [vi("x", [2])], [vi("y", [2])]))
+
+
+def test_shape_mismatches_name_the_node(tmp_path):
+    nodes = [helper.make_node("Add", ["x", "z"], ["y"], name="the_add")]
+    path = save(tmp_path, nodes, [vi("x", [2, 3]), vi("z", [4])], [vi("y", [2, 3])])
+    with pytest.raises(
+        gd.ShapeError,
+        match="node 'the_add' \\(Add, opset 17\\).*cannot broadcast shapes \\(2, 3\\) and \\(4,\\)",
+    ):
+        gd.load_onnx(path)
+
+
+def test_huge_declared_tensors_are_refused_before_allocating(tmp_path):
+    t = external("w", [1 << 20, 1 << 20], location="w.bin")
+    path = save(tmp_path, [helper.make_node("Add", ["x", "w"], ["y"])], [vi("x", [1])], [vi("y", [1])], [t])
+    with pytest.raises(gd.FlowcError, match="tensor 'w' declares 4398046511104 bytes"):
+        gd.load_onnx(path)
+
+
+@pytest.mark.parametrize(
+    "content,match",
+    [(b"", "empty file"), (b"\x08\x07garbage\xff\xff\xff", "not an ONNX model"), (None, "not an ONNX model")],
+)
+def test_empty_truncated_and_garbage_files(tmp_path, content, match):
+    path = tmp_path / "bad.onnx"
+    if content is None:
+        good = save(
+            tmp_path,
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [vi("x", [2])],
+            [vi("y", [2])],
+            [numpy_helper.from_array(np.ones(1000, np.float32), "unused")],
+        )
+        content = good.read_bytes()[:2000]
+    path.write_bytes(content)
+    with pytest.raises(gd.FlowcError, match=match):
+        gd.load_onnx(path)
+    res = subprocess.run(
+        [sys.executable, "-m", "codegen.cli", "inspect", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert res.returncode == 1 and res.stderr.startswith("flowc: error: ") and match in res.stderr
+
+
+def test_cli_compiles_an_onnx_model_with_a_fixed_shape(tmp_path):
+    path = save(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [vi("x", ["n", 4])], [vi("y", ["n", 4])])
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "codegen.cli",
+            "compile",
+            str(path),
+            "-o",
+            str(tmp_path / "out"),
+            "--name",
+            "m",
+            "--shape",
+            "x=3x4",
+            "--no-build",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert res.returncode == 0, res.stderr
+    assert '"shape": [\n    3,\n    4\n   ]' in (
+        tmp_path / "out" / "metadata.json"
+    ).read_text() or "[3, 4]" in (tmp_path / "out" / "metadata.json").read_text().replace("\n", "").replace(
+        " ", ""
+    ).replace(",", ", ")

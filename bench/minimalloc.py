@@ -27,7 +27,9 @@ DATA = ROOT.parent / "shared" / "benchmarks" / "minimalloc"
 def load(path: Path) -> list[memory.BufferReq]:
     """Reads ``id,lower,upper,size`` rows; a buffer is live on [lower, upper): last = upper - 1."""
     with path.open(newline="") as f:
-        return [memory.BufferReq(int(r["size"]), int(r["lower"]), int(r["upper"]) - 1) for r in csv.DictReader(f)]
+        return [
+            memory.BufferReq(int(r["size"]), int(r["lower"]), int(r["upper"]) - 1) for r in csv.DictReader(f)
+        ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print(f"no instances found in {DATA}", file=sys.stderr)
         return 2
-    header = f"{'instance':<10}{'buffers':>8}{'lower':>10}{'capacity':>10}{'greedy':>8}{'best':>8}{'time_s':>8}  algorithm"
+    core = "C (cffi)" if memory._load_native() is not None else "pure Python (no C compiler)"
+    print(f"search core: {core}; the build, if any, is done before the clock starts")
+    header = (
+        f"{'instance':<10}{'buffers':>8}{'lower':>10}{'capacity':>10}"
+        f"{'greedy':>8}{'best':>8}{'time_s':>8}  algorithm"
+    )
     print(header)
     print("-" * len(header))
     failed = []

@@ -219,8 +219,9 @@ def emit(program: Program, name: str, weights: str = "auto") -> Sources:
         ctype = STORAGE[g.type_of(ref).dtype]
         if loc.kind == "input":
             return ins[loc.index]["cname"]
-        if loc.kind == "output":
-            return outs[loc.index]["cname"]
+        if loc.kind == "output":  # an in-place step may keep another dtype of the same size there
+            o = outs[loc.index]
+            return o["cname"] if o["dtype"] == g.type_of(ref).dtype else f"(({ctype} *){o['cname']})"
         if loc.kind == "const":
             return const_expr[program.constants[loc.index]]
         if loc.kind == "state":

@@ -24,6 +24,7 @@ import bisect
 import hashlib
 import importlib.machinery
 import importlib.util
+import operator
 import os
 import sys
 import tempfile
@@ -79,8 +80,14 @@ class Plan:
 # Input, bounds and the checker
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _int(v) -> int | None:
+    """``v`` as a Python int if it is an integer (numpy ones too, bools not), else None."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
 
 
 def _reqs(buffers: Iterable) -> tuple[BufferReq, ...]:
@@ -92,8 +99,10 @@ def _reqs(buffers: Iterable) -> tuple[BufferReq, ...]:
                 b = BufferReq(*b)
             except TypeError:
                 raise PlanError(f"buffer {i}: expected BufferReq or (size, first, last), got {b!r}") from None
-        if not (_is_int(b.size) and _is_int(b.first) and _is_int(b.last)):
+        fields = (_int(b.size), _int(b.first), _int(b.last))
+        if None in fields:
             raise PlanError(f"buffer {i}: size, first and last must be ints, got {b}")
+        b = BufferReq(*fields)
         if b.size < 0:
             raise PlanError(f"buffer {i}: negative size {b.size}")
         if b.first > b.last:
@@ -103,9 +112,10 @@ def _reqs(buffers: Iterable) -> tuple[BufferReq, ...]:
 
 
 def _alignment(alignment) -> int:
-    if not _is_int(alignment) or alignment < 1:
+    a = _int(alignment)
+    if a is None or a < 1:
         raise PlanError(f"alignment must be a positive int, got {alignment!r}")
-    return alignment
+    return a
 
 
 def _round_up(size: int, alignment: int) -> int:
@@ -128,7 +138,8 @@ def lower_bound(buffers, alignment: int = 1) -> int:
     """
     reqs, a = _reqs(buffers), _alignment(alignment)
     events = sorted(
-        [(b.first, 1, _round_up(b.size, a)) for b in reqs] + [(b.last + 1, 0, -_round_up(b.size, a)) for b in reqs]
+        [(b.first, 1, _round_up(b.size, a)) for b in reqs]
+        + [(b.last + 1, 0, -_round_up(b.size, a)) for b in reqs]
     )
     live = best = 0
     for _, _, delta in events:  # at equal times the ends (kind 0) come first
@@ -154,15 +165,19 @@ def check(buffers, plan: Plan, alignment: int = 1) -> None:
     offsets = tuple(plan.offsets)
     if len(offsets) != len(reqs):
         raise PlanError(f"plan has {len(offsets)} offsets for {len(reqs)} buffers")
+    if None in map(_int, offsets):
+        i = list(map(_int, offsets)).index(None)
+        raise PlanError(f"buffer {i}: offset {offsets[i]!r} is not an int")
+    offsets = tuple(map(_int, offsets))
     for i, (b, o) in enumerate(zip(reqs, offsets)):
-        if not _is_int(o):
-            raise PlanError(f"buffer {i}: offset {o!r} is not an int")
         if o < 0:
             raise PlanError(f"buffer {i}: negative offset {o}")
         if o % a:
             raise PlanError(f"buffer {i}: offset {o} is not a multiple of the alignment {a}")
         if b.size and o + b.size > plan.arena_bytes:
-            raise PlanError(f"buffer {i}: offset {o} + size {b.size} exceeds the arena of {plan.arena_bytes} bytes")
+            raise PlanError(
+                f"buffer {i}: offset {o} + size {b.size} exceeds the arena of {plan.arena_bytes} bytes"
+            )
     live: list[int] = []  # buffers that started, ordered by start
     for i in sorted((i for i, b in enumerate(reqs) if b.size), key=lambda i: (reqs[i].first, i)):
         b, o = reqs[i], offsets[i]
@@ -171,9 +186,11 @@ def check(buffers, plan: Plan, alignment: int = 1) -> None:
             p = offsets[j]
             if o < p + reqs[j].size and p < o + b.size:
                 lo, hi = sorted((i, j))
+                bytes_lo = f"[{offsets[lo]}, {offsets[lo] + reqs[lo].size})"
+                bytes_hi = f"[{offsets[hi]}, {offsets[hi] + reqs[hi].size})"
                 raise PlanError(
-                    f"buffers {lo} and {hi} overlap: bytes [{offsets[lo]}, {offsets[lo] + reqs[lo].size}) and "
-                    f"[{offsets[hi]}, {offsets[hi] + reqs[hi].size}) while both live at step {b.first}"
+                    f"buffers {lo} and {hi} overlap: bytes {bytes_lo} and {bytes_hi} "
+                    f"while both live at step {b.first}"
                 )
         live.append(i)
 
@@ -245,23 +262,30 @@ def greedy_by_size(buffers, alignment: int = 1) -> tuple[int, ...]:
 def greedy_by_conflicts(buffers, alignment: int = 1) -> tuple[int, ...]:
     """First fit in order of decreasing conflicts (as TVM USMP's ``greedy_by_conflicts``).
 
-    Steps: count for each buffer the rounded bytes of the other buffers live with it at some
-    step; visit buffers by decreasing count (ties: larger size, then input order); place each
-    at the lowest free aligned offset, as ``greedy_by_size`` does.
-    Limits: O(n^2 log n); one pass, no look-ahead. It wins over ``greedy_by_size`` on crowded
-    buffers with long lifetimes, and loses elsewhere: ``plan("best")`` runs both.
+    Steps: for each buffer, sum the rounded sizes of the other buffers live with it at some
+    step (with prefix sums: those started by its last step minus those ended before its first);
+    visit buffers by decreasing sum (ties: larger size, then input order); place each at the
+    lowest free aligned offset, as ``greedy_by_size`` does.
+    Limits: O(n^2 log n) for the placement; one pass, no look-ahead. It wins over
+    ``greedy_by_size`` on crowded buffers with long lifetimes and loses elsewhere, so
+    ``plan("best")`` runs both.
 
     >>> greedy_by_conflicts([(4, 0, 2), (8, 1, 3), (4, 3, 4)])
     (8, 0, 8)
     """
     reqs, a = _reqs(buffers), _alignment(alignment)
     sizes = [_round_up(b.size, a) for b in reqs]
-    conflict = [0] * len(reqs)
-    for i, b in enumerate(reqs):
-        for j in range(i + 1, len(reqs)):
-            if reqs[j].first <= b.last and b.first <= reqs[j].last:
-                conflict[i] += sizes[j]
-                conflict[j] += sizes[i]
+    by_first = sorted(range(len(reqs)), key=lambda i: reqs[i].first)
+    by_last = sorted(range(len(reqs)), key=lambda i: reqs[i].last)
+    firsts, lasts = [reqs[i].first for i in by_first], [reqs[i].last for i in by_last]
+    started, ended = [0], [0]  # prefix sums of sizes in those two orders
+    for i, j in zip(by_first, by_last):
+        started.append(started[-1] + sizes[i])
+        ended.append(ended[-1] + sizes[j])
+    conflict = [
+        started[bisect.bisect_right(firsts, b.last)] - ended[bisect.bisect_left(lasts, b.first)] - sizes[i]
+        for i, b in enumerate(reqs)
+    ]
     order = sorted(range(len(reqs)), key=lambda i: (-conflict[i], -sizes[i], i))
     return _first_fit(reqs, a, order)
 
@@ -269,15 +293,16 @@ def greedy_by_conflicts(buffers, alignment: int = 1) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------------------------
 # The exact search (MiniMalloc-style branch and bound)
 
-DEFAULT_NODE_BUDGET = 8_000_000
-"""Search nodes ``search`` may visit in all (about 20-40 s of the C core on 450 buffers)."""
+DEFAULT_NODE_BUDGET = 6_000_000
+"""Nodes ``search`` may visit over all its questions: at most ~30 s of the C core on the hardest
+MiniMalloc instances (400 buffers), far less when the lower bound is reached early."""
 
 _FOUND, _NOT_FOUND, _NODE_LIMIT, _TIME_LIMIT, _NO_MEMORY = 1, 0, -1, -2, -3
 
 # Tie-breaking orders, tried in turn: each letter is a key, largest first, then input order.
 # T = the largest unplaced total of the buffer's sections (recomputed whenever the search splits
 # in time), W = lifetime in steps, A = W * size, Z = size, O = number of buffers it overlaps.
-_HEURISTICS = ("TWA", "WAT", "TAW", "TOA")
+_HEURISTICS = ("TWA", "TAW", "TOA", "WAT")
 _KEY_LETTERS = "WAZO"  # static key rows passed to the core; T is computed there
 
 
@@ -325,8 +350,9 @@ def _instance(reqs: Sequence[BufferReq], a: int) -> _Instance:
             total[x] += size[i]
     overlaps: list[list[int]] = [[] for _ in range(n)]
     by_start = sorted(range(n), key=lambda i: (slo[i], i))
-    for p, i in enumerate(by_start):
-        for j in by_start[p + 1 :]:
+    for p, i in enumerate(by_start):  # a sweep: the cost is the number of overlapping pairs
+        for q in range(p + 1, n):
+            j = by_start[q]
             if slo[j] >= shi[i]:
                 break
             overlaps[i].append(j)
@@ -361,9 +387,11 @@ class _Stop(Exception):
 
 
 def _core_python(inst: _Instance, heuristic: str, capacity: int, node_limit: int, time_limit: float | None):
-    """The search core in Python: the same steps, order and node count as memory_search.c.
+    """The search core in Python: the decisions and node counts of memory_search.c.
 
-    Returns ``(status, offsets in units or None, nodes visited)``.
+    The C core adds shortcuts that save work without changing any decision (low counts kept
+    up to date instead of recounted, a pre-check that skips placements place() would reject);
+    a test runs both on random instances. Returns ``(status, offsets in units or None, nodes)``.
     """
     n, nsec, size, slo, shi = len(inst.size), inst.nsec, inst.size, inst.slo, inst.shi
     heur = _heuristic_rows(heuristic)
@@ -376,7 +404,7 @@ def _core_python(inst: _Instance, heuristic: str, capacity: int, node_limit: int
             cuts[x] += 1
     trail: list[tuple[list, int, int]] = []
     nodes = 0
-    deadline = time.process_time() + time_limit if time_limit and time_limit > 0 else None
+    deadline = time.monotonic() + time_limit if time_limit and time_limit > 0 else None
 
     def count_low(x: int) -> int:
         limit = capacity - total[x]
@@ -450,7 +478,7 @@ def _core_python(inst: _Instance, heuristic: str, capacity: int, node_limit: int
         nodes += 1
         if nodes > node_limit:
             raise _Stop(_NODE_LIMIT)
-        if deadline is not None and nodes % 1024 == 0 and time.process_time() > deadline:
+        if deadline is not None and nodes % 1024 == 0 and time.monotonic() > deadline:
             raise _Stop(_TIME_LIMIT)
         left = [b for b in part if off[b] < 0]
         if not left:
@@ -499,18 +527,18 @@ _native_cache: list = []  # [(ffi, lib) or None], filled on first use
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "flowc"
+    """Where builds live: $FLOWC_CACHE or ~/.cache/flowc, as for compiled models."""
+    return Path(os.environ.get("FLOWC_CACHE") or Path.home() / ".cache" / "flowc")
 
 
 def _load_native():
-    """Builds memory_search.c once with cffi (API mode) into ~/.cache/flowc and loads it.
+    """Builds memory_search.c once with cffi (API mode) into the build cache and loads it.
 
     The module name carries a hash of the C source, the declarations and the interpreter's
     extension suffix, so an edited source or another Python gets its own build. A build goes
     to a temporary folder and is renamed into place, so concurrent first uses do not clash.
     Returns ``(ffi, lib)``, or ``None`` (with a warning, once) when no compiler is available:
-    the search then runs its pure-Python core, the same algorithm about 100x slower.
+    the search then runs its pure-Python core, the same algorithm, tens of times slower.
     """
     if _native_cache:
         return _native_cache[0]
@@ -539,7 +567,7 @@ def _load_native():
     except Exception as e:  # no compiler, no cffi, unwritable cache: all mean "use Python"
         warnings.warn(
             f"flowc: the C core of the memory search is unavailable ({type(e).__name__}: "
-            f"{' '.join(str(e).split())[:200]}); using the pure-Python search, about 100x slower",
+            f"{' '.join(str(e).split())[:200]}); using the pure-Python search, tens of times slower",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -619,28 +647,33 @@ def search(
     time_limit: float | None = None,
     native: bool = True,
 ) -> tuple[int, ...]:
-    """Branch and bound over canonical plans, after MiniMalloc (Moffitt, ASPLOS 2023).
+    """Exact branch and bound over canonical plans, after MiniMalloc (Moffitt, ASPLOS 2023).
 
-    Steps: start from ``seed`` (default: ``greedy_by_size``) as the best plan. Ask the decision
-    search whether the buffers fit in the lower bound, then bisect between the largest size
-    not yet shown to fit and the best arena found, keeping each plan found (whose arena may be
-    below the size asked). The decision search (memory_search.c, mirrored in Python):
+    Steps: take ``seed`` (default: ``greedy_by_size``) as the best plan so far. Ask the
+    decision search whether the buffers fit in the lower bound; then bisect between the
+    smallest size not yet tried and the best arena found (a plan found for a size may need
+    less), until the two are within 1/512 of the arena or the budget is spent. Each question
+    tries the orders of ``_HEURISTICS`` in turn, doubling a node limit every round. The decision
+    search (memory_search.c; ``_core_python`` makes the same decisions in Python):
       1. sections: the maximal sets of buffers live at one step; a buffer spans a run of them;
-      2. depth-first, place one buffer at a time in nondecreasing (offset, rank) order, each at
-         its lowest offset (the top of the highest placed buffer it meets in time): every
-         plan can be pushed down into this canonical form, so nothing is lost;
-      3. prune when some section's floor + the sizes still to place in it exceed the capacity;
-         skip a buffer placed at or above the lowest top another unplaced buffer could reach
-         now (that one would fit in the gap below: dominated);
-      4. when no unplaced buffer crosses the boundary between two sections, solve the sides
-         separately (they no longer interact);
-      5. rank ties with static orders (by largest section total, lifetime, area), tried in
-         turn with a node limit doubling every round.
-    Limits: exponential in the worst case; ``node_budget`` (visited nodes, summed over all the
-    questions) bounds the work, so the result is reproducible; ``time_limit`` (seconds) is a
-    safety cut-off that can make results depend on the machine. The C core is built with cffi
-    on first use; without a compiler the Python core runs the same steps, much slower.
-    ``native=False`` forces the Python core.
+      2. depth first, place one buffer at a time in nondecreasing (offset, rank) order, each at
+         its lowest offset (the top of the highest placed buffer it meets in time): any plan
+         can be pushed down into this canonical form, so no solution is lost;
+      3. cut when a section cannot hold what is left of it: the next offset must leave room for
+         the largest unplaced section total, and some unplaced member of every section must be
+         able to start low enough for all the others to fit above it;
+      4. skip a buffer placed at or above the lowest top another unplaced buffer could reach
+         now (that one would fit in the gap below: dominated); after a failed buffer that
+         pushed no other buffer up, stop (it could stay where it is in any completion);
+      5. when no unplaced buffer crosses the boundary between two sections, solve the two sides
+         one after the other, re-ranking each by its unplaced section totals.
+    Limits: exponential in the worst case. ``node_budget`` (nodes visited over all questions)
+    bounds the work, so the result depends only on the input; ``time_limit`` (seconds of wall
+    time) is a safety cut-off that can make it depend on the machine. The arena is exact when
+    the lower bound is reached, otherwise the best found. Building the instance is O(pairs of
+    overlapping buffers) in Python; above 10000 buffers the seed is returned as it is. The C
+    core is built with cffi on first use (see ``_load_native``); without a compiler, or with
+    ``native=False``, the Python core runs the same steps, tens of times slower.
 
     >>> search([(4, 0, 2), (4, 3, 8), (4, 0, 8), (4, 9, 20), (4, 0, 20)], 4)
     (0, 0, 4, 0, 8)
@@ -653,29 +686,32 @@ def search(
     return _search(reqs, a, seed, node_budget, time_limit, native)
 
 
-def _search(reqs, a, seed, node_budget, time_limit, native) -> tuple[int, ...]:
+_SHARE = 10  # each question may use 1/10 of the node budget
+_TOLERANCE = 512  # stop bisecting when the gap is at most 1/512 of the best arena
+_MAX_BUFFERS = 10_000  # larger instances keep the seed: the C core recurses ~3 frames per buffer
+
+
+def _search(reqs, a: int, seed, node_budget: int, time_limit, native: bool) -> tuple[int, ...]:
+    if sum(1 for b in reqs if b.size) > _MAX_BUFFERS:
+        return tuple(seed)
     inst = _instance(reqs, a)
     best = [seed[i] // a for i in inst.index]
     hi = max((o + s for o, s in zip(best, inst.size)), default=0)
     lo = inst.lower
-    if lo >= hi:
-        return seed
-    lib = _load_native() if native else None
+    lib = _load_native() if native and hi > lo else None
     deadline = None if time_limit is None else time.monotonic() + time_limit
-    spent = 0
-    first = True
-    while lo < hi and spent < node_budget:
+    spent, first = 0, True
+    while hi - lo > hi // _TOLERANCE and spent < node_budget:
         target = lo if first else lo + (hi - 1 - lo) // 2
-        share = node_budget // 4 if first else max(node_budget // 8, 1)
-        answer, offsets, used = _decide(inst, target, min(share, node_budget - spent), deadline, lib)
-        spent += used
-        first = False
+        share = min(max(node_budget // _SHARE, 1), node_budget - spent)
+        answer, offsets, used = _decide(inst, target, share, deadline, lib)
+        spent, first = spent + used, False
         if answer == "found":
             best = list(offsets)
             hi = max(o + s for o, s in zip(best, inst.size))
         else:
-            lo = target + 1  # proven, or given up: either way not asked again
-            if answer == "unknown" and deadline is not None and time.monotonic() >= deadline:
+            lo = target + 1  # proven, or given up on: either way not asked again
+            if deadline is not None and time.monotonic() >= deadline:
                 break
     out = [0] * len(reqs)
     for i, o in zip(inst.index, best):
@@ -799,43 +835,42 @@ def draw_text(buffers, plan: Plan, width: int = 80, height: int = 16) -> str:
 def draw_svg(buffers, plan: Plan, width: int = 800, height: int = 400) -> str:
     """A standalone SVG of ``plan``: one rectangle per buffer, x = lifetime, y = offset.
 
-    Offset 0 is at the bottom; each rectangle has a ``<title>`` tooltip with its index, size,
-    steps and offset, and a fill colour picked from its index. Zero-size buffers are drawn as
-    a line. Output depends only on the inputs.
+    The plot area is ``width`` x ``height`` pixels with offset 0 at the bottom; the margins
+    carry the arena size, 0, and the first and last step. Each rectangle has a ``<title>``
+    tooltip (index, size, offset, steps) and a fill colour picked from its index; zero-size
+    buffers are drawn as a hairline. Output depends only on the inputs.
     """
     reqs = _reqs(buffers)
-    pad = 30
-    head = (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 2 * pad}" height="{height + 2 * pad}" '
-        f'viewBox="0 0 {width + 2 * pad} {height + 2 * pad}" font-family="monospace" font-size="11">'
-    )
+    arena = max(plan.arena_bytes, 1)
+    left, pad = 12 + 7 * len(str(plan.arena_bytes)), 24
+    t0 = min((b.first for b in reqs), default=0)
+    t1 = max((b.last for b in reqs), default=0)
+    sx, sy = width / (t1 - t0 + 1), height / arena
+    full_w, full_h = left + width + pad, height + 2 * pad
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
-        head,
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{full_w}" height="{full_h}" '
+        f'viewBox="0 0 {full_w} {full_h}" font-family="monospace" font-size="11">',
         f"<title>memory plan: {len(reqs)} buffers, arena {plan.arena_bytes} bytes, "
         f"algorithm {_xml(plan.algorithm)}</title>",
-        f'<rect x="{pad}" y="{pad}" width="{width}" height="{height}" fill="#fafafa" stroke="#888"/>',
+        f'<rect x="{left}" y="{pad}" width="{width}" height="{height}" fill="#fafafa" stroke="#888"/>',
     ]
-    if reqs:
-        t0 = min(b.first for b in reqs)
-        steps = max(b.last for b in reqs) - t0 + 1
-        arena = max(plan.arena_bytes, 1)
-        sx, sy = width / steps, height / arena
-        for i, (b, o) in enumerate(zip(reqs, plan.offsets)):
-            x = pad + (b.first - t0) * sx
-            y = pad + height - (o + b.size) * sy
-            w, h = (b.last - b.first + 1) * sx, max(b.size * sy, 0.5)
-            hue = (i * 137) % 360  # golden-angle steps keep neighbours apart
-            out.append(
-                f'<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}" '
-                f'fill="hsl({hue},60%,70%)" stroke="#333" stroke-width="0.5">'
-                f"<title>buffer {i}: {b.size} bytes at offset {o}, steps {b.first}..{b.last}</title></rect>"
-            )
-    out.append(f'<text x="{pad}" y="{pad - 10}">offset</text>')
-    out.append(f'<text x="{pad + width}" y="{pad + height + 20}" text-anchor="end">step</text>')
-    out.append(f'<text x="{pad - 4}" y="{pad + 4}" text-anchor="end">{plan.arena_bytes}</text>')
-    out.append(f'<text x="{pad - 4}" y="{pad + height}" text-anchor="end">0</text>')
-    out.append("</svg>")
+    for i, (b, o) in enumerate(zip(reqs, plan.offsets)):
+        x, y = left + (b.first - t0) * sx, pad + height - (o + b.size) * sy
+        w, h = (b.last - b.first + 1) * sx, max(b.size * sy, 0.5)
+        out.append(
+            f'<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}" '
+            f'fill="hsl({i * 137 % 360},60%,70%)" stroke="#333" stroke-width="0.5">'  # golden angle
+            f"<title>buffer {i}: {b.size} bytes at offset {o}, steps {b.first}..{b.last}</title></rect>"
+        )
+    out += [
+        f'<text x="{left - 4}" y="{pad + 4}" text-anchor="end">{plan.arena_bytes}</text>',
+        f'<text x="{left - 4}" y="{pad + height}" text-anchor="end">0</text>',
+        f'<text x="{left}" y="{pad + height + 16}">step {t0}</text>',
+        f'<text x="{left + width}" y="{pad + height + 16}" text-anchor="end">{t1}</text>',
+        f'<text x="{left}" y="{pad - 8}">offset (bytes)</text>',
+        "</svg>",
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -1,5 +1,5 @@
-/* The exact search of codegen.memory, in C99 for speed (see `search` in memory.py, which holds a
- * line-for-line Python mirror of this file: keep the two in step).
+/* The exact search of codegen.memory, in C99 for speed (see `search` in memory.py). memory.py
+ * holds a Python mirror, `_core_python`, that makes the same decisions: keep the two in step.
  *
  * Decides whether buffers fit under a capacity by a depth-first search over canonical
  * placements: buffers are placed one at a time in nondecreasing (offset, rank) order, each at
@@ -17,12 +17,18 @@
  *   - decomposition: when no unplaced buffer spans the boundary between two sections any more,
  *     the two sides are solved one after the other, each with ranks recomputed from the
  *     heuristic keys (the largest unplaced section total changes as the search goes).
- * The search stops at a node budget or a CPU-time deadline, so it can answer "unknown".
+ * It also skips, before placing it, a buffer that would leave a section with one to four low
+ * members without any (a cheap test of what place() would find). The search stops at a node
+ * limit or a wall-clock deadline, so it can answer "unknown". Recursion depth is about three
+ * frames per buffer (memory.py keeps the instances it sends here below 10000 buffers).
  *
  * Inputs are plain arrays prepared by memory.py: sizes in alignment units, section ranges,
  * overlap and section-membership lists in CSR form, and the heuristic (key rows, largest first;
  * key -1 is the dynamic section total). Deterministic: every sort key is unique.
  */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 199309L /* clock_gettime */
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +46,13 @@ enum { K_OFF, K_MINOFF, K_TOTAL, K_CUT, K_LOW, K_RANK };
 typedef struct { int64_t old; int32_t idx; int32_t kind; } Undo;
 typedef struct { int64_t off; int32_t rank; int32_t buf; } Cand;
 typedef struct { int64_t key[MAX_KEYS]; int32_t buf; } Keyed;
+#define CRIT_LOW 4  /* sections with at most this many low members are checked before placing */
+typedef struct { int64_t limit; int32_t x, n, low[CRIT_LOW]; } Crit;
 
 typedef struct {
     int32_t n, nsec, nheur;
     const int64_t *size, *keys;
-    const int32_t *slo, *shi, *ov_start, *ov_list, *sec_start, *sec_list, *heur;
+    const int32_t *slo, *shi, *ov_start, *ov_list, *sec_start, *heur, *sec_list;
     int64_t cap;
     int64_t *off, *minoff, *total, *sol;
     int32_t *cuts, *low, *rank;
@@ -53,12 +61,23 @@ typedef struct {
     int64_t trail_len, trail_cap;
     Cand *cands;
     int64_t cand_top, cand_cap;
+    Crit *crits;
+    int64_t crit_top, crit_cap;
     int32_t *parts;
     int64_t part_top, part_cap;
     int64_t nodes, node_limit;
-    clock_t deadline;
+    double deadline;
     int use_deadline, oom;
 } Solver;
+
+/* Seconds on a clock that runs with the wall (CPU time where POSIX clocks are missing). */
+static double now_s(void) {
+#if defined(CLOCK_MONOTONIC)
+    struct timespec t;
+    if (clock_gettime(CLOCK_MONOTONIC, &t) == 0) return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+#endif
+    return (double)clock() / CLOCKS_PER_SEC;
+}
 
 /* Grows *buf (elements of `elem` bytes) so that it holds at least `need`; 0 on failure. */
 static int grow(void **buf, int64_t *cap, int64_t need, size_t elem) {
@@ -219,6 +238,42 @@ static void rerank(Solver *s, int64_t base, int32_t cnt) {
 static int search(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, int64_t last_off,
                   int32_t last_rank);
 
+/* Lists the sections of [lo, hi) that have at most CRIT_LOW low members, with those members. */
+static int32_t critical_sections(Solver *s, int64_t base, int32_t lo, int32_t hi) {
+    int32_t x, j, n = 0;
+    for (x = lo; x < hi; x++) {
+        Crit *e;
+        if (s->low[x] > CRIT_LOW) continue;
+        e = &s->crits[base + n++];
+        e->limit = s->cap - s->total[x];
+        e->x = x;
+        e->n = 0;
+        for (j = s->sec_start[x]; j < s->sec_start[x + 1] && e->n < s->low[x]; j++) {
+            const int32_t c = s->sec_list[j];
+            if (s->off[c] < 0 && s->minoff[c] <= e->limit) e->low[e->n++] = c;
+        }
+    }
+    return n;
+}
+
+/* True when placing b with its top at `top` would raise every low member of some section
+ * outside b's lifetime above that section's limit: place() would report it dead. Such a b
+ * always pushes a buffer up, so skipping it keeps the hatless rule exact. */
+static int doomed(const Solver *s, int64_t base, int32_t ncrit, int32_t b, int64_t top) {
+    const int32_t blo = s->slo[b], bhi = s->shi[b];
+    int32_t i, j;
+    for (i = 0; i < ncrit; i++) {
+        const Crit *e = &s->crits[base + i];
+        if (e->limit >= top || (e->x >= blo && e->x < bhi)) continue;
+        for (j = 0; j < e->n; j++) {
+            const int32_t c = e->low[j];
+            if (s->slo[c] >= bhi || blo >= s->shi[c]) break;  /* c does not meet b: stays low */
+        }
+        if (j == e->n) return 1;
+    }
+    return 0;
+}
+
 /* Solves the unplaced buffers of parts[pbase..pbase+k) that touch sections [lo, hi), ranked
  * afresh; all of them go at or above last_off. */
 static int solve_range(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, int64_t last_off) {
@@ -262,12 +317,12 @@ static int descend(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, 
 
 static int search(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, int64_t last_off,
                   int32_t last_rank) {
-    int64_t min_top = INT64_MAX, max_off = INT64_MAX, cbase;
-    int32_t i, j, x, left = 0, nc = 0;
+    int64_t min_top = INT64_MAX, max_off = INT64_MAX, cbase, crbase;
+    int32_t i, j, x, left = 0, nc = 0, ncrit;
     int r = MS_NOT_FOUND;
     if (s->oom) return MS_NO_MEMORY;
     if (++s->nodes > s->node_limit) return MS_NODE_LIMIT;
-    if (s->use_deadline && (s->nodes & 1023) == 0 && clock() > s->deadline) return MS_TIME_LIMIT;
+    if (s->use_deadline && (s->nodes & 1023) == 0 && now_s() > s->deadline) return MS_TIME_LIMIT;
     for (i = 0; i < k; i++) {
         const int32_t b = s->parts[pbase + i];
         if (s->off[b] >= 0) continue;
@@ -292,24 +347,31 @@ static int search(Solver *s, int64_t pbase, int32_t k, int32_t lo, int32_t hi, i
     }
     s->cand_top = cbase + nc;
     qsort(s->cands + cbase, (size_t)nc, sizeof(Cand), cand_cmp);
+    crbase = s->crit_top;
+    if (!grow((void **)&s->crits, &s->crit_cap, crbase + (hi - lo), sizeof(Crit))) return MS_NO_MEMORY;
+    ncrit = nc > 0 ? critical_sections(s, crbase, lo, hi) : 0;
+    s->crit_top = crbase + ncrit;
     for (j = 0; j < nc; j++) {
         const Cand c = s->cands[cbase + j];  /* a copy: the pool may move while we recurse */
         const int64_t mark = s->trail_len;
         int dead = 0;
-        const int32_t raised = place(s, c.buf, c.off, &dead);
+        int32_t raised;
+        if (doomed(s, crbase, ncrit, c.buf, c.off + s->size[c.buf])) continue;
+        raised = place(s, c.buf, c.off, &dead);
         if (!dead && !s->oom) r = descend(s, pbase, k, lo, hi, c);
         undo_to(s, mark);
         if (s->oom) r = MS_NO_MEMORY;
         if (r != MS_NOT_FOUND || raised == 0) break;
     }
     s->cand_top = cbase;
+    s->crit_top = crbase;
     return r;
 }
 
 /* Entry point. Returns MS_FOUND (offsets in out_offsets), MS_NOT_FOUND (proven infeasible),
  * MS_NODE_LIMIT, MS_TIME_LIMIT or MS_NO_MEMORY; *out_nodes gets the number of nodes visited.
- * Buffers have size > 0 and 0 <= slo < shi <= nsec. keys holds nkeys rows of n values; heur
- * lists up to MAX_KEYS row indices (-1: the dynamic section total). time_limit_s <= 0: none. */
+ * Buffers have size > 0 and 0 <= slo < shi <= nsec. Row h of the keys is keys[h * n .. h * n + n);
+ * heur lists up to MAX_KEYS row indices (-1: the dynamic section total). time_limit_s <= 0: none. */
 int flowc_mem_search(int32_t n, int32_t nsec, const int64_t *size, const int32_t *slo,
                      const int32_t *shi, const int32_t *ov_start, const int32_t *ov_list,
                      const int32_t *sec_start, const int32_t *sec_list, const int64_t *keys,
@@ -334,7 +396,7 @@ int flowc_mem_search(int32_t n, int32_t nsec, const int64_t *size, const int32_t
     s.cap = capacity;
     s.node_limit = node_limit;
     s.use_deadline = time_limit_s > 0;
-    if (s.use_deadline) s.deadline = clock() + (clock_t)(time_limit_s * CLOCKS_PER_SEC);
+    if (s.use_deadline) s.deadline = now_s() + time_limit_s;
     s.off = malloc(sizeof(int64_t) * (size_t)(n + 1));
     s.minoff = calloc((size_t)n + 1, sizeof(int64_t));
     s.sol = calloc((size_t)n + 1, sizeof(int64_t));
@@ -379,6 +441,7 @@ done:
     free(s.keyed);
     free(s.trail);
     free(s.cands);
+    free(s.crits);
     free(s.parts);
     return r;
 }

@@ -164,3 +164,4 @@ def _bind_operators() -> None:
 _bind_operators()
 from .ops.index import gather_elements, gather_nd, one_hot, scatter_elements, scatter_nd, topk  # noqa: E402
 from .ops.math import *  # noqa: E402, F403
+from .ops.bits import bitcast  # noqa: E402

@@ -61,6 +61,8 @@ def build_zoo() -> gd.Graph:
         gd.logical_or(gd.isnan(t), gd.isinf(t), name="special")
         bits = gd.bitwise_or(gd.bitwise_and(ids, 6), gd.bitwise_xor(ids, gd.bitwise_not(ids)))
         gd.bitshift(bits, gd.mod(ids, 3, fmod=True), "left", name="bits")
+        # graphdef/ops/bits.py
+        gd.bitcast(gd.bitcast(probs, "uint8"), "float32", name="reinterpreted")
         loss = gd.identity(gd.reduce_sum(gd.stop_gradient(probs) * logits), name="loss")
         (dw,) = gd.gradients(loss, [w])
         gd.assign_sub(w, dw * 0.01, name="step")

@@ -8,3 +8,6 @@ from . import ops_basic, ops_index, ops_math, ops_nn, ops_rnn  # noqa: F401  (re
 from .importer import OnnxImportError, converter, load_onnx
 
 __all__ = ["OnnxImportError", "converter", "load_onnx"]
+from . import ops_control  # noqa: E402,F401
+from . import ops_quant  # noqa: E402,F401
+from . import ops_signal  # noqa: E402,F401

@@ -5,14 +5,19 @@ Values flow as either a numpy array (known at import time: initializers, Constan
 everything computed only from them, such as Shape -> Gather -> Concat) or a Tensor in the
 graph being built. A node whose inputs are all known is evaluated right away with flowc's own
 op references, so shapes are static in the imported graph.
+
+Subgraphs (the GRAPH attributes of If, Loop and Scan) are converted into the same graph by
+``_Importer.subgraph``: their nodes see every name of the enclosing scopes, their inputs are
+bound to given values, and their outputs are returned, so control flow is inlined or unrolled
+(graphdef/onnx/ops_control.py) rather than kept as a construct of its own.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections import Counter
-from collections.abc import Callable
+from collections import ChainMap, Counter
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,10 +130,9 @@ class OnnxNode:
             raise UnsupportedError(f"{self.where()}: input {i} {what}is missing")
         v = self.inputs[i]
         if not isinstance(v, np.ndarray):
-            source = f" (model input '{v.name}': fix it with --value)" if v.op == "placeholder" else ""
             raise UnsupportedError(
-                f"{self.where()}: input {i} {what}must be a constant{source}: flowc compiles "
-                "static shapes, so this value has to be known at import time"
+                f"{self.where()}: input {i} {what}must be a constant{value_source(v)}: flowc "
+                "compiles static shapes, so this value has to be known at import time"
             )
         return v
 
@@ -151,6 +155,40 @@ class OnnxNode:
     def unsupported(self, reason: str) -> UnsupportedError:
         return UnsupportedError(f"{self.where()}: {reason}")
 
+    def subgraph(self, attr: str, values: list, what: str = "") -> list:
+        """Convert the GRAPH attribute ``attr`` in place with its inputs bound to ``values``;
+        return the values of its outputs (see ``_Importer.subgraph``)."""
+        g = self.attrs.get(attr)
+        if g is None or not hasattr(g, "node"):
+            raise self.unsupported(f"attribute '{attr}' (a graph) is missing")
+        return self.importer.subgraph(g, values, f"{self.where()} {what or attr}")
+
+
+def value_source(v: Value) -> str:
+    """Where a run-time value comes from, for refusals that need it known at import time:
+    " (model input 'x': fix it with --value)" when it is a model input or is computed only
+    from model inputs (and constants), else ""."""
+    if not isinstance(v, Tensor):
+        return ""
+    if v.op == "placeholder":
+        return f" (model input '{v.name}': fix it with --value)"
+    graph, seen, stack, inputs, other = v.graph, set(), [v.ref.node], [], False
+    while stack:
+        node = graph.node(stack.pop())
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.op == "placeholder":
+            inputs.append(node.name)
+        elif not node.inputs and node.op not in ("constant", "fill"):
+            other = True  # a variable or another source a --value cannot fix
+        stack.extend(r.node for r in node.inputs)
+    if not inputs or other:
+        return ""
+    first, *rest = sorted(inputs)
+    more = f"; also from {', '.join(repr(n) for n in rest)}" if rest else ""
+    return f" (computed from model input '{first}': fix it with --value{more})"
+
 
 def _attr_value(a):
     from onnx import AttributeProto, numpy_helper
@@ -172,6 +210,8 @@ def _attr_value(a):
         return [s.decode("utf-8", "replace") for s in a.strings]
     if t == AttributeProto.GRAPH:
         return a.g
+    if t == AttributeProto.GRAPHS:
+        return list(a.graphs)
     if t == AttributeProto.SPARSE_TENSOR:
         return numpy_helper.to_array(a.sparse_tensor.values)  # rarely used; densified by converters
     return None
@@ -236,7 +276,7 @@ class _Importer:
         self.label = label
         self.opsets = {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
         self.opset = self.opsets.get("ai.onnx", 0)
-        self.env: dict[str, Value] = {}
+        self.env: MutableMapping[str, Value] = {}  # a ChainMap of scopes inside subgraphs
 
     # ------------------------------------------------------------------ graph
     def run(self, name: str | None) -> Graph:
@@ -352,9 +392,12 @@ class _Importer:
             len(node.output),
             self,
         )
+        # a node with subgraphs also reads names of this scope that are not among its inputs:
+        # its converter runs in place, and the subgraph's own nodes fold what is known
         known = (
             all(v is None or isinstance(v, np.ndarray) for v in inputs)
             and node.op_type not in _NONDETERMINISTIC
+            and not _subgraphs(node)
         )
         try:
             outs = self._evaluate(fn, ctx) if known else fn(ctx)
@@ -365,6 +408,37 @@ class _Importer:
         for name, value in zip(node.output, outs):
             if name:
                 self.env[name] = value
+
+    def subgraph(self, g, values: list, where: str) -> list:
+        """Convert the nodes of subgraph ``g`` (a GraphProto) into the graph being built.
+
+        Names of the enclosing scopes stay visible, as ONNX lets a subgraph read them. ``g``'s
+        initializers and its inputs, bound in order to ``values`` (arrays, Tensors or None),
+        live in a scope of their own that ends with the call, so a loop body can be converted
+        once per iteration. Returns the values of ``g``'s outputs, in order.
+        """
+        if len(values) != len(g.input):
+            raise OnnxImportError(
+                f"{where}: subgraph '{g.name}' declares {len(g.input)} input(s), {len(values)} given"
+            )
+        outer = self.env
+        scope: dict[str, Value] = {}
+        try:
+            for t in g.initializer:
+                scope[t.name] = _tensor_array(t, self.base, "initializer")
+            scope.update((vi.name, v) for vi, v in zip(g.input, values))
+            self.env = ChainMap(scope, outer)
+            self._convert_nodes(g.node)
+            for vi in g.output:
+                if vi.name not in self.env:
+                    raise OnnxImportError(f"subgraph output '{vi.name}' is not produced by any node")
+                if self.env[vi.name] is None:
+                    raise UnsupportedError(f"subgraph output '{vi.name}' is an empty optional, not a tensor")
+            return [self.env[vi.name] for vi in g.output]
+        except FlowcError as e:
+            raise type(e)(f"{where}: {e}") from None
+        finally:
+            self.env = outer
 
     def _evaluate(self, fn, ctx: OnnxNode) -> list:
         """Run a converter on constant inputs in a scratch graph and return numpy results."""
@@ -387,9 +461,22 @@ _NONDETERMINISTIC = {
 }
 
 
+def _subgraphs(node) -> list:
+    """The graphs held by a node's GRAPH and GRAPHS attributes."""
+    out = []
+    for a in node.attribute:
+        if a.HasField("g"):
+            out.append(a.g)
+        out.extend(a.graphs)
+    return out
+
+
 def _all_nodes(g):
+    """Every node of g and, depth first, of the subgraphs of its nodes."""
     for node in g.node:
         yield node
+        for sub in _subgraphs(node):
+            yield from _all_nodes(sub)
 
 
 def load_onnx(path, shapes: dict | None = None, name: str | None = None, values: dict | None = None) -> Graph:

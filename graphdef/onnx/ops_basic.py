@@ -19,6 +19,17 @@ from ..ops import reduce as R
 from ..ops import shape as S
 from .importer import converter, onnx_dtype
 
+
+def _ints(node, i: int, what: str) -> list[int]:
+    """Constant input i as a list of ints; a 0-d value (which ONNX functions write at times
+    where the spec says 1-D, and onnxruntime accepts) counts as one element."""
+    return [int(v) for v in node.const(i, what).reshape(-1)]
+
+
+def _floats(node, i: int, what: str) -> list[float]:
+    return [float(v) for v in node.const(i, what).reshape(-1)]
+
+
 # ----------------------------------------------------------------------------- elementwise
 
 
@@ -234,7 +245,7 @@ def _size(node):
 @converter("ConstantOfShape", 9)
 def _constant_of_shape(node):
     value = node.attr("value", np.zeros(1, np.float32))
-    shape = tuple(int(d) for d in node.const(0, "(shape) "))
+    shape = tuple(_ints(node, 0, "(shape) "))
     if math.prod(shape) > 4096:  # a fill node rather than a big constant array
         return B.fill(shape, value.reshape(-1)[0].item(), dtypes.as_dtype(value.dtype))
     return np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
@@ -277,7 +288,7 @@ def _squeeze1(node):
 
 @converter("Squeeze", 13)
 def _squeeze13(node):
-    axes = tuple(int(a) for a in node.const(1, "(axes) ")) if node.has(1) else None
+    axes = tuple(_ints(node, 1, "(axes) ")) if node.has(1) else None
     return S.squeeze(node.tensor(0), axes)
 
 
@@ -288,7 +299,7 @@ def _unsqueeze1(node):
 
 @converter("Unsqueeze", 13)
 def _unsqueeze13(node):
-    return S.unsqueeze(node.tensor(0), tuple(int(a) for a in node.const(1, "(axes) ")))
+    return S.unsqueeze(node.tensor(0), tuple(_ints(node, 1, "(axes) ")))
 
 
 @converter("Transpose", 1)
@@ -308,7 +319,7 @@ def _split(node):
     x = node.tensor(0)
     axis = node.attr("axis", 0)
     if node.opset >= 13 and node.has(1):
-        sizes = [int(v) for v in node.const(1, "(split) ")]
+        sizes = _ints(node, 1, "(split) ")
     elif node.opset < 13 and node.attr("split") is not None:
         sizes = list(node.attr("split"))
     else:
@@ -327,10 +338,10 @@ def _slice1(node):
 
 @converter("Slice", 10)
 def _slice10(node):
-    starts = [int(v) for v in node.const(1, "(starts) ")]
-    ends = [int(v) for v in node.const(2, "(ends) ")]
-    axes = [int(v) for v in node.const(3, "(axes) ")] if node.has(3) else None
-    steps = [int(v) for v in node.const(4, "(steps) ")] if node.has(4) else None
+    starts = _ints(node, 1, "(starts) ")
+    ends = _ints(node, 2, "(ends) ")
+    axes = _ints(node, 3, "(axes) ") if node.has(3) else None
+    steps = _ints(node, 4, "(steps) ") if node.has(4) else None
     return S.slice_(node.tensor(0), starts, ends, axes, steps)
 
 
@@ -341,12 +352,12 @@ def _gather(node):
 
 @converter("Expand", 8)
 def _expand(node):
-    return S.expand(node.tensor(0), [int(v) for v in node.const(1, "(shape) ")])
+    return S.expand(node.tensor(0), _ints(node, 1, "(shape) "))
 
 
 @converter("Tile", 6)
 def _tile(node):
-    return S.tile(node.tensor(0), [int(v) for v in node.const(1, "(repeats) ")])
+    return S.tile(node.tensor(0), _ints(node, 1, "(repeats) "))
 
 
 def _pad(node, pads, value, mode):
@@ -362,11 +373,11 @@ def _pad2(node):
 
 @converter("Pad", 11)
 def _pad11(node):
-    pads = [int(v) for v in node.const(1, "(pads) ")]
+    pads = _ints(node, 1, "(pads) ")
     value = node.const(2, "(constant_value) ").item() if node.has(2) else 0.0
     rank = len(node.shape(0))
     if node.opset >= 18 and node.has(3):
-        axes = [int(a) % rank for a in node.const(3, "(axes) ")]
+        axes = [a % rank for a in _ints(node, 3, "(axes) ")]
         full = [0] * (2 * rank)
         for k, a in enumerate(axes):
             full[a], full[rank + a] = pads[k], pads[len(axes) + k]
@@ -591,15 +602,6 @@ def _batch_norm(node):
     return N.batch_norm(*(node.tensor(i) for i in range(5)), epsilon=node.attr("epsilon", 1e-5))
 
 
-@converter("LayerNormalization", 17)
-def _layer_norm(node):
-    if node.num_outputs > 1:
-        raise node.unsupported("the Mean and InvStdDev outputs are not supported")
-    bias = node.tensor(2) if node.has(2) else None
-    axis, epsilon = node.attr("axis", -1), node.attr("epsilon", 1e-5)
-    return N.layer_norm(node.tensor(0), node.tensor(1), bias, axis, epsilon)
-
-
 def _softmax_like(fn):
     def legacy(node):
         # before opset 13 the input is seen as 2-D: [prod(shape[:axis]), prod(shape[axis:])]
@@ -629,7 +631,7 @@ def _reduce(op_type, fn, axes_input_since):
         x = node.tensor(0)
         keep = bool(node.attr("keepdims", 1))
         if node.opset >= axes_input_since:
-            axes = [int(a) for a in node.const(1, "(axes) ")] if node.has(1) else []
+            axes = _ints(node, 1, "(axes) ") if node.has(1) else []
             if not axes and node.attr("noop_with_empty_axes", 0):
                 return S.identity(x)
         else:
@@ -657,44 +659,19 @@ _arg("ArgMin", R.argmin)
 # ----------------------------------------------------------------------------- resize
 
 
-def _resize(node, scales, sizes, mode, ctm, nearest_mode):
-    x = node.tensor(0)
-    if mode not in ("nearest", "linear"):
-        raise node.unsupported(f"mode '{mode}' is not supported (nearest and linear are)")
-    if ctm == "tf_crop_and_resize":
-        raise node.unsupported("coordinate_transformation_mode 'tf_crop_and_resize' is not supported")
-    shrinks = any(s < 1 for s in scales) if scales else any(s < d for s, d in zip(sizes, x.shape))
-    if node.attr("antialias", 0) and shrinks:
-        raise node.unsupported("antialias is not supported")
-    if sizes is not None and scales is not None and any(
-            s != math.floor(d * c) and c != s / d for d, s, c in zip(x.shape, sizes, scales)):
-        return _resize_by_taps(x, sizes, scales, mode, ctm, nearest_mode)
-    return N.resize(x, sizes=sizes, scales=scales, mode=mode, coordinate_transformation_mode=ctm,
-                    nearest_mode=nearest_mode)
-
-
-def _resize_by_taps(x, sizes, scales, mode, ctm, nearest_mode):
-    """Resize as gathers with index tables, one axis at a time, for output sizes that are not
-    floor(scale * size) (keep_aspect_ratio_policy rounds them), which the resize op refuses."""
-    attrs = {"mode": mode, "coordinate_transformation_mode": ctm, "nearest_mode": nearest_mode}
-    y = x
-    for a, (d, size, scale) in enumerate(zip(x.shape, sizes, scales)):
-        if size == d and scale == 1.0:
-            continue
-        i0, i1, w = N.resize_taps(d, size, scale, attrs)
-        lo = S.gather(y, B.constant(i0.astype(np.int64)), a)
-        if mode == "nearest":
-            y = lo
-            continue
-        hi = S.gather(y, B.constant(i1.astype(np.int64)), a)
-        w = w.reshape([-1 if k == a else 1 for k in range(x.rank)]).astype(dtypes.np_dtype(x.dtype))
-        y = E.add(lo, E.mul(E.sub(hi, lo), B.constant(w)))
-    return y
+def _resize(node, scales, sizes, mode, ctm, nearest_mode, roi=()):
+    if mode not in ("nearest", "linear", "cubic"):
+        raise node.unsupported(f"mode '{mode}' is not supported (nearest, linear and cubic are)")
+    return N.resize(node.tensor(0), sizes=sizes, scales=scales, mode=mode, coordinate_transformation_mode=ctm,
+                    nearest_mode=nearest_mode, cubic_coeff_a=node.attr("cubic_coeff_a", -0.75),
+                    exclude_outside=bool(node.attr("exclude_outside", 0)),
+                    antialias=bool(node.attr("antialias", 0)) and mode != "nearest",  # nearest ignores it
+                    roi=tuple(roi), extrapolation_value=node.attr("extrapolation_value", 0.0))
 
 
 @converter("Resize", 10)
 def _resize10(node):
-    scales = [float(s) for s in node.const(1, "(scales) ")]
+    scales = _floats(node, 1, "(scales) ")
     mode = node.attr("mode", "nearest")
     if mode != "nearest" or all(s >= 1 for s in scales) or all(s <= 1 for s in scales):
         return _resize(node, scales, None, mode, "asymmetric", "ceil" if min(scales) < 1 else "floor")
@@ -712,7 +689,7 @@ def _resize11(node):
     axes = [a % x_rank for a in node.attr("axes", range(x_rank))] if node.opset >= 18 else list(range(x_rank))
     scales = sizes = None
     if node.has(3) and node.const(3).size:
-        given = [int(v) for v in node.const(3, "(sizes) ")]
+        given = _ints(node, 3, "(sizes) ")
         sizes = list(node.shape(0))
         policy = node.attr("keep_aspect_ratio_policy", "stretch")
         if policy != "stretch":
@@ -725,20 +702,26 @@ def _resize11(node):
         for k, a in enumerate(axes):
             sizes[a] = given[k]
     elif node.has(2) and node.const(2).size:
-        given = [float(v) for v in node.const(2, "(scales) ")]
+        given = _floats(node, 2, "(scales) ")
         scales = [1.0] * x_rank
         for k, a in enumerate(axes):
             scales[a] = given[k]
     else:
         raise node.unsupported("needs constant scales or sizes")
     ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    roi = []
+    if ctm == "tf_crop_and_resize" and node.has(1) and node.const(1).size:
+        given = _floats(node, 1, "(roi) ")  # starts, then ends, of the axes
+        roi = [0.0] * x_rank + [1.0] * x_rank
+        for k, a in enumerate(axes):
+            roi[a], roi[x_rank + a] = given[k], given[len(axes) + k]
     return _resize(node, scales, sizes, node.attr("mode", "nearest"), ctm,
-                   node.attr("nearest_mode", "round_prefer_floor"))
+                   node.attr("nearest_mode", "round_prefer_floor"), roi)
 
 
 @converter("Upsample", 7)
 def _upsample(node):
-    scales = node.attr("scales") if node.opset < 9 else [float(s) for s in node.const(1, "(scales) ")]
+    scales = node.attr("scales") if node.opset < 9 else _floats(node, 1, "(scales) ")
     mode = node.attr("mode", "nearest")
     mode = "linear" if mode in ("linear", "bilinear") else mode
     return _resize(node, list(scales), None, mode, "asymmetric", "floor")

@@ -35,8 +35,8 @@ def main() -> int:
         out = codegen.export(g, Path(tmp) / "big", name="big")
         seconds = time.perf_counter() - t0
         size = (out / "big").stat().st_size
-    print(f"{params} parameters ({params * 4 / 1e6:.0f} MB): graph -> standalone binary ({size / 1e6:.0f} MB) "
-          f"in {seconds:.1f} s")
+    print(f"{params} parameters ({params * 4 / 1e6:.0f} MB): graph -> standalone binary "
+          f"({size / 1e6:.0f} MB) in {seconds:.1f} s")
     return 0 if seconds < 60 else 1
 
 

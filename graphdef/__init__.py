@@ -43,6 +43,7 @@ from .errors import (
 )
 from .interpret import Session, run, session
 from .ir import Attrs, Graph, Node, TensorType, ValueRef
+from .ops.bits import bitcast
 from .ops.elementwise import (
     abs,
     add,
@@ -78,6 +79,8 @@ from .ops.elementwise import (
     tanh,
     where,
 )
+from .ops.index import gather_elements, gather_nd, one_hot, scatter_elements, scatter_nd, topk
+from .ops.math import *  # noqa: F403  (sin, cos, ..., mod, bitwise ops, cumsum: see math.__all__)
 from .ops.nn import (
     avg_pool,
     avg_pool2d,
@@ -162,6 +165,3 @@ def _bind_operators() -> None:
 
 
 _bind_operators()
-from .ops.index import gather_elements, gather_nd, one_hot, scatter_elements, scatter_nd, topk  # noqa: E402
-from .ops.math import *  # noqa: E402, F403
-from .ops.bits import bitcast  # noqa: E402

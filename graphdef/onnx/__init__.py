@@ -4,10 +4,16 @@ Converters live in ``ops_*.py``, one function per ONNX op (and opset range), reg
 with ``@converter``. Importing this package registers them all.
 """
 
-from . import ops_basic, ops_index, ops_math, ops_nn, ops_rnn  # noqa: F401  (registers converters)
+from . import (  # noqa: F401  (registers converters; ops_signal's Resize overrides ops_basic's)
+    ops_basic,
+    ops_control,
+    ops_index,
+    ops_math,
+    ops_nn,
+    ops_quant,
+    ops_rnn,
+    ops_signal,
+)
 from .importer import OnnxImportError, converter, load_onnx
 
 __all__ = ["OnnxImportError", "converter", "load_onnx"]
-from . import ops_control  # noqa: E402,F401
-from . import ops_quant  # noqa: E402,F401
-from . import ops_signal  # noqa: E402,F401

@@ -53,25 +53,6 @@ _DTYPES = {
     12: "uint32",
     13: "uint64",
 }
-_TYPE_NAMES = {
-    0: "UNDEFINED",
-    1: "FLOAT",
-    2: "UINT8",
-    3: "INT8",
-    4: "UINT16",
-    5: "INT16",
-    6: "INT32",
-    7: "INT64",
-    8: "STRING",
-    9: "BOOL",
-    10: "FLOAT16",
-    11: "DOUBLE",
-    12: "UINT32",
-    13: "UINT64",
-    14: "COMPLEX64",
-    15: "COMPLEX128",
-    16: "BFLOAT16",
-}
 
 
 def converter(op_type: str, since: int = 1, domain: str = ""):
@@ -95,7 +76,12 @@ def _lookup(domain: str, op_type: str, opset: int):
 
 def onnx_dtype(elem_type: int, what: str) -> str:
     if elem_type not in _DTYPES:
-        name = _TYPE_NAMES.get(elem_type, f"type {elem_type}")
+        from onnx import TensorProto
+
+        try:
+            name = TensorProto.DataType.Name(elem_type)
+        except ValueError:
+            name = f"type {elem_type}"
         raise UnsupportedError(f"{what} has element type {name}, which flowc does not support")
     return _DTYPES[elem_type]
 

@@ -683,42 +683,6 @@ def _resize10(node):
                     coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
 
-@converter("Resize", 11)
-def _resize11(node):
-    x_rank = len(node.shape(0))
-    axes = [a % x_rank for a in node.attr("axes", range(x_rank))] if node.opset >= 18 else list(range(x_rank))
-    scales = sizes = None
-    if node.has(3) and node.const(3).size:
-        given = _ints(node, 3, "(sizes) ")
-        sizes = list(node.shape(0))
-        policy = node.attr("keep_aspect_ratio_policy", "stretch")
-        if policy != "stretch":
-            ratios = [given[k] / node.shape(0)[a] for k, a in enumerate(axes)]
-            r = min(ratios) if policy == "not_larger" else max(ratios)
-            given = [int(math.floor(r * node.shape(0)[a] + 0.5)) for a in axes]
-            scales = [1.0] * x_rank
-            for a in axes:
-                scales[a] = r
-        for k, a in enumerate(axes):
-            sizes[a] = given[k]
-    elif node.has(2) and node.const(2).size:
-        given = _floats(node, 2, "(scales) ")
-        scales = [1.0] * x_rank
-        for k, a in enumerate(axes):
-            scales[a] = given[k]
-    else:
-        raise node.unsupported("needs constant scales or sizes")
-    ctm = node.attr("coordinate_transformation_mode", "half_pixel")
-    roi = []
-    if ctm == "tf_crop_and_resize" and node.has(1) and node.const(1).size:
-        given = _floats(node, 1, "(roi) ")  # starts, then ends, of the axes
-        roi = [0.0] * x_rank + [1.0] * x_rank
-        for k, a in enumerate(axes):
-            roi[a], roi[x_rank + a] = given[k], given[len(axes) + k]
-    return _resize(node, scales, sizes, node.attr("mode", "nearest"), ctm,
-                   node.attr("nearest_mode", "round_prefer_floor"), roi)
-
-
 @converter("Upsample", 7)
 def _upsample(node):
     scales = node.attr("scales") if node.opset < 9 else _floats(node, 1, "(scales) ")

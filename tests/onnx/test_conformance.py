@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import conformance  # noqa: E402
 
-FLOOR = 1377  # raise it when more cases pass; never lower it
+FLOOR = 1520  # raise it when more cases pass; never lower it
 RESULTS = json.loads((HERE / "conformance.json").read_text())
 
 

@@ -403,7 +403,7 @@ def _selected_cases(request) -> list[tuple[str, str]]:
     found = set()
     for item in request.session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if item.module is request.module and "exporter" in params:
+        if getattr(item, "module", None) is request.module and "exporter" in params:
             found.add((params["model"], params["exporter"]))
     return sorted(found, key=CASES.index)
 

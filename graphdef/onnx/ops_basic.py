@@ -176,9 +176,17 @@ def _clip6(node):
 
 @converter("Clip", 11)
 def _clip11(node):
-    lo = node.const(1, "(min) ").item() if node.has(1) else -math.inf
-    hi = node.const(2, "(max) ").item() if node.has(2) else math.inf
-    return E.clip(node.tensor(0), lo, hi)
+    x = node.tensor(0)
+    if all(node.is_const(i) for i in (1, 2) if node.has(i)):
+        lo = node.const(1).item() if node.has(1) else -math.inf
+        hi = node.const(2).item() if node.has(2) else math.inf
+        return E.clip(x, lo, hi)
+    # bounds known only at run time: min(max(x, min), max), as ONNX defines Clip
+    if node.has(1):
+        x = E.where(E.less(x, node.tensor(1)), node.tensor(1), x)
+    if node.has(2):
+        x = E.where(E.greater(x, node.tensor(2)), node.tensor(2), x)
+    return x
 
 
 @converter("Where", 9)
@@ -374,7 +382,7 @@ def _pad2(node):
 @converter("Pad", 11)
 def _pad11(node):
     pads = _ints(node, 1, "(pads) ")
-    value = node.const(2, "(constant_value) ").item() if node.has(2) else 0.0
+    value = node.const(2).item() if node.is_const(2) else 0.0
     rank = len(node.shape(0))
     if node.opset >= 18 and node.has(3):
         axes = [a % rank for a in _ints(node, 3, "(axes) ")]
@@ -382,7 +390,16 @@ def _pad11(node):
         for k, a in enumerate(axes):
             full[a], full[rank + a] = pads[k], pads[len(axes) + k]
         pads = full
-    return _pad(node, pads, value, node.attr("mode", "constant"))
+    mode = node.attr("mode", "constant")
+    if node.has(2) and not node.is_const(2) and mode == "constant":
+        # a fill value known only at run time: pad with 0, then put the value where padding is
+        inside = np.ones(node.shape(0), bool)
+        mask = np.pad(inside[tuple(slice(max(-pads[i], 0), node.shape(0)[i] - max(-pads[rank + i], 0))
+                                   for i in range(rank))],
+                      [(max(pads[i], 0), max(pads[rank + i], 0)) for i in range(rank)])
+        padded = _pad(node, pads, 0.0, mode)
+        return E.where(B.constant(mask), padded, node.tensor(2))
+    return _pad(node, pads, value, mode)
 
 
 # ----------------------------------------------------------------------------- sequences

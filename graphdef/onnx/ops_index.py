@@ -145,11 +145,16 @@ def _trilu(node):
     x = node.tensor(0)
     if x.rank < 2:
         raise node.unsupported(f"input must have rank >= 2, got shape {list(x.shape)}")
-    k = _scalar_int(node, 1, "k") if node.has(1) else 0
     n, m = x.shape[-2:]
     offset = np.arange(m)[None, :] - np.arange(n)[:, None]  # column - row
+    zero = constant(np.zeros((), dtypes.np_dtype(x.dtype)))
+    if node.has(1) and not node.is_const(1):  # k known only at run time: compare with it
+        k = E.cast(node.tensor(1), "int64")
+        keep = E.greater_equal(constant(offset), k) if node.attr("upper", 1) else E.less_equal(constant(offset), k)
+        return E.where(keep, x, zero)
+    k = _scalar_int(node, 1, "k") if node.has(1) else 0
     keep = offset >= k if node.attr("upper", 1) else offset <= k
-    return E.where(constant(keep), x, constant(np.zeros((), dtypes.np_dtype(x.dtype))))
+    return E.where(constant(keep), x, zero)
 
 
 @converter("EyeLike", 9)

@@ -16,9 +16,9 @@ from pathlib import Path
 from graphdef.errors import ToolchainError
 
 from .emit import RUNTIME, Sources
+from .target import Target
 
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
-OPT = ("-O2",)
 RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "timing.h")
 
 
@@ -87,13 +87,15 @@ def c_sources(sources: Sources, name: str) -> list[str]:
     return [f for f in (f"{name}.c", f"{name}_weights.c") if f in sources.files]
 
 
-def build_binary(folder: Path, name: str, sources: Sources, cc: str | None = None, flags=()) -> Path:
+def build_binary(
+    folder: Path, name: str, sources: Sources, cc: str | None = None, flags=(), target: Target | None = None
+) -> Path:
     """Compile the standalone program folder/name (the same command the Makefile runs)."""
-    cc = find_cc(cc)
+    cc, target = find_cc(cc), target or Target()
     cmd = [
         *shlex.split(cc),
         *STRICT,
-        *OPT,
+        *target.cflags(),
         *flags,
         "-I.",
         "-Iruntime",
@@ -109,13 +111,15 @@ def build_binary(folder: Path, name: str, sources: Sources, cc: str | None = Non
     return folder / name
 
 
-def build_shared(folder: Path, name: str, sources: Sources, cc: str | None = None, flags=()) -> Path:
+def build_shared(
+    folder: Path, name: str, sources: Sources, cc: str | None = None, flags=(), target: Target | None = None
+) -> Path:
     """Compile folder/lib<name>.so for in-process use through cffi."""
-    cc = find_cc(cc)
+    cc, target = find_cc(cc), target or Target()
     cmd = [
         *shlex.split(cc),
         *STRICT,
-        *OPT,
+        *target.cflags(),
         *flags,
         "-fPIC",
         "-shared",

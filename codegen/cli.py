@@ -99,11 +99,10 @@ def cmd_compile(args) -> int:
         raise UnsupportedError(f"--target {args.target} is not available in this version (use c)")
     if args.ranks != 1:
         raise UnsupportedError("--ranks above 1 is not available in this version")
-    if args.threads != 1:
-        raise UnsupportedError("--threads above 1 is not available in this version")
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
     t0 = time.perf_counter()
-    out = compiled.export(graph, args.output, name=args.name, arch=args.arch, build_binary=not args.no_build)
+    out = compiled.export(graph, args.output, name=args.name, arch=args.arch, build_binary=not args.no_build,
+                          portable=args.portable, threads=args.threads)
     meta = (out / "metadata.json").read_text()
     import json
 
@@ -167,6 +166,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--ranks", type=int, default=1)
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--no-build", action="store_true")
+    c.add_argument("--portable", action="store_true", help="no -march=native: runs on any CPU of the arch")
     c.set_defaults(func=cmd_compile)
     i = sub.add_parser("inspect", help="ops, passes, schedule and memory plan")
     i.add_argument("model")

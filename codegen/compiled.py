@@ -25,6 +25,7 @@ from graphdef.serialize import to_json
 
 from . import build, emit, lower, passes
 from .cnames import C_KEYWORDS
+from .target import Target
 
 _loaded: dict[str, tuple] = {}
 _source_hash: list[str] = []
@@ -78,9 +79,12 @@ def graph_key(graph: Graph, outputs, options: dict) -> str:
     return h.hexdigest()[:32]
 
 
-def program_for(graph: Graph, outputs=None, planner: str = "best", time_limit: float = 5.0) -> lower.Program:
-    """Passes, schedule and memory plan: the Program every backend renders."""
-    optimized = passes.run(graph, outputs)
+def program_for(
+    graph: Graph, outputs=None, planner: str = "best", time_limit: float = 5.0, isa: str | None = None
+) -> lower.Program:
+    """Passes, schedule and memory plan: the Program every backend renders. ``isa`` (the
+    target's, see Target.isa) puts float32 products on the fast GEMM."""
+    optimized = passes.run(graph, outputs, isa=isa)
     names = [str(r) for r in passes.select_outputs(graph, outputs).declared_outputs]
     return lower.lower(optimized, names, algorithm=planner, time_limit=time_limit)
 
@@ -192,22 +196,35 @@ def compile(
     cc: str | None = None,
     flags=(),
     planner: str = "best",
+    portable: bool = False,
+    threads: int = 1,
 ) -> CompiledModel:  # noqa: A001 - the public spelling
-    """Compile ``graph`` to C, build it as a shared library and load it with cffi."""
+    """Compile ``graph`` to C, build it as a shared library and load it with cffi.
+
+    ``portable``: no -march=native; ``threads``: worker threads for the heavy steps.
+    """
     check_name(name)
     cc = build.find_cc(cc)
-    options = {"name": name, "cc": cc, "flags": list(flags), "planner": planner, "kind": "shared"}
+    target = Target("host", portable, threads)
+    options = {
+        "name": name,
+        "cc": cc,
+        "flags": list(flags),
+        "planner": planner,
+        "kind": "shared",
+        "target": target.key(),
+    }
     key = graph_key(graph, outputs or graph.outputs, options)
     if key in _loaded:
         return CompiledModel(*_loaded[key])
     folder = cache_root() / key
     library, meta_path = folder / f"lib{name}.so", folder / "metadata.json"
     if not (cache and library.is_file() and meta_path.is_file()):
-        sources = emit.emit(program_for(graph, outputs, planner), name)
+        sources = emit.emit(program_for(graph, outputs, planner, isa=target.isa(cc)), name, target=target)
         tmp = build.temp_dir_beside(folder)
         try:
             build.write_sources(sources, tmp)
-            build.build_shared(tmp, name, sources, cc, flags)
+            build.build_shared(tmp, name, sources, cc, flags, target)
             if folder.exists():
                 shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
@@ -228,6 +245,8 @@ def export(
     cc: str | None = None,
     flags=(),
     planner: str = "best",
+    portable: bool = False,
+    threads: int = 1,
 ) -> Path:
     """Write a project folder (header, sources, main.c, Makefile, CMakeLists.txt, metadata.json)
     and, unless ``build_binary`` is False, build the standalone program ``out_dir/name``.
@@ -235,22 +254,25 @@ def export(
     The folder appears complete or not at all: it is written beside and renamed into place.
     """
     check_name(name)
-    if arch != "host":
-        raise FlowcError(f"unknown or unsupported arch '{arch}'; this version builds for 'host'")
+    target = Target(arch, portable, threads)
     out_dir = Path(out_dir)
-    sources = emit.emit(program_for(graph, outputs, planner), name)
+    sources = emit.emit(
+        program_for(graph, outputs, planner, isa=target.isa(build.find_cc(cc))), name, target=target
+    )
     tmp = build.temp_dir_beside(out_dir)
     try:
         build.write_sources(sources, tmp)
         if build_binary:
-            build.build_binary(tmp, name, sources, cc, flags)
+            build.build_binary(tmp, name, sources, cc, flags, target)
         build.replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 
-def compile_many(graphs, cc: str | None = None, flags=(), planner: str = "best") -> list[CompiledModel]:
+def compile_many(
+    graphs, cc: str | None = None, flags=(), planner: str = "best", portable: bool = False, threads: int = 1
+) -> list[CompiledModel]:
     """Compile several graphs into ONE shared library (one compiler call), for bulk testing.
 
     ``graphs`` is a list of ``(name, graph)`` or ``(name, graph, outputs)``; names must differ.
@@ -261,7 +283,8 @@ def compile_many(graphs, cc: str | None = None, flags=(), planner: str = "best")
     names = [check_name(n) for n, _, _ in items]
     if len(set(names)) != len(names):
         raise FlowcError("compile_many needs distinct model names")
-    options = {"cc": cc, "flags": list(flags), "planner": planner, "kind": "bundle"}
+    target = Target("host", portable, threads)
+    options = {"cc": cc, "flags": list(flags), "planner": planner, "kind": "bundle", "target": target.key()}
     key = hashlib.sha256(
         "".join(graph_key(g, o or g.outputs, {**options, "name": n}) for n, g, o in items).encode()
     ).hexdigest()[:32]
@@ -273,7 +296,9 @@ def compile_many(graphs, cc: str | None = None, flags=(), planner: str = "best")
             bundle = []
             build.copy_runtime(tmp)
             for n, g, o in items:
-                sources = emit.emit(program_for(g, o, planner), n, weights="c")
+                sources = emit.emit(
+                    program_for(g, o, planner, isa=target.isa(cc)), n, weights="c", target=target
+                )
                 for f in (f"{n}.h", f"{n}.c"):
                     (tmp / f).write_text(sources.files[f])
                 (tmp / f"{n}.metadata.json").write_text(sources.files["metadata.json"])
@@ -283,7 +308,7 @@ def compile_many(graphs, cc: str | None = None, flags=(), planner: str = "best")
                 [
                     *build.shlex.split(cc),
                     *build.STRICT,
-                    *build.OPT,
+                    *target.cflags(),
                     *flags,
                     "-fPIC",
                     "-shared",

@@ -23,6 +23,7 @@ from graphdef.registry import CExpr, CKernel, get_op
 from . import schedule
 from .cnames import COMPUTE, PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
 from .lower import ALIGN, Loc, Program
+from .target import Target
 
 VERSION = "0.1.0"
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,19 +78,12 @@ class TensorCtx:
 
 
 # ----------------------------------------------------------------------------- elementwise
-def index_expr(in_shape, out_shape, var: str = "i") -> str:
-    """C expression of the element of a broadcast input read at output element ``var``."""
-    total = math.prod(out_shape)
-    if tuple(in_shape) == tuple(out_shape):
-        return var
-    if math.prod(in_shape) == 1:
-        return "0"
-    dims, (ins, outs) = L.merge_dims(
-        list(out_shape), L.broadcast_strides(in_shape, out_shape), L.strides(out_shape)
-    )
+def offset_expr(dims, in_strides, out_strides, var: str) -> str:
+    """C expression of an input's element offset at (collapsed) output position ``var``."""
+    total = math.prod(dims)
     terms = []
-    for d, s_in, s_out in zip(dims, ins, outs):
-        if s_in == 0:
+    for d, s_in, s_out in zip(dims, in_strides, out_strides):
+        if s_in == 0 or d == 1:
             continue
         t = var if s_out == 1 else f"{var} / {s_out}"
         if s_out * d != total:
@@ -98,11 +92,38 @@ def index_expr(in_shape, out_shape, var: str = "i") -> str:
     return " + ".join(terms) or "0"
 
 
+def loop_nest(in_shapes, out_shape) -> tuple[int, int, list[str], list[bool]]:
+    """(outer, inner, base offset per input at outer index ``o``, inner stride is 1 per input).
+
+    Output axes are merged as far as every input allows; the loop over the last merged axis
+    is contiguous in the output and in each input that is not broadcast along it, so the C
+    compiler can vectorize it. Broadcast inputs get their offset once per outer step.
+    """
+    out_shape = list(out_shape) or [1]
+    strides = [L.broadcast_strides(s, out_shape) if s else [0] * len(out_shape) for s in in_shapes]
+    dims, merged = L.merge_dims(out_shape, L.strides(out_shape), *strides)
+    dims = dims or [1]
+    merged = [m or [0] for m in merged]
+    inner = dims[-1]
+    outer_dims = dims[:-1]
+    out_outer = [s // inner for s in merged[0][:-1]]  # output strides in units of inner rows
+    bases = [
+        ("0" if math.prod(outer_dims) == 1 else f"o * {inner}")
+        if m[:-1] == merged[0][:-1]
+        else offset_expr(outer_dims, m[:-1], out_outer, "o")
+        for m in merged[1:]
+    ]
+    unit = [m[-1] == 1 for m in merged[1:]]
+    return math.prod(outer_dims), inner, bases, unit
+
+
 def elementwise_context(node: Node, ins: list[TensorType], out: TensorType, x: list[str]) -> dict:
-    """Locals of one loop iteration: loads of the inputs, then one value per instruction."""
+    """Loop bounds, and the locals of one iteration: loads, then one value per instruction."""
+    outer, inner, bases, unit = loop_nest([t.shape for t in ins], out.shape)
     values, types = [], list(ins)
     for j, t in enumerate(ins):
-        load = f"{x[j]}[{index_expr(t.shape, out.shape)}]"
+        base = "" if bases[j] == "0" else f"b{j} + "
+        load = f"{x[j]}[{base}i]" if unit[j] else f"{x[j]}[{base.rstrip(' +') or '0'}]"
         values.append(
             {
                 "ctype": COMPUTE[t.dtype],
@@ -126,7 +147,9 @@ def elementwise_context(node: Node, ins: list[TensorType], out: TensorType, x: l
         types.append(t)
     last = values[-1]["name"]
     return {
-        "count": out.size,
+        "outer": outer,
+        "inner": inner,
+        "bases": [{"name": f"b{j}", "expr": b} for j, b in enumerate(bases) if b != "0"],
         "locals": values,
         "may_fail": any("&err" in v["expr"] for v in values),
         "store": f"fc_f2h({last})" if out.dtype == "float16" else last,
@@ -152,8 +175,9 @@ def _align(n: int) -> int:
 
 
 # ----------------------------------------------------------------------------- the model
-def emit(program: Program, name: str, weights: str = "auto") -> Sources:
+def emit(program: Program, name: str, weights: str = "auto", target: Target | None = None) -> Sources:
     """All generated files of one model called ``name`` (already a valid C identifier)."""
+    target = target or Target()
     g = program.graph
     env = environment()
     names = Names(reserved={"mem", "st", "status", "arena", "state", "i", name})
@@ -239,7 +263,10 @@ def emit(program: Program, name: str, weights: str = "auto") -> Sources:
         y = [f"y{j}" for j in range(len(node.outputs))]
         if isinstance(opdef.c, CExpr):
             body = env.get_template("c/ops/elementwise.c.j2").render(
-                x=x, y=y, k=elementwise_context(node, in_t, node.outputs[0], x)
+                x=x,
+                y=y,
+                k=elementwise_context(node, in_t, node.outputs[0], x),
+                outs=[TensorCtx.of(t) for t in node.outputs],
             )
         elif isinstance(opdef.c, CKernel):
             headers.update(opdef.c.headers)
@@ -257,6 +284,8 @@ def emit(program: Program, name: str, weights: str = "auto") -> Sources:
         func = f"{name}_step_{index}"
         params = [f"const {STORAGE[t.dtype]} *{v}" for t, v in zip(in_t, x)]
         params += [f"{STORAGE[t.dtype]} *{v}" for t, v in zip(node.outputs, y)]
+        if opdef.scratch is not None:
+            params.append("void *scratch")
         steps.append(
             {
                 "index": index,
@@ -269,6 +298,9 @@ def emit(program: Program, name: str, weights: str = "auto") -> Sources:
             }
         )
         args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
+        if opdef.scratch is not None:
+            off = program.scratch.get(node.name)
+            args.append("NULL" if off is None else f"(void *)(mem + {off})")
         calls.append(f"{func}({', '.join(args)})")
 
     copies = []
@@ -338,6 +370,7 @@ def emit(program: Program, name: str, weights: str = "auto") -> Sources:
         "uses_arena": uses_arena,
         "null_checks": null_checks or ["0"],
         "unused": unused,
+        "cflags": " ".join(target.cflags()),
     }
     src = Sources()
     src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)

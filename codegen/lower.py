@@ -50,6 +50,7 @@ class Program:
     lower_bound: int
     output_copies: list[tuple[int, ValueRef]] = field(default_factory=list)  # (output index, value)
     state_updates: list[tuple[str, ValueRef]] = field(default_factory=list)  # (variable, new value)
+    scratch: dict[str, int] = field(default_factory=dict)  # step -> arena offset of its scratch memory
 
     @property
     def arena_bytes(self) -> int:
@@ -185,7 +186,15 @@ def lower(
             loc[v] = place
 
     output_copies = [(k, r) for k, r in enumerate(graph.declared_outputs) if loc[r] != Loc("output", k)]
+    scratch_buffer: dict[str, int] = {}  # step -> buffer of the memory only that step uses
+    for n in steps:
+        fn = get_op(n.op).scratch
+        size = fn([graph.type_of(r) for r in n.inputs], n.outputs, n.attrs) if fn else 0
+        if size:
+            scratch_buffer[n.name] = len(buffers)
+            buffers.append(memory.BufferReq(size, pos[n.name], pos[n.name]))
     plan = memory.plan(buffers, algorithm=algorithm, alignment=ALIGN, time_limit=time_limit)
+    scratch = {name: plan.offsets[b] for name, b in scratch_buffer.items()}
     for v, place in list(loc.items()):
         if place.kind == "arena":
             loc[v] = Loc("arena", place.index, plan.offsets[place.index])
@@ -215,4 +224,5 @@ def lower(
         memory.lower_bound(buffers, alignment=ALIGN),
         output_copies,
         updates,
+        scratch,
     )

@@ -7,6 +7,7 @@ nodes are kept, so outputs, feeds and error messages keep meaning the same thing
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -423,8 +424,11 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
 )
 
 
-def run(graph: Graph, outputs=None, check: bool = True, trace: list | None = None) -> Graph:
-    """Run every pass of ``PIPELINE`` in order; ``trace`` collects (stage, graph) pairs."""
+def run(
+    graph: Graph, outputs=None, check: bool = True, trace: list | None = None, isa: str | None = None
+) -> Graph:
+    """Run every pass of ``PIPELINE`` in order, then (given the target's ``isa``) put float32
+    products on the fast GEMM with ``lower_linear``; ``trace`` collects (stage, graph) pairs."""
     graph = select_outputs(graph, outputs)
     if check:
         gd.verify(graph)
@@ -436,4 +440,164 @@ def run(graph: Graph, outputs=None, check: bool = True, trace: list | None = Non
             gd.verify(graph)
         if trace is not None:
             trace.append((name, graph))
+    if isa is not None:
+        graph = prune(lower_linear(graph, isa))
+        if check:
+            gd.verify(graph)
+        if trace is not None:
+            trace.append(("lower_linear", graph))
     return graph
+
+
+# ----------------------------------------------------------------------------- fast float32 products
+def _const_array(graph: Graph, ref: ValueRef):
+    node = graph.node(ref.node)
+    return graph._constants[node.name] if node.op == "constant" else None
+
+
+def lower_linear(graph: Graph, isa: str) -> Graph:
+    """Put float32 matmul, gemm and conv on the fast GEMM of ``isa`` (runtime_c/kernels/sgemm.h).
+
+    Constant operands are packed now for the ISA's micro-tile (a weight matrix becomes a
+    packed constant), so the C code never packs them. Rewritten:
+    - matmul: a 2-D constant right operand (dense layers; leading axes of the left operand
+      fold into its rows), or any batched product of raw operands;
+    - gemm with a constant b and a bias per column (or none);
+    - conv with constant weights (and bias), except depthwise ones (group == channels, one
+      input channel per group), which keep their direct kernel.
+    Everything else (other dtypes, conv_transpose, ...) is left as it is.
+    """
+    from graphdef.ops import _sgemm_pack as SP
+
+    def f32(*refs):
+        return all(graph.type_of(r).dtype == "float32" for r in refs)
+
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        op, a = node.op, node.attrs
+        ins = [graph.type_of(r) for r in node.inputs]
+        new = None
+        if op == "matmul" and f32(*node.inputs) and node.outputs[0].size:
+            new = _lower_matmul(graph, node, ins, isa, SP)
+        elif op == "gemm" and f32(*node.inputs) and node.outputs[0].size:
+            new = _lower_gemm(graph, node, ins, isa, SP)
+        elif (
+            op == "conv"
+            and f32(*node.inputs)
+            and node.outputs[0].size
+            and _const_array(graph, node.inputs[1]) is not None
+        ):
+            cg = ins[1].shape[1]
+            depthwise = a["group"] == ins[0].shape[1] and cg == 1 and a["group"] > 1
+            if not depthwise and (len(node.inputs) < 3 or _const_array(graph, node.inputs[2]) is not None):
+                new = _lower_conv(graph, node, ins, isa, SP)
+        if new is None:
+            rb.keep(node)
+            continue
+        op_name, operands, attrs = new
+        with default_graph_scope(rb.new), device(node.device), control_dependencies(rb._controls(node)):
+            inputs = [
+                Tensor(rb.new, rb.refs[r]) if isinstance(r, ValueRef) else gd.constant(r) for r in operands
+            ]
+            out = gd.apply(op_name, inputs, None, **attrs)
+        rb._map(node, [out.ref])
+    return rb.finish()
+
+
+def _lower_matmul(graph, node, ins, isa, SP):
+    a_t, b_t = ins
+    if a_t.rank == 0 or b_t.rank == 0:
+        return None
+    b_const = _const_array(graph, node.inputs[1])
+    if b_const is not None and b_t.rank == 2:
+        k, n = b_t.shape
+        m = a_t.size // k
+        plan = SP.make_plan(m, n, k, isa=isa, b="packed")
+        attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
+        return "sgemm", [node.inputs[0], SP.pack_b(b_const.astype(np.float32), plan)], attrs
+    # raw operands, batched over the broadcast leading axes
+    from graphdef.ops import _lower as L
+
+    ash = (1,) + a_t.shape if a_t.rank == 1 else a_t.shape
+    bsh = b_t.shape + (1,) if b_t.rank == 1 else b_t.shape
+    batch = tuple(np.broadcast_shapes(ash[:-2], bsh[:-2]))
+    m, k, n = ash[-2], ash[-1], bsh[-1]
+    a_st = [s * m * k for s in L.broadcast_strides(ash[:-2], batch)] if batch else []
+    b_st = [s * k * n for s in L.broadcast_strides(bsh[:-2], batch)] if batch else []
+    c_st = [s * m * n for s in L.strides(batch)]
+    dims, (a_st, b_st, c_st) = L.merge_dims(list(batch), a_st, b_st, c_st)
+    plan = SP.make_plan(m, n, k, isa=isa)
+    axes = tuple((d, sa, sb, sc) for d, sa, sb, sc in zip(dims, a_st, b_st, c_st))[::-1]
+    attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": axes, "shape": node.outputs[0].shape}
+    return "sgemm", list(node.inputs), attrs
+
+
+def _lower_gemm(graph, node, ins, isa, SP):
+    a = node.attrs
+    b_const = _const_array(graph, node.inputs[1])
+    if b_const is None:
+        return None
+    m, n = node.outputs[0].shape
+    k = ins[0].shape[0] if a["trans_a"] else ins[0].shape[1]
+    logical_b = b_const.T if a["trans_b"] else b_const
+    bias = None
+    if len(node.inputs) == 3:
+        c = _const_array(graph, node.inputs[2])
+        if c is None or c.size not in (1, n) or (c.ndim == 2 and c.shape[0] != 1 and c.size != 1):
+            return None
+        bias = (np.broadcast_to(c.reshape(-1), (n,)) * a["beta"]).astype(np.float32)
+    plan = SP.make_plan(
+        m,
+        n,
+        k,
+        isa=isa,
+        a="trans" if a["trans_a"] else "row",
+        b="packed",
+        alpha=a["alpha"],
+        bias="col" if bias is not None else "none",
+    )
+    attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
+    operands = [node.inputs[0], SP.pack_b(logical_b.astype(np.float32), plan)]
+    return "sgemm", operands + ([bias] if bias is not None else []), attrs
+
+
+def _lower_conv(graph, node, ins, isa, SP):
+    a = node.attrs
+    x_t, w_t = ins[:2]
+    w = _const_array(graph, node.inputs[1]).astype(np.float32)
+    g = a["group"]
+    m, cg = w_t.shape[:2]
+    kernel = w_t.shape[2:]
+    out_sp = node.outputs[0].shape[2:]
+    kg, p = cg * math.prod(kernel), math.prod(out_sp)
+    plan = SP.make_plan(m // g, p, kg, isa=isa, a="packed", bias="row" if len(node.inputs) == 3 else "none")
+    packed = np.concatenate(
+        [SP.pack_a(w[i * (m // g) : (i + 1) * (m // g)].reshape(m // g, kg), plan) for i in range(g)]
+    )
+    direct = (
+        all(k == 1 for k in kernel)
+        and all(s == 1 for s in a["strides"])
+        and not any(a["pads"])
+        and tuple(out_sp) == tuple(x_t.shape[2:])
+    )
+    attrs = {
+        "plan": _plan_tuple(plan),
+        "isa": isa,
+        "kernel": kernel,
+        "out": out_sp,
+        "strides": a["strides"],
+        "pads": a["pads"],
+        "dilations": a["dilations"],
+        "group": g,
+        "direct": direct,
+    }
+    operands = [node.inputs[0], packed]
+    if len(node.inputs) == 3:
+        operands.append(_const_array(graph, node.inputs[2]).astype(np.float32))
+    return "conv_gemm", operands, attrs
+
+
+def _plan_tuple(plan) -> tuple:
+    from graphdef.ops._sgemm_pack import FIELDS
+
+    return tuple(getattr(plan, f) for f in FIELDS)

@@ -148,6 +148,7 @@ class OpDef:
     c: CExpr | CKernel | CRole | None = None
     decompose: Callable | None = None
     flops: Callable | None = None
+    scratch: Callable | None = None  # (in types, out types, attrs) -> bytes of step-local memory
     stateful: bool = False
     doc: str = ""
 

@@ -61,6 +61,34 @@ def build_zoo() -> gd.Graph:
         gd.logical_or(gd.isnan(t), gd.isinf(t), name="special")
         bits = gd.bitwise_or(gd.bitwise_and(ids, 6), gd.bitwise_xor(ids, gd.bitwise_not(ids)))
         gd.bitshift(bits, gd.mod(ids, 3, fmod=True), "left", name="bits")
+        # graphdef/ops/linear.py: the fast-GEMM forms (codegen.passes.lower_linear makes them)
+        from graphdef.ops import _sgemm_pack as SP
+
+        plan = SP.make_plan(2, 2, 108, isa="avx512", b="packed")
+        fields = tuple(getattr(plan, f) for f in SP.FIELDS)
+        gd.apply(
+            "sgemm",
+            [gd.reshape(x, (2, 108)), gd.constant(SP.pack_b(np.eye(108, 2), plan))],
+            plan=fields,
+            isa="avx512",
+            shape=(2, 2),
+            name="dense",
+        )
+        cplan = SP.make_plan(4, 36, 27, isa="avx512", a="packed")
+        gd.apply(
+            "conv_gemm",
+            [x, gd.constant(SP.pack_a(np.ones((4, 27)), cplan))],
+            plan=tuple(getattr(cplan, f) for f in SP.FIELDS),
+            isa="avx512",
+            kernel=(3, 3),
+            out=(6, 6),
+            strides=(1, 1),
+            pads=(1, 1, 1, 1),
+            dilations=(1, 1),
+            group=1,
+            direct=False,
+            name="conv_gemm",
+        )
         # graphdef/ops/bits.py
         gd.bitcast(gd.bitcast(probs, "uint8"), "float32", name="reinterpreted")
         loss = gd.identity(gd.reduce_sum(gd.stop_gradient(probs) * logits), name="loss")

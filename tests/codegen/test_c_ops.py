@@ -167,6 +167,35 @@ for dt in FLOATS:
         )[0],
         arr((1, 2, 4, 4), dt),
     )
+for cid, xs, ws, kw in (
+    ("3x3-pad", (2, 3, 9, 8), (5, 3, 3, 3), dict(pads=(1, 1, 1, 1))),
+    ("1x1-direct", (1, 16, 5, 7), (24, 16, 1, 1), {}),
+    ("1x1-stride", (1, 8, 6, 6), (4, 8, 1, 1), dict(strides=(2, 2))),
+    ("grouped-dilated", (1, 6, 11, 9), (9, 2, 3, 2), dict(group=3, dilations=(2, 1), pads=(0, 1, 2, 0))),
+    ("1d", (2, 4, 17), (6, 4, 5), dict(strides=(3,), pads=(2, 1))),
+    ("3d", (1, 2, 5, 6, 4), (3, 2, 3, 2, 2), dict(pads=(1, 0, 1, 1, 0, 0))),
+):
+    w_const, b_const = arr(ws, "float32"), arr((ws[0],), "float32")
+    case(
+        f"conv-packed-{cid}",
+        lambda x, w=w_const, b=b_const, kw=kw: gd.conv(x, gd.constant(w), gd.constant(b), **kw),
+        arr(xs, "float32"),
+    )
+case(
+    "dense-packed", lambda x: gd.matmul(x, gd.constant(arr((37, 29), "float32"))), arr((3, 5, 37), "float32")
+)
+case(
+    "gemm-packed",
+    lambda x: gd.gemm(
+        x,
+        gd.constant(arr((29, 37), "float32")),
+        gd.constant(arr((29,), "float32")),
+        alpha=0.5,
+        beta=2.0,
+        trans_b=True,
+    ),
+    arr((6, 37), "float32"),
+)
 case("global_pools", lambda x: gd.global_avg_pool(x) + gd.global_max_pool(x), arr((2, 3, 4, 5), "float32"))
 
 # normalization, softmax
@@ -318,14 +347,18 @@ def _declared_elsewhere() -> set[str]:
 
 def test_every_op_reaches_c(built):
     """Every registered op is compiled by some case (directly, or as its decomposition)."""
+    from codegen import build
+    from codegen.target import Target
+
+    isa = Target().isa(build.find_cc())
     seen = _declared_elsewhere()
     for graph, _ in built.values():
         seen |= {n.op for n in graph.nodes}
-        seen |= {n.op for n in passes.run(graph).nodes}
+        seen |= {n.op for n in passes.run(graph, isa=isa).nodes}
     seen |= {
         ins[0]
         for graph, _ in built.values()
-        for n in passes.run(graph).nodes
+        for n in passes.run(graph, isa=isa).nodes
         if n.op == "fused"
         for ins in n.attrs["program"]
     }

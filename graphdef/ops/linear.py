@@ -1,0 +1,210 @@
+"""Compiler-internal products on the fast float32 GEMM (runtime_c/kernels/sgemm.h).
+
+``codegen.passes.lower_linear`` rewrites float32 matmul, gemm and conv into these ops for a
+given instruction set, packing constant operands at compile time in the exact layout of the
+kernel's micro-tile (graphdef/ops/_sgemm_pack.py). Their references rebuild the logical
+operands from the packed data, so the interpreter and ``verify`` still check every rewrite.
+
+- ``sgemm(a, b, bias?)``: one product per batch entry, C = alpha * A @ B (+ bias), with A and
+  B raw (strided) or packed, as the ``plan`` (the fields of fc_sgemm_plan) says.
+- ``conv_gemm(x, w, bias?)``: a convolution as one product per image and group, weights
+  packed, the input read directly (1x1 kernels) or through im2col into step scratch memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import TensorType
+from ..registry import Attr, CKernel, NotDifferentiable, defop
+from ._sgemm_pack import SgemmPlan, unpack_a, unpack_b
+from ._util import check_dtype
+
+_INTERNAL = NotDifferentiable("compiler-internal op: differentiate the graph before compiling", error=True)
+
+
+def plan_of(attrs) -> SgemmPlan:
+    return SgemmPlan(*attrs["plan"])
+
+
+def _logical(flat, plan: SgemmPlan, which: str, offset: int) -> np.ndarray:
+    """The logical A (m x k) or B (k x n) of one batch entry, from raw strides or packing."""
+    if which == "a":
+        if plan.a_packed:
+            return unpack_a(flat[offset : offset + plan.packed_a_floats()], plan)
+        i, p = np.ix_(np.arange(plan.m), np.arange(plan.k))
+        return flat[offset + i * plan.a_rs + p * plan.a_cs].astype(np.float32)
+    if plan.b_packed:
+        return unpack_b(flat[offset : offset + plan.packed_b_floats()], plan)
+    p, j = np.ix_(np.arange(plan.k), np.arange(plan.n))
+    return flat[offset + p * plan.b_rs + j * plan.b_cs].astype(np.float32)
+
+
+def _batch_offsets(batch):
+    """(a, b, c) element offsets of every batch entry; ``batch`` lists (size, a, b, c) steps,
+    innermost first."""
+    count = math.prod(size for size, *_ in batch)
+    for index in range(count):
+        rem, off = index, [0, 0, 0]
+        for size, *steps in batch:
+            for q in range(3):
+                off[q] += (rem % size) * steps[q]
+            rem //= size
+        yield off
+
+
+# ----------------------------------------------------------------------------- sgemm
+def _sgemm_infer(types, attrs):
+    for t in types:
+        check_dtype(t, ("float32",))
+    p = plan_of(attrs)
+    if len(types) == 3 and types[2].size != (p.m if p.bias == 1 else p.n):
+        raise ShapeError(f"bias of {types[2].size} values does not fit the plan's bias mode {p.bias}")
+    count = math.prod(size for size, *_ in attrs["batch"])
+    if math.prod(attrs["shape"]) != count * p.m * p.n:
+        raise ShapeError(f"output shape {attrs['shape']} does not hold {count} products of {p.m} x {p.n}")
+    return TensorType(attrs["shape"], "float32")
+
+
+def _sgemm_ref(xs, attrs):
+    p = plan_of(attrs)
+    a, b = (np.asarray(x, np.float32).reshape(-1) for x in xs[:2])
+    out = np.zeros(math.prod(attrs["shape"]), np.float64)
+    bias = np.asarray(xs[2], np.float64).reshape(-1) if len(xs) == 3 else None
+    for ao, bo, co in _batch_offsets(attrs["batch"]):
+        c = p.alpha * (
+            _logical(a, p, "a", ao).astype(np.float64) @ _logical(b, p, "b", bo).astype(np.float64)
+        )
+        if bias is not None:
+            c = c + (bias[:, None] if p.bias == 1 else bias[None, :])
+        i, j = np.ix_(np.arange(p.m), np.arange(p.n))
+        out[co + i * p.ldc + j] = c
+    return out.astype(np.float32).reshape(attrs["shape"])
+
+
+def _sgemm_context(ins, outs, attrs, lit):
+    axes = [{"size": s, "a": a, "b": b, "c": c} for s, a, b, c in attrs["batch"]]
+    return {
+        "plan": plan_of(attrs).c_init(),
+        "axes": axes,
+        "count": math.prod(ax["size"] for ax in axes),
+        "has_bias": len(ins) == 3,
+    }
+
+
+def _sgemm_scratch(ins, outs, attrs):
+    return plan_of(attrs).scratch_bytes(attrs["isa"])
+
+
+def _sgemm_flops(ins, outs, attrs):
+    p = plan_of(attrs)
+    return 2 * p.m * p.n * p.k * math.prod(size for size, *_ in attrs["batch"])
+
+
+defop(
+    "sgemm",
+    ("a", "b", "bias?"),
+    _sgemm_infer,
+    _sgemm_ref,
+    _INTERNAL,
+    attrs={"plan": Attr("any"), "isa": Attr("str"), "batch": Attr("any", ()), "shape": Attr("ints")},
+    c=CKernel("sgemm", _sgemm_context, ("kernels/sgemm.h",)),
+    scratch=_sgemm_scratch,
+    flops=_sgemm_flops,
+    doc="float32 products C = alpha * A @ B (+ bias) per batch entry on the fast GEMM; A, B raw or packed",
+)
+
+
+# ----------------------------------------------------------------------------- conv_gemm
+def _conv_attrs(attrs):
+    return {
+        "strides": attrs["strides"],
+        "pads": attrs["pads"],
+        "dilations": attrs["dilations"],
+        "group": attrs["group"],
+    }
+
+
+def _conv_gemm_infer(types, attrs):
+    for t in types:
+        check_dtype(t, ("float32",))
+    x = types[0]
+    p = plan_of(attrs)
+    if types[1].size != attrs["group"] * p.packed_a_floats():
+        raise ShapeError(
+            f"packed weights hold {types[1].size} values, the plan needs "
+            f"{attrs['group']} x {p.packed_a_floats()}"
+        )
+    return TensorType((x.shape[0], p.m * attrs["group"]) + tuple(attrs["out"]), "float32")
+
+
+def _conv_gemm_ref(xs, attrs):
+    from .nn import _conv_ref
+
+    p = plan_of(attrs)
+    g = attrs["group"]
+    w = np.concatenate([unpack_a(part, p) for part in np.split(np.asarray(xs[1]).reshape(-1), g)])
+    w = w.reshape((p.m * g, xs[0].shape[1] // g) + tuple(attrs["kernel"]))
+    return _conv_ref([xs[0], w] + list(xs[2:]), _conv_attrs(attrs))
+
+
+def _conv_gemm_context(ins, outs, attrs, lit):
+    from .nn import _geom
+
+    x = ins[0]
+    p = plan_of(attrs)
+    geom = _geom(x.shape, attrs["kernel"], attrs["out"], attrs)
+    g = attrs["group"]
+    return {
+        "plan": p.c_init(),
+        "n": x.shape[0],
+        "group": g,
+        "cg": x.shape[1] // g,
+        "mg": p.m,
+        "hw": math.prod(x.shape[2:]),
+        "p": p.n,
+        "packed": p.packed_a_floats(),
+        "direct": attrs["direct"],
+        "col_bytes": _col_bytes(p, attrs),
+        "has_bias": len(ins) == 3,
+        "m_total": p.m * g,
+        "c_total": x.shape[1],
+        **geom,
+    }
+
+
+def _col_bytes(p: SgemmPlan, attrs) -> int:
+    """Scratch bytes of the im2col matrix (k x n floats), rounded to 64."""
+    return 0 if attrs["direct"] else -(-(p.k * p.n * 4) // 64) * 64
+
+
+def _conv_gemm_scratch(ins, outs, attrs):
+    p = plan_of(attrs)
+    return _col_bytes(p, attrs) + p.scratch_bytes(attrs["isa"])
+
+
+defop(
+    "conv_gemm",
+    ("x", "w", "bias?"),
+    _conv_gemm_infer,
+    _conv_gemm_ref,
+    _INTERNAL,
+    attrs={
+        "plan": Attr("any"),
+        "isa": Attr("str"),
+        "kernel": Attr("ints"),
+        "out": Attr("ints"),
+        "strides": Attr("ints"),
+        "pads": Attr("ints"),
+        "dilations": Attr("ints"),
+        "group": Attr("int"),
+        "direct": Attr("bool"),
+    },
+    c=CKernel("conv_gemm", _conv_gemm_context, ("kernels/sgemm.h", "kernels/im2col.h")),
+    scratch=_conv_gemm_scratch,
+    flops=lambda ins, outs, attrs: 2 * outs[0].size * plan_of(attrs).k,
+    doc="float32 convolution as packed-weight products per image and group (im2col unless 1x1)",
+)

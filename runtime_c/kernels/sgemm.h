@@ -1,0 +1,710 @@
+/* float32 matrix product with packed panels and a register-blocked micro-kernel.
+ *
+ *     C[i*ldc + j] = alpha * sum_p A(i, p) * B(p, j)  +  beta * C[i*ldc + j]  (+ bias)
+ *     then, per output tile while it is in L1: epilogue(tile)                (optional)
+ *
+ * for 0 <= i < m, 0 <= j < n, 0 <= p < k. Everything a call needs is one plan struct
+ * (fc_sgemm_plan); generated code declares it `static const` and the driver is static
+ * inline (always_inline under GNU compilers), so gcc folds every field into the loops.
+ *
+ * Operands. Each of A (m x k) and B (k x n) is either
+ *   - raw: A(i, p) = a[i*a_rs + p*a_cs], B(p, j) = b[p*b_rs + j*b_cs] (element strides, so
+ *     row-major, transposed, sliced and broadcast views all work), packed into the caller's
+ *     scratch memory block by block at run time; raw A with a_direct = 1 is instead read in
+ *     place by the micro-kernel (as fast as packed for row-major or transposed A, whose
+ *     packing would cost up to 20% on small products; any strides are correct); or
+ *   - pre-packed (a_packed / b_packed = 1): the whole operand already in the layout below,
+ *     as written by fc_sgemm_pack_a / fc_sgemm_pack_b or their numpy twins pack_a / pack_b in
+ *     graphdef/ops/_sgemm_pack.py (constant weights are packed once, at compile time).
+ *
+ * Packed layout (depends on mr, nr and kc only; never on mc, nc or the ISA beyond mr/nr):
+ *   A: mpad = ceil(m/mr)*mr rows, zero-padded. For each k block [pc, pc+kb) (kb = min(kc,
+ *      k - pc)), for each row panel ir = 0, mr, 2mr, ...: the kb x mr panel, k-major:
+ *          Ap[pc*mpad + ir*kb + p*mr + i] = A(ir + i, pc + p)         (0 for ir+i >= m)
+ *   B: npad = ceil(n/nr)*nr columns, zero-padded, likewise by k block then column panel:
+ *          Bp[pc*npad + jr*kb + p*nr + j] = B(pc + p, jr + j)         (0 for jr+j >= n)
+ *   Sizes: mpad*k and npad*k floats (fc_sgemm_packed_a_floats / _b_floats).
+ *
+ * Micro-tile. mr x nr with nr = FC_SGEMM_NV vectors of FC_SGEMM_VL floats, chosen by the
+ * compiler flags (one source, GCC/Clang vector extensions):
+ *     -mavx512f               avx512   VL 16, 14 x 32   (28 zmm accumulators)
+ *     -mavx2 -mfma (or -mavx) avx2     VL  8,  6 x 16   (12 ymm accumulators)
+ *     aarch64 NEON            aarch64  VL  4,  8 x 12   (24 q accumulators)
+ *     SSE2 / armv7 NEON / ... v128     VL  4,  4 x 8
+ *     -DFC_NO_VECTOR, non-GNU scalar   VL  1,  4 x 4    (plain C99)
+ * FC_SGEMM_ISA names the choice. A plan whose mr/nr differ from FC_SGEMM_MR/NR (packed for
+ * another target) still computes the right result through a scalar micro-kernel, slowly.
+ * Multiply-adds are fused where the target has FMA (intrinsics; gcc does not contract a*b+c
+ * under -std=c99).
+ *
+ * Blocking (GotoBLAS loops): jc over n by nc, pc over k by kc (pack B block kb x nb),
+ * ic over m by mc (pack A block mb x kb unless A is pre-packed or read in place), then
+ * micro-tiles. order 0 runs row panels innermost: the B micro-panel (kc*nr floats) stays in
+ * L1 while the A block streams from L2; when one A block covers all rows, raw B is packed one
+ * micro-panel at a time just before its row panels use it (scratch kc*nr floats). order 1
+ * runs column panels innermost (the A micro-panel stays in L1, the B block in L2). mc is
+ * rounded up to a multiple of mr and nc to one of nr. Sums run over p in order within a k
+ * block (1- and 2-row tiles: four interleaved chains), k blocks are added to C in order.
+ *
+ * beta: 0 means C is only written (it may hold garbage or NaN); 1 adds the product to C;
+ * other values scale C. bias: FC_SGEMM_BIAS_ROW adds bias[i], FC_SGEMM_BIAS_COL bias[j],
+ * after alpha and beta. The epilogue, when not NULL, is called once per output tile after its
+ * final value is stored: epi(&C[i0*ldc + j0], ldc, rows, cols, i0, j0, epi_arg) with
+ * rows <= mr, cols <= nr; a static inline function passed by name is inlined.
+ *
+ * Threads: fc_sgemm(..., part, parts) computes the part-th of `parts` disjoint slices of C
+ * (whole micro-panels; split along n when it has at least as many panels as m, else along
+ * m). Every part needs its own scratch of fc_sgemm_scratch_bytes(plan) bytes; parts may run
+ * concurrently; part 0 of 1 is the whole product. Results do not depend on parts.
+ *
+ * No malloc, no globals written. Scratch and packed operands need only float alignment; 64-byte
+ * alignment (the arena's) is fastest.
+ */
+#ifndef FLOWC_KERNELS_SGEMM_H
+#define FLOWC_KERNELS_SGEMM_H
+
+#include "flowc_rt.h"
+
+/* With constant plans gcc's -Warray-bounds / -Wstringop-overread (-Wall, -O2 and up) inspect
+ * paths that the plan makes unreachable (e.g. the whole-panel copy of a 1-column B) and report
+ * them as errors under -Werror: silenced here, for this header's code only. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#if __GNUC__ >= 11
+#pragma GCC diagnostic ignored "-Wstringop-overread"
+#endif
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+
+/* ------------------------------------------------------------------ target selection */
+#if defined(FC_NO_VECTOR) || !(defined(__GNUC__) || defined(__clang__))
+#define FC_SGEMM_VL 1
+#define FC_SG_MR_DEFAULT 4
+#define FC_SGEMM_NV 4
+#define FC_SGEMM_ISA "scalar"
+#elif defined(__AVX512F__)
+#include <immintrin.h>
+#define FC_SGEMM_VL 16
+#define FC_SG_MR_DEFAULT 14
+#define FC_SGEMM_NV 2
+#define FC_SGEMM_ISA "avx512"
+#elif defined(__AVX__)
+#include <immintrin.h>
+#define FC_SGEMM_VL 8
+#define FC_SG_MR_DEFAULT 6
+#define FC_SGEMM_NV 2
+#define FC_SGEMM_ISA "avx2"
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define FC_SGEMM_VL 4
+#define FC_SG_MR_DEFAULT 8
+#define FC_SGEMM_NV 3
+#define FC_SGEMM_ISA "aarch64"
+#elif defined(__SSE2__) || defined(__ARM_NEON) || defined(__ALTIVEC__) || defined(__wasm_simd128__)
+#define FC_SGEMM_VL 4
+#define FC_SG_MR_DEFAULT 4
+#define FC_SGEMM_NV 2
+#define FC_SGEMM_ISA "v128"
+#else
+#define FC_SGEMM_VL 1
+#define FC_SG_MR_DEFAULT 4
+#define FC_SGEMM_NV 4
+#define FC_SGEMM_ISA "scalar"
+#endif
+#ifndef FC_SGEMM_MR /* -DFC_SGEMM_MR=r (1 <= r <= 14) picks another tile height */
+#define FC_SGEMM_MR FC_SG_MR_DEFAULT
+#endif
+#define FC_SGEMM_NR (FC_SGEMM_VL * FC_SGEMM_NV)
+#if defined(__AVX512F__) || defined(__aarch64__)
+#define FC_SG_REGS 32 /* vector registers */
+#else
+#define FC_SG_REGS 16
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FC_SG_PREFETCH(p) __builtin_prefetch(p)
+#define FC_SG_PREFETCH_W(p) __builtin_prefetch(p, 1)
+#define FC_SGEMM_DRIVER static inline __attribute__((always_inline, unused))
+#define FC_SG_BODY static inline __attribute__((always_inline, unused))
+#define FC_SG_KERNEL static __attribute__((noinline, unused))
+#else
+#define FC_SG_PREFETCH(p) ((void)(p))
+#define FC_SG_PREFETCH_W(p) ((void)(p))
+#define FC_SGEMM_DRIVER static inline
+#define FC_SG_BODY static inline
+#define FC_SG_KERNEL static inline
+#endif
+
+/* ------------------------------------------------------------------ the vector type */
+#if FC_SGEMM_VL == 1
+typedef float fc_sgemm_v;
+#define FC_SG_SPLAT(s) (s)
+#elif FC_SGEMM_VL == 4 && defined(__aarch64__)
+typedef float32x4_t fc_sgemm_v; /* a GNU vector type: + - * work on it */
+#define FC_SG_SPLAT(s) vdupq_n_f32(s)
+#else
+typedef float fc_sgemm_v __attribute__((vector_size(FC_SGEMM_VL * 4)));
+#if FC_SGEMM_VL == 16
+#define FC_SG_SPLAT(s) ((fc_sgemm_v){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s})
+#elif FC_SGEMM_VL == 8
+#define FC_SG_SPLAT(s) ((fc_sgemm_v){s, s, s, s, s, s, s, s})
+#else
+#define FC_SG_SPLAT(s) ((fc_sgemm_v){s, s, s, s})
+#endif
+#endif
+
+/* c + a*b, fused where the target has it. */
+#if FC_SGEMM_VL == 16
+#define FC_SG_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#elif FC_SGEMM_VL == 8 && defined(__FMA__)
+#define FC_SG_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#elif FC_SGEMM_VL == 4 && defined(__aarch64__)
+#define FC_SG_FMA(a, b, c) vfmaq_f32(c, a, b)
+#else
+#define FC_SG_FMA(a, b, c) ((c) + (a) * (b))
+#endif
+
+FC_INLINE fc_sgemm_v fc_sg_load(const float *p) {
+    fc_sgemm_v v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+FC_INLINE void fc_sg_store(float *p, fc_sgemm_v v) { memcpy(p, &v, sizeof v); }
+
+/* ------------------------------------------------------------------ the plan */
+#define FC_SGEMM_BIAS_NONE 0
+#define FC_SGEMM_BIAS_ROW 1 /* bias[i], one per row of C (conv output channel) */
+#define FC_SGEMM_BIAS_COL 2 /* bias[j], one per column of C (dense layer unit) */
+
+typedef struct fc_sgemm_plan {
+    long m, n, k;        /* C is m x n, the sum runs over k; any may be 0 */
+    long a_rs, a_cs;     /* raw A(i, p) = a[i*a_rs + p*a_cs]; ignored when a_packed */
+    long b_rs, b_cs;     /* raw B(p, j) = b[p*b_rs + j*b_cs]; ignored when b_packed */
+    long ldc;            /* C(i, j) = c[i*ldc + j] */
+    float alpha, beta;   /* C = alpha*A*B + beta*C; beta 0: C is not read */
+    int a_packed;        /* 1: a is in the packed layout above (mr, kc) */
+    int b_packed;        /* 1: b is in the packed layout above (nr, kc) */
+    int bias;            /* FC_SGEMM_BIAS_NONE, _ROW or _COL */
+    int order;           /* 1: column panels innermost (A micro-panel in L1); 0: row panels */
+    int a_direct;        /* 1: raw A is read in place by the micro-kernel, never packed */
+    long mr, nr;         /* micro-tile; FC_SGEMM_MR and FC_SGEMM_NR for the fast kernel */
+    long mc, kc, nc;     /* cache blocks (rows of A, depth, columns of B) */
+} fc_sgemm_plan;
+
+/* Called once per output tile, after its final store: c points at C(i0, j0). */
+typedef void (*fc_sgemm_epilogue)(float *c, long ldc, long rows, long cols, long i0, long j0,
+                                  const void *arg);
+
+FC_INLINE long fc_sg_min(long a, long b) { return a < b ? a : b; }
+FC_INLINE long fc_sg_roundup(long x, long to) { return (x + to - 1) / to * to; }
+
+/* Floats in the whole packed A (mpad * k) and B (k * npad). */
+FC_INLINE size_t fc_sgemm_packed_a_floats(const fc_sgemm_plan *p) {
+    return (size_t)fc_sg_roundup(p->m, p->mr) * (size_t)p->k;
+}
+FC_INLINE size_t fc_sgemm_packed_b_floats(const fc_sgemm_plan *p) {
+    return (size_t)fc_sg_roundup(p->n, p->nr) * (size_t)p->k;
+}
+
+/* Effective blocks: at most the (padded) matrix, multiples of the micro-tile. */
+FC_INLINE long fc_sg_kc(const fc_sgemm_plan *p) { return p->kc > 0 ? fc_sg_min(p->kc, p->k) : p->k; }
+FC_INLINE long fc_sg_mc(const fc_sgemm_plan *p) {
+    return fc_sg_min(fc_sg_roundup(p->mc > 0 ? p->mc : p->m, p->mr), fc_sg_roundup(p->m, p->mr));
+}
+FC_INLINE long fc_sg_nc(const fc_sgemm_plan *p) {
+    return fc_sg_min(fc_sg_roundup(p->nc > 0 ? p->nc : p->n, p->nr), fc_sg_roundup(p->n, p->nr));
+}
+
+/* Whether raw B is packed one micro-panel at a time, just before its use (order 0 with one A
+ * block: each B micro-panel is used once per k block, so it never leaves L1). */
+FC_INLINE int fc_sg_fly_b(const fc_sgemm_plan *p) {
+    return !p->b_packed && p->order == 0 && fc_sg_mc(p) >= fc_sg_roundup(p->m, p->mr);
+}
+
+/* Floats of scratch for the A block, rounded up so that the B buffer after it stays 64-byte
+ * aligned (as the scratch itself should be). */
+FC_INLINE size_t fc_sg_abuf_floats(const fc_sgemm_plan *p) {
+    return ((size_t)fc_sg_mc(p) * (size_t)fc_sg_kc(p) + 15) / 16 * 16;
+}
+
+/* Whether raw A is read in place (a_direct, on the native tile). */
+FC_INLINE int fc_sg_direct_a(const fc_sgemm_plan *p) {
+    return p->a_direct && !p->a_packed && p->mr == FC_SGEMM_MR && p->nr == FC_SGEMM_NR;
+}
+
+/* Scratch bytes one part needs (0 when both operands are pre-packed or the product is empty). */
+FC_INLINE size_t fc_sgemm_scratch_bytes(const fc_sgemm_plan *p) {
+    size_t floats = 0;
+    if (p->m <= 0 || p->n <= 0 || p->k <= 0)
+        return 0;
+    if (!p->a_packed && !fc_sg_direct_a(p))
+        floats += fc_sg_abuf_floats(p);
+    if (!p->b_packed)
+        floats += (size_t)(fc_sg_fly_b(p) ? p->nr : fc_sg_nc(p)) * (size_t)fc_sg_kc(p);
+    return floats * sizeof(float);
+}
+
+/* ------------------------------------------------------------------ packing */
+/* rows x kb of A (A(i, p) = a[i*rs + p*cs]) into panels of mr rows: out[ir*kb + p*mr + i]. */
+FC_INLINE void fc_sg_pack_a_block(long mr, long rows, long kb, const float *a, long rs, long cs,
+                                  float *FC_RESTRICT out) {
+    long ir, i, p;
+    for (ir = 0; ir < rows; ir += mr) {
+        const long h = fc_sg_min(mr, rows - ir);
+        const float *src = a + ir * rs;
+        if (cs == 1 || (cs != 0 && (cs < 0 ? -cs : cs) <= (rs < 0 ? -rs : rs))) {
+            for (i = 0; i < h; i++) /* each row is read along k: gather it into column i */
+                for (p = 0; p < kb; p++)
+                    out[p * mr + i] = src[i * rs + p * cs];
+        } else {
+            for (p = 0; p < kb; p++)
+                for (i = 0; i < h; i++)
+                    out[p * mr + i] = src[i * rs + p * cs];
+        }
+        for (i = h; i < mr; i++)
+            for (p = 0; p < kb; p++)
+                out[p * mr + i] = 0.0f;
+        out += mr * kb;
+    }
+}
+
+/* kb x cols of B (B(p, j) = b[p*rs + j*cs]) into panels of nr columns: out[jr*kb + p*nr + j].
+ * next, when not NULL, is the first element of the next columns to pack (b + cols*cs): its
+ * rows are prefetched while this block is copied, for packing one micro-panel at a time. */
+FC_INLINE void fc_sg_pack_b_block(long nr, long cols, long kb, const float *b, long rs, long cs,
+                                  float *FC_RESTRICT out, const float *next) {
+    long jr, j, p;
+    for (jr = 0; jr < cols; jr += nr) {
+        const long w = fc_sg_min(nr, cols - jr);
+        const float *src = b + jr * cs;
+        if (cs == 1 && w == FC_SGEMM_NR && nr == FC_SGEMM_NR) {
+            for (p = 0; p < kb; p++) { /* whole native panel rows: vector copies */
+                const float *row = src + p * rs;
+                long u;
+                if (next) {
+                    FC_SG_PREFETCH(next + p * rs);
+                    FC_SG_PREFETCH(next + p * rs + FC_SGEMM_NR - 1);
+                }
+                for (u = 0; u < FC_SGEMM_NV; u++)
+                    fc_sg_store(out + p * FC_SGEMM_NR + u * FC_SGEMM_VL, fc_sg_load(row + u * FC_SGEMM_VL));
+            }
+        } else if (cs == 1) {
+            for (p = 0; p < kb; p++) {
+                if (next)
+                    FC_SG_PREFETCH(next + p * rs);
+                for (j = 0; j < w; j++)
+                    out[p * nr + j] = src[p * rs + j];
+                for (j = w; j < nr; j++)
+                    out[p * nr + j] = 0.0f;
+            }
+        } else {
+            if ((rs < 0 ? -rs : rs) <= (cs < 0 ? -cs : cs) && rs != 0) {
+                for (j = 0; j < w; j++) /* each column is read along k */
+                    for (p = 0; p < kb; p++)
+                        out[p * nr + j] = src[p * rs + j * cs];
+            } else {
+                for (p = 0; p < kb; p++)
+                    for (j = 0; j < w; j++)
+                        out[p * nr + j] = src[p * rs + j * cs];
+            }
+            for (p = 0; p < kb; p++)
+                for (j = w; j < nr; j++)
+                    out[p * nr + j] = 0.0f;
+        }
+        out += nr * kb;
+    }
+}
+
+/* The whole A (A(i, p) = a[i*rs + p*cs]) in the packed layout: fc_sgemm_packed_a_floats(p). */
+FC_INLINE void fc_sgemm_pack_a(const fc_sgemm_plan *p, const float *a, long rs, long cs, float *out) {
+    const long kc = fc_sg_kc(p), mpad = fc_sg_roundup(p->m, p->mr);
+    long pc;
+    for (pc = 0; pc < p->k; pc += kc)
+        fc_sg_pack_a_block(p->mr, p->m, fc_sg_min(kc, p->k - pc), a + pc * cs, rs, cs, out + pc * mpad);
+}
+
+/* The whole B (B(p, j) = b[p*rs + j*cs]) in the packed layout: fc_sgemm_packed_b_floats(p). */
+FC_INLINE void fc_sgemm_pack_b(const fc_sgemm_plan *p, const float *b, long rs, long cs, float *out) {
+    const long kc = fc_sg_kc(p), npad = fc_sg_roundup(p->n, p->nr);
+    long pc;
+    for (pc = 0; pc < p->k; pc += kc)
+        fc_sg_pack_b_block(p->nr, p->n, fc_sg_min(kc, p->k - pc), b + pc * rs, rs, cs, out + pc * npad, NULL);
+}
+
+/* ------------------------------------------------------------------ storing a tile */
+/* Where and how one micro-kernel call stores its tile. */
+typedef struct fc_sg_out {
+    float *c;               /* C(i0, j0) */
+    long ldc, cols;         /* cols valid columns (rows are the kernel's own) */
+    float alpha, beta;      /* beta 0: C not read; 1: added */
+    const float *bias_row;  /* bias of the tile's row 0, or NULL */
+    const float *bias_col;  /* bias of the tile's column 0, or NULL */
+} fc_sg_out;
+
+FC_SG_BODY void fc_sg_put1(const fc_sg_out *o, long i, long j, float t) {
+    float *c = o->c + i * o->ldc + j;
+    if (o->alpha != 1.0f)
+        t *= o->alpha;
+    if (o->beta == 1.0f)
+        t += *c;
+    else if (o->beta != 0.0f)
+        t += o->beta * *c;
+    if (o->bias_row)
+        t += o->bias_row[i];
+    if (o->bias_col)
+        t += o->bias_col[j];
+    *c = t;
+}
+
+/* Elements j .. j+count-1 of row i, from t: the partial last vector of an edge tile. Kept out
+ * of line so that the micro-kernels stay small. */
+FC_SG_KERNEL void fc_sg_put_tail(const fc_sg_out *o, long i, long j, const float *t, long count) {
+    long x;
+    for (x = 0; x < count; x++)
+        fc_sg_put1(o, i, j + x, t[x]);
+}
+
+/* Row i, vector u of the tile. */
+FC_SG_BODY void fc_sg_put(const fc_sg_out *o, long i, long u, fc_sgemm_v t) {
+    const long j = u * FC_SGEMM_VL;
+    float *c = o->c + i * o->ldc + j;
+    if (o->cols - j >= FC_SGEMM_VL) {
+        if (o->alpha != 1.0f)
+            t = t * FC_SG_SPLAT(o->alpha);
+        if (o->beta == 1.0f)
+            t = t + fc_sg_load(c);
+        else if (o->beta != 0.0f)
+            t = FC_SG_FMA(FC_SG_SPLAT(o->beta), fc_sg_load(c), t);
+        if (o->bias_row)
+            t = t + FC_SG_SPLAT(o->bias_row[i]);
+        if (o->bias_col)
+            t = t + fc_sg_load(o->bias_col + j);
+        fc_sg_store(c, t);
+    } else {
+        float tmp[FC_SGEMM_VL];
+        fc_sg_store(tmp, t);
+        fc_sg_put_tail(o, i, j, tmp, o->cols - j);
+    }
+}
+
+/* ------------------------------------------------------------------ micro-kernels */
+#define FC_SG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+#define FC_SG_DECL(i) fc_sgemm_v c##i##_0 = z, c##i##_1 = z, c##i##_2 = z, c##i##_3 = z;
+#define FC_SG_STEP(i)                                      \
+    if (i < R) {                                           \
+        const fc_sgemm_v ai = FC_SG_SPLAT(a[i * ars]);     \
+        c##i##_0 = FC_SG_FMA(ai, b0, c##i##_0);            \
+        if (U > 1)                                         \
+            c##i##_1 = FC_SG_FMA(ai, b1, c##i##_1);        \
+        if (U > 2)                                         \
+            c##i##_2 = FC_SG_FMA(ai, b2, c##i##_2);        \
+        if (U > 3)                                         \
+            c##i##_3 = FC_SG_FMA(ai, b3, c##i##_3);        \
+    }
+/* The tile's rows of C, fetched while the k loop runs (they are read or written after it). */
+#define FC_SG_PREFETCH_ROW(i)                              \
+    if (i < R) {                                           \
+        FC_SG_PREFETCH_W(o->c + i * o->ldc);               \
+        FC_SG_PREFETCH_W(o->c + i * o->ldc + (U * FC_SGEMM_VL - 1)); \
+    }
+#define FC_SG_PUT(i)                                       \
+    if (i < R) {                                           \
+        fc_sg_put(o, i, 0, c##i##_0);                      \
+        if (U > 1)                                         \
+            fc_sg_put(o, i, 1, c##i##_1);                  \
+        if (U > 2)                                         \
+            fc_sg_put(o, i, 2, c##i##_2);                  \
+        if (U > 3)                                         \
+            fc_sg_put(o, i, 3, c##i##_3);                  \
+    }
+
+/* R rows (<= FC_SGEMM_MR) x U vectors (<= FC_SGEMM_NV) of the tile, over kc: a is an A
+ * micro-panel (stride FC_SGEMM_MR per p), b a B micro-panel (stride FC_SGEMM_NR per p).
+ * R and U are constants at every call, so only their accumulators exist. */
+FC_SG_BODY void fc_sg_micro_body(const int R, const int U, long kc, const float *FC_RESTRICT a,
+                                 const long ars, const long acs, const float *FC_RESTRICT b,
+                                 const fc_sg_out *o) {
+    const fc_sgemm_v z = FC_SG_SPLAT(0.0f);
+    long p;
+    FC_SG_ROWS(FC_SG_DECL)
+    FC_SG_ROWS(FC_SG_PREFETCH_ROW)
+    for (p = 0; p < kc; p++) {
+        const fc_sgemm_v b0 = fc_sg_load(b);
+        const fc_sgemm_v b1 = U > 1 ? fc_sg_load(b + FC_SGEMM_VL) : z;
+        const fc_sgemm_v b2 = U > 2 ? fc_sg_load(b + 2 * FC_SGEMM_VL) : z;
+        const fc_sgemm_v b3 = U > 3 ? fc_sg_load(b + 3 * FC_SGEMM_VL) : z;
+        FC_SG_ROWS(FC_SG_STEP)
+        a += acs;
+        b += FC_SGEMM_NR;
+    }
+    FC_SG_ROWS(FC_SG_PUT)
+}
+
+/* Tiles of one or two rows have too few accumulators (r*u < 8) to hide the FMA latency:
+ * four chains over p (p mod 4), summed at the end, where the registers allow. */
+#define FC_SG_TDECL(i)                                                                    \
+    fc_sgemm_v c##i##_0 = z, c##i##_1 = z, c##i##_2 = z, c##i##_3 = z;                    \
+    fc_sgemm_v d##i##_0 = z, d##i##_1 = z, d##i##_2 = z, d##i##_3 = z;                    \
+    fc_sgemm_v e##i##_0 = z, e##i##_1 = z, e##i##_2 = z, e##i##_3 = z;                    \
+    fc_sgemm_v f##i##_0 = z, f##i##_1 = z, f##i##_2 = z, f##i##_3 = z;
+#define FC_SG_TSTEP(x, i, s)                                                              \
+    if (i < R) {                                                                          \
+        const fc_sgemm_v ai = FC_SG_SPLAT(a[s * acs + i * ars]);                          \
+        const float *bs = b + s * FC_SGEMM_NR;                                            \
+        x##i##_0 = FC_SG_FMA(ai, fc_sg_load(bs), x##i##_0);                                \
+        if (U > 1)                                                                        \
+            x##i##_1 = FC_SG_FMA(ai, fc_sg_load(bs + FC_SGEMM_VL), x##i##_1);              \
+        if (U > 2)                                                                        \
+            x##i##_2 = FC_SG_FMA(ai, fc_sg_load(bs + 2 * FC_SGEMM_VL), x##i##_2);          \
+        if (U > 3)                                                                        \
+            x##i##_3 = FC_SG_FMA(ai, fc_sg_load(bs + 3 * FC_SGEMM_VL), x##i##_3);          \
+    }
+#define FC_SG_TSUM(i)                                                                     \
+    c##i##_0 = (c##i##_0 + d##i##_0) + (e##i##_0 + f##i##_0);                             \
+    c##i##_1 = (c##i##_1 + d##i##_1) + (e##i##_1 + f##i##_1);                             \
+    c##i##_2 = (c##i##_2 + d##i##_2) + (e##i##_2 + f##i##_2);                             \
+    c##i##_3 = (c##i##_3 + d##i##_3) + (e##i##_3 + f##i##_3);
+
+FC_SG_BODY void fc_sg_micro_thin(const int R, const int U, long kc, const float *FC_RESTRICT a,
+                                 const long ars, const long acs, const float *FC_RESTRICT b,
+                                 const fc_sg_out *o) {
+    const fc_sgemm_v z = FC_SG_SPLAT(0.0f);
+    long p;
+    FC_SG_TDECL(0)
+    FC_SG_TDECL(1)
+    for (p = 0; p + 4 <= kc; p += 4) {
+        FC_SG_TSTEP(c, 0, 0) FC_SG_TSTEP(c, 1, 0)
+        FC_SG_TSTEP(d, 0, 1) FC_SG_TSTEP(d, 1, 1)
+        FC_SG_TSTEP(e, 0, 2) FC_SG_TSTEP(e, 1, 2)
+        FC_SG_TSTEP(f, 0, 3) FC_SG_TSTEP(f, 1, 3)
+        a += 4 * acs;
+        b += 4 * FC_SGEMM_NR;
+    }
+    for (; p < kc; p++) {
+        FC_SG_TSTEP(c, 0, 0) FC_SG_TSTEP(c, 1, 0)
+        a += acs;
+        b += FC_SGEMM_NR;
+    }
+    FC_SG_TSUM(0)
+    FC_SG_TSUM(1)
+    FC_SG_PUT(0)
+    FC_SG_PUT(1)
+}
+
+/* A micro-panel element (i, p) is a[i*ars + p*acs]: packed (1, FC_SGEMM_MR), or raw A read in
+ * place (row-major: (lda, 1); transposed: (1, lda)). */
+typedef void (*fc_sg_kernel_fn)(long kc, const float *a, long ars, long acs, const float *b,
+                                const fc_sg_out *o);
+
+#define FC_SG_INST(r, u)                                                                      \
+    FC_SG_KERNEL void fc_sg_mk_##r##_##u(long kc, const float *a, long ars, long acs, const float *b, \
+                                         const fc_sg_out *o) {                                \
+        if (FC_SGEMM_VL > 1 && r <= 2 && r * u < 8 && 4 * r * u <= FC_SG_REGS - 4)            \
+            fc_sg_micro_thin(r, u, kc, a, ars, acs, b, o);                                    \
+        else                                                                                  \
+            fc_sg_micro_body(r, u, kc, a, ars, acs, b, o);                                    \
+    }
+/* The whole tile from a packed A: strides known, so loads use immediate offsets. */
+FC_SG_KERNEL void fc_sg_mk_full_packed(long kc, const float *a, const float *b, const fc_sg_out *o) {
+    fc_sg_micro_body(FC_SGEMM_MR, FC_SGEMM_NV, kc, a, 1, FC_SGEMM_MR, b, o);
+}
+#define FC_SG_INST_R(r) FC_SG_INST(r, 1) FC_SG_INST(r, 2) FC_SG_INST(r, 3) FC_SG_INST(r, 4)
+FC_SG_INST_R(1) FC_SG_INST_R(2) FC_SG_INST_R(3) FC_SG_INST_R(4) FC_SG_INST_R(5)
+FC_SG_INST_R(6) FC_SG_INST_R(7) FC_SG_INST_R(8) FC_SG_INST_R(9) FC_SG_INST_R(10)
+FC_SG_INST_R(11) FC_SG_INST_R(12) FC_SG_INST_R(13) FC_SG_INST_R(14)
+
+#if FC_SGEMM_NV == 2
+#define FC_SG_ROWFNS(r) {fc_sg_mk_##r##_1, fc_sg_mk_##r##_2}
+#elif FC_SGEMM_NV == 3
+#define FC_SG_ROWFNS(r) {fc_sg_mk_##r##_1, fc_sg_mk_##r##_2, fc_sg_mk_##r##_3}
+#else
+#define FC_SG_ROWFNS(r) {fc_sg_mk_##r##_1, fc_sg_mk_##r##_2, fc_sg_mk_##r##_3, fc_sg_mk_##r##_4}
+#endif
+#define FC_SG_UPTO1 FC_SG_ROWFNS(1)
+#define FC_SG_UPTO2 FC_SG_UPTO1, FC_SG_ROWFNS(2)
+#define FC_SG_UPTO3 FC_SG_UPTO2, FC_SG_ROWFNS(3)
+#define FC_SG_UPTO4 FC_SG_UPTO3, FC_SG_ROWFNS(4)
+#define FC_SG_UPTO5 FC_SG_UPTO4, FC_SG_ROWFNS(5)
+#define FC_SG_UPTO6 FC_SG_UPTO5, FC_SG_ROWFNS(6)
+#define FC_SG_UPTO7 FC_SG_UPTO6, FC_SG_ROWFNS(7)
+#define FC_SG_UPTO8 FC_SG_UPTO7, FC_SG_ROWFNS(8)
+#define FC_SG_UPTO9 FC_SG_UPTO8, FC_SG_ROWFNS(9)
+#define FC_SG_UPTO10 FC_SG_UPTO9, FC_SG_ROWFNS(10)
+#define FC_SG_UPTO11 FC_SG_UPTO10, FC_SG_ROWFNS(11)
+#define FC_SG_UPTO12 FC_SG_UPTO11, FC_SG_ROWFNS(12)
+#define FC_SG_UPTO13 FC_SG_UPTO12, FC_SG_ROWFNS(13)
+#define FC_SG_UPTO14 FC_SG_UPTO13, FC_SG_ROWFNS(14)
+#define FC_SG_UPTO_(n) FC_SG_UPTO##n
+#define FC_SG_UPTO(n) FC_SG_UPTO_(n)
+
+/* One tile of the native micro-tile: rows <= MR, cols <= NR; A element (i, p) at
+ * a[i*ars + p*acs]. */
+FC_INLINE void fc_sg_tile(long rows, long cols, long kc, const float *a, long ars, long acs,
+                          const float *b, const fc_sg_out *o) {
+    static const fc_sg_kernel_fn table[FC_SGEMM_MR][FC_SGEMM_NV] = {FC_SG_UPTO(FC_SGEMM_MR)};
+    if (rows == FC_SGEMM_MR && cols == FC_SGEMM_NR && ars == 1 && acs == FC_SGEMM_MR)
+        fc_sg_mk_full_packed(kc, a, b, o);
+    else
+        table[rows - 1][(cols + FC_SGEMM_VL - 1) / FC_SGEMM_VL - 1](kc, a, ars, acs, b, o);
+}
+
+/* Any mr x nr (a plan packed for another target): one dot product per element. */
+FC_INLINE void fc_sg_tile_any(long mr, long nr, long rows, long cols, long kc, const float *a,
+                              const float *b, const fc_sg_out *o) {
+    long i, j, p;
+    for (i = 0; i < rows; i++)
+        for (j = 0; j < cols; j++) {
+            float acc = 0.0f;
+            for (p = 0; p < kc; p++)
+                acc += a[p * mr + i] * b[p * nr + j];
+            fc_sg_put1(o, i, j, acc);
+        }
+}
+
+/* ------------------------------------------------------------------ the driver */
+/* C = beta*C (+ bias), epilogue: the k == 0 product. */
+FC_INLINE void fc_sg_no_k(const fc_sgemm_plan *P, float *c, const float *bias, long m0, long m1,
+                          long n0, long n1) {
+    fc_sg_out o;
+    long i, j;
+    o.c = c;
+    o.ldc = P->ldc;
+    o.cols = n1;
+    o.alpha = 1.0f;
+    o.beta = P->beta;
+    o.bias_row = P->bias == FC_SGEMM_BIAS_ROW ? bias : NULL;
+    o.bias_col = P->bias == FC_SGEMM_BIAS_COL ? bias : NULL;
+    for (i = m0; i < m1; i++)
+        for (j = n0; j < n1; j++)
+            fc_sg_put1(&o, i, j, 0.0f);
+}
+
+/* The slice [m0, m1) x [n0, n1) of C of part `part` of `parts` (whole micro-panels). */
+FC_INLINE void fc_sgemm_part_range(const fc_sgemm_plan *P, long part, long parts, long *m0, long *m1,
+                                   long *n0, long *n1) {
+    const long mp = (P->m + P->mr - 1) / P->mr, np = (P->n + P->nr - 1) / P->nr;
+    *m0 = 0;
+    *m1 = P->m;
+    *n0 = 0;
+    *n1 = P->n;
+    if (parts <= 1)
+        return;
+    if (np >= mp) {
+        *n0 = np * part / parts * P->nr;
+        *n1 = fc_sg_min(P->n, np * (part + 1) / parts * P->nr);
+    } else {
+        *m0 = mp * part / parts * P->mr;
+        *m1 = fc_sg_min(P->m, mp * (part + 1) / parts * P->mr);
+    }
+}
+
+/* C = alpha*A*B + beta*C (+ bias), epilogue per tile; the part-th of `parts` slices.
+ * a, b: raw or packed as the plan says; bias: m (ROW) or n (COL) floats, or NULL;
+ * epi: NULL or a function; scratch: fc_sgemm_scratch_bytes(plan) bytes for this part. */
+FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const float *b, float *c,
+                              const float *bias, fc_sgemm_epilogue epi, const void *epi_arg,
+                              void *scratch, long part, long parts) {
+    const long mr = P->mr, nr = P->nr, k = P->k, ldc = P->ldc;
+    const long kc = fc_sg_kc(P), mc = fc_sg_mc(P), nc = fc_sg_nc(P);
+    const long mpad = fc_sg_roundup(P->m, mr), npad = fc_sg_roundup(P->n, nr);
+    const int native = mr == FC_SGEMM_MR && nr == FC_SGEMM_NR;
+    const int fly_b = fc_sg_fly_b(P);
+    const int direct_a = fc_sg_direct_a(P);
+    /* A micro-panel addressing: packed, or raw A in place */
+    const long a_rs = direct_a ? P->a_rs : 1, a_cs = direct_a ? P->a_cs : mr;
+    long m0, m1, n0, n1, jc, pc, ic, ir, jr;
+    float *abuf = NULL, *bbuf = NULL;
+    fc_sg_out o;
+
+    if (P->m <= 0 || P->n <= 0)
+        return;
+    fc_sgemm_part_range(P, part, parts, &m0, &m1, &n0, &n1);
+    if (m0 >= m1 || n0 >= n1)
+        return;
+    if (k <= 0) {
+        fc_sg_no_k(P, c, bias, m0, m1, n0, n1);
+        if (epi)
+            for (ic = m0; ic < m1; ic += mr)
+                for (jc = n0; jc < n1; jc += nr)
+                    epi(c + ic * ldc + jc, ldc, fc_sg_min(mr, m1 - ic), fc_sg_min(nr, n1 - jc), ic, jc,
+                        epi_arg);
+        return;
+    }
+    if (!P->b_packed || (!P->a_packed && !direct_a)) {
+        abuf = (float *)scratch;
+        bbuf = P->a_packed || direct_a ? abuf : abuf + fc_sg_abuf_floats(P);
+    }
+    o.ldc = ldc;
+    o.alpha = P->alpha;
+    for (jc = n0; jc < n1; jc += nc) {
+        const long nb = fc_sg_min(nc, n1 - jc);
+        for (pc = 0; pc < k; pc += kc) {
+            const long kb = fc_sg_min(kc, k - pc);
+            const int last = pc + kb >= k;
+            const long a_step = direct_a ? P->a_rs : kb; /* from one row panel to the next, per row */
+            const float *bp, *ap;
+            if (P->b_packed) {
+                bp = b + pc * npad + jc * kb;
+            } else if (fly_b) {
+                bp = bbuf;
+            } else {
+                fc_sg_pack_b_block(nr, nb, kb, b + pc * P->b_rs + jc * P->b_cs, P->b_rs, P->b_cs, bbuf, NULL);
+                bp = bbuf;
+            }
+            o.beta = pc == 0 ? P->beta : 1.0f;
+            for (ic = m0; ic < m1; ic += mc) {
+                const long mb = fc_sg_min(mc, m1 - ic);
+                if (P->a_packed) {
+                    ap = a + pc * mpad + ic * kb;
+                } else if (direct_a) {
+                    ap = a + ic * P->a_rs + pc * P->a_cs;
+                } else {
+                    fc_sg_pack_a_block(mr, mb, kb, a + ic * P->a_rs + pc * P->a_cs, P->a_rs, P->a_cs, abuf);
+                    ap = abuf;
+                }
+#define FC_SG_DO_TILE                                                                             \
+    do {                                                                                          \
+        const long rows = fc_sg_min(mr, mb - ir), cols = fc_sg_min(nr, nb - jr);                  \
+        float *ct = c + (ic + ir) * ldc + jc + jr;                                                \
+        o.c = ct;                                                                                 \
+        o.cols = cols;                                                                            \
+        o.bias_row = last && P->bias == FC_SGEMM_BIAS_ROW ? bias + ic + ir : NULL;                \
+        o.bias_col = last && P->bias == FC_SGEMM_BIAS_COL ? bias + jc + jr : NULL;                \
+        if (native)                                                                               \
+            fc_sg_tile(rows, cols, kb, ap + ir * a_step, a_rs, a_cs, bpj, &o);                    \
+        else                                                                                      \
+            fc_sg_tile_any(mr, nr, rows, cols, kb, ap + ir * kb, bpj, &o);                        \
+        if (last && epi)                                                                          \
+            epi(ct, ldc, rows, cols, ic + ir, jc + jr, epi_arg);                                  \
+    } while (0)
+                if (P->order == 1) {
+                    for (ir = 0; ir < mb; ir += mr)
+                        for (jr = 0; jr < nb; jr += nr) {
+                            const float *bpj = bp + jr * kb;
+                            FC_SG_DO_TILE;
+                        }
+                } else {
+                    for (jr = 0; jr < nb; jr += nr) {
+                        const float *bpj = fly_b ? bbuf : bp + jr * kb;
+                        if (fly_b) {
+                            const float *src = b + pc * P->b_rs + (jc + jr) * P->b_cs;
+                            fc_sg_pack_b_block(nr, fc_sg_min(nr, nb - jr), kb, src, P->b_rs, P->b_cs, bbuf,
+                                               jr + nr < nb ? src + nr * P->b_cs : NULL);
+                        }
+                        for (ir = 0; ir < mb; ir += mr)
+                            FC_SG_DO_TILE;
+                    }
+                }
+#undef FC_SG_DO_TILE
+            }
+        }
+    }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif /* FLOWC_KERNELS_SGEMM_H */

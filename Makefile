@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint clean conformance
+.PHONY: demo test lint clean conformance bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,12 +18,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest graphdef tests
 
+# speed: the GEMM kernel against numpy and the FMA peak, then the model set against
+# onnxruntime (1 and 2 threads) and numpy; prints the tables the README quotes
+bench: $(STAMP)
+	$(PY) bench/gemm.py
+	$(PY) bench/models.py --threads 1 2
+
 conformance: $(STAMP)
 	$(PY) tests/onnx/conformance.py
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff
-	$(PY) -m ruff check graphdef tests samples
+	$(PY) -m ruff check graphdef codegen tests samples bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -6,8 +6,9 @@ Each model is defined in PyTorch (CPU, random weights, eval mode), exported to O
 then timed on the same input by: the flowc standalone binary (its own --bench loop), the flowc
 shared library called from Python through cffi, onnxruntime (intra-op threads 1 and 2), and
 the numpy interpreter. Medians of many runs; peers are interleaved in rounds because this
-machine is shared and noisy. Prints one table: medians in microseconds and the ratio
-flowc binary / onnxruntime at the same thread count (below 1.0: flowc is faster).
+machine is shared and noisy. flowc builds one binary per thread count (--threads N of
+`flowc compile`). Prints one table: medians in microseconds and the ratio flowc binary /
+onnxruntime at the same thread count (below 1.0: flowc is faster).
 """
 
 from __future__ import annotations
@@ -234,8 +235,12 @@ def bench_model(name, module, example, folder: Path, threads: list[int], runs: i
     feeds = {"input": x}
     graph = gd.load_onnx(path)
     t0 = time.perf_counter()
-    out = codegen.export(graph, folder / f"{name}-c", name="model")
+    outs = {
+        threads[0]: codegen.export(graph, folder / f"{name}-c{threads[0]}", name="model", threads=threads[0])
+    }
     build_s = time.perf_counter() - t0
+    for t in threads[1:]:
+        outs[t] = codegen.export(graph, folder / f"{name}-c{t}", name="model", threads=t)
     lib = codegen.compile(graph)
     sessions = {}
     for t in threads:
@@ -250,7 +255,10 @@ def bench_model(name, module, example, folder: Path, threads: list[int], runs: i
     rounds = 5
     acc: dict[str, list[float]] = {}
     for _ in range(rounds):  # interleave the peers
-        acc.setdefault("flowc", []).append(binary_us(out / "model", feeds, max(runs // rounds, 5), folder))
+        for t, out in outs.items():
+            acc.setdefault(f"flowc_{t}t", []).append(
+                binary_us(out / "model", feeds, max(runs // rounds, 5), folder)
+            )
         acc.setdefault("flowc_cffi", []).append(median_us(lambda: lib(input=x), max(runs // rounds, 5)))
         for t, s in sessions.items():
             acc.setdefault(f"ort_{t}t", []).append(
@@ -264,16 +272,24 @@ def bench_model(name, module, example, folder: Path, threads: list[int], runs: i
 
 def table(rows: list[dict], threads: list[int]) -> str:
     head = (
-        ["model", "flowc (us)", "flowc cffi (us)"]
+        ["model"]
+        + [f"flowc {t}T (us)" for t in threads]
+        + [f"flowc cffi {threads[0]}T (us)"]
         + [f"ORT {t}T (us)" for t in threads]
-        + ["numpy (us)", "flowc/ORT 1T", "rel err"]
+        + ["numpy (us)"]
+        + [f"flowc/ORT {t}T" for t in threads]
+        + ["rel err"]
     )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = (
-            [r["model"], f"{r['flowc']:.1f}", f"{r['flowc_cffi']:.1f}"]
+            [r["model"]]
+            + [f"{r[f'flowc_{t}t']:.1f}" for t in threads]
+            + [f"{r['flowc_cffi']:.1f}"]
             + [f"{r[f'ort_{t}t']:.1f}" for t in threads]
-            + [f"{r['numpy']:.0f}", f"{r['flowc'] / r[f'ort_{threads[0]}t']:.2f}", f"{r['rel_err']:.1e}"]
+            + [f"{r['numpy']:.0f}"]
+            + [f"{r[f'flowc_{t}t'] / r[f'ort_{t}t']:.2f}" for t in threads]
+            + [f"{r['rel_err']:.1e}"]
         )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

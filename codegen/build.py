@@ -19,7 +19,7 @@ from .emit import RUNTIME, Sources
 from .target import Target
 
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
-RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "timing.h")
+RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "timing.h", "pool.c", "pool.h")
 
 
 def find_cc(cc: str | None = None) -> str:
@@ -83,8 +83,10 @@ def temp_dir_beside(dest: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
 
 
-def c_sources(sources: Sources, name: str) -> list[str]:
-    return [f for f in (f"{name}.c", f"{name}_weights.c") if f in sources.files]
+def c_sources(sources: Sources, name: str, target: Target) -> list[str]:
+    """The model's C files; the thread pool's too for a threaded target."""
+    files = [f for f in (f"{name}.c", f"{name}_weights.c") if f in sources.files]
+    return files + (["runtime/pool.c", "-pthread"] if target.threads > 1 else [])
 
 
 def build_binary(
@@ -104,7 +106,7 @@ def build_binary(
         name,
         "main.c",
         "runtime/npy.c",
-        *c_sources(sources, name),
+        *c_sources(sources, name, target),
         "-lm",
     ]
     run(cmd, cwd=folder)
@@ -128,7 +130,7 @@ def build_shared(
         "-Wa,-I.",
         "-o",
         f"lib{name}.so",
-        *c_sources(sources, name),
+        *c_sources(sources, name, target),
         "-lm",
     ]
     run(cmd, cwd=folder)

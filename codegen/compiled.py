@@ -80,11 +80,16 @@ def graph_key(graph: Graph, outputs, options: dict) -> str:
 
 
 def program_for(
-    graph: Graph, outputs=None, planner: str = "best", time_limit: float = 5.0, isa: str | None = None
+    graph: Graph,
+    outputs=None,
+    planner: str = "best",
+    time_limit: float = 5.0,
+    isa: str | None = None,
+    threads: int = 1,
 ) -> lower.Program:
     """Passes, schedule and memory plan: the Program every backend renders. ``isa`` (the
-    target's, see Target.isa) puts float32 products on the fast GEMM."""
-    optimized = passes.run(graph, outputs, isa=isa)
+    target's, see Target.isa) puts float32 products on the fast GEMM, split over ``threads``."""
+    optimized = passes.run(graph, outputs, isa=isa, threads=threads)
     names = [str(r) for r in passes.select_outputs(graph, outputs).declared_outputs]
     return lower.lower(optimized, names, algorithm=planner, time_limit=time_limit)
 
@@ -112,15 +117,28 @@ class CompiledModel:
         self.weight_bytes = metadata["weight_bytes"]
         self.state_bytes = metadata["state_bytes"]
         self._stateful = bool(metadata["state"])
-        n = len(self.inputs) + len(self.outputs) + 1 + self._stateful
+        self.threads = metadata.get("threads", 1)
+        n = len(self.inputs) + len(self.outputs) + 1 + self._stateful + (self.threads > 1)
         ffi = cffi.FFI()
         ffi.cdef(
             f"int {self.name}_run({', '.join(['void *'] * n)});\n"
             f"const char *{self.name}_status_string(int);\n"
             + (f"int {self.name}_state_init(void *);\n" if self._stateful else "")
+            + (
+                f"size_t {self.name}_pool_bytes(void);\nint {self.name}_pool_start(void *);\n"
+                f"void {self.name}_pool_stop(void *);\n"
+                if self.threads > 1
+                else ""
+            )
         )
         self._ffi = ffi
         self._lib = ffi.dlopen(str(library))
+        self._pool = None
+        if self.threads > 1:  # started once, stopped when the model is collected
+            self._pool = ffi.new("char[]", getattr(self._lib, f"{self.name}_pool_bytes")() + 64)
+            if getattr(self._lib, f"{self.name}_pool_start")(self._pool):
+                raise ExecutionError(f"model '{self.name}': cannot start {self.threads} threads")
+            self._pool = ffi.gc(self._pool, getattr(self._lib, f"{self.name}_pool_stop"))
         self._run = getattr(self._lib, f"{self.name}_run")
         self._state = self._aligned(self.state_bytes)
         self.reset()
@@ -177,6 +195,8 @@ class CompiledModel:
         args.append(self._ffi.from_buffer(arena))
         if self._stateful:
             args.append(self._ffi.from_buffer(self._state))
+        if self._pool is not None:
+            args.append(self._pool)
         status = self._run(*args)
         if status:
             msg = self._ffi.string(getattr(self._lib, f"{self.name}_status_string")(status)).decode()
@@ -220,7 +240,11 @@ def compile(
     folder = cache_root() / key
     library, meta_path = folder / f"lib{name}.so", folder / "metadata.json"
     if not (cache and library.is_file() and meta_path.is_file()):
-        sources = emit.emit(program_for(graph, outputs, planner, isa=target.isa(cc)), name, target=target)
+        sources = emit.emit(
+            program_for(graph, outputs, planner, isa=target.isa(cc, flags), threads=target.threads),
+            name,
+            target=target,
+        )
         tmp = build.temp_dir_beside(folder)
         try:
             build.write_sources(sources, tmp)
@@ -257,7 +281,11 @@ def export(
     target = Target(arch, portable, threads)
     out_dir = Path(out_dir)
     sources = emit.emit(
-        program_for(graph, outputs, planner, isa=target.isa(build.find_cc(cc))), name, target=target
+        program_for(
+            graph, outputs, planner, isa=target.isa(build.find_cc(cc), flags), threads=target.threads
+        ),
+        name,
+        target=target,
     )
     tmp = build.temp_dir_beside(out_dir)
     try:
@@ -297,7 +325,10 @@ def compile_many(
             build.copy_runtime(tmp)
             for n, g, o in items:
                 sources = emit.emit(
-                    program_for(g, o, planner, isa=target.isa(cc)), n, weights="c", target=target
+                    program_for(g, o, planner, isa=target.isa(cc, flags), threads=target.threads),
+                    n,
+                    weights="c",
+                    target=target,
                 )
                 for f in (f"{n}.h", f"{n}.c"):
                     (tmp / f).write_text(sources.files[f])

@@ -131,7 +131,23 @@ def elementwise_context(node: Node, ins: list[TensorType], out: TensorType, x: l
                 "expr": f"fc_h2f({load})" if t.dtype == "float16" else load,
             }
         )
-    for k, (op, operands, attrs) in enumerate(program_of(node)):
+    program_locals(program_of(node), types, values)
+    last = values[-1]["name"]
+    return {
+        "outer": outer,
+        "inner": inner,
+        "bases": [{"name": f"b{j}", "expr": b} for j, b in enumerate(bases) if b != "0"],
+        "locals": values,
+        "may_fail": any("&err" in v["expr"] for v in values),
+        "store": f"fc_f2h({last})" if out.dtype == "float16" else last,
+    }
+
+
+def program_locals(program, types: list[TensorType], values: list[dict]) -> None:
+    """Append to ``values`` (the C locals of the program's inputs, typed ``types``) one local
+    per instruction of an elementwise program."""
+    types = list(types)
+    for k, (op, operands, attrs) in enumerate(program):
         opdef, a = get_op(op), Attrs(attrs)
         args = [types[i] for i in operands]
         t = opdef.infer_types(args, a)[0]
@@ -145,14 +161,33 @@ def elementwise_context(node: Node, ins: list[TensorType], out: TensorType, x: l
             expr = c_literal(a["value"], a["dtype"])
         values.append({"ctype": COMPUTE[t.dtype], "name": f"v{k}", "expr": expr})
         types.append(t)
-    last = values[-1]["name"]
+
+
+def epilogue_context(node: Node, in_t: list[TensorType]) -> dict | None:
+    """The per-element code of a product's epilogue (see graphdef/ops/linear.py): the product's
+    value is ``cr[j]`` in a tile row, epilogue input q is read through pointer ``e<q>``."""
+    if not node.attrs.get("epilogue"):
+        return None
+    from graphdef.ops.linear import plan_of
+
+    program, slot, layouts = node.attrs["epilogue"]
+    first = 3 if plan_of(node.attrs).bias else 2
+    extras = []
+    for q, (rs, cs, strides) in enumerate(layouts):
+        load = f"e{q}[j]" if cs == 1 else f"e{q}[j * {cs}]" if cs else f"e{q}[0]"
+        extras.append({"i": q, "rs": rs, "cs": cs, "strides": strides, "load": load})
+    loads = [e["load"] for e in extras]
+    loads.insert(slot, "cr[j]")
+    types = list(in_t[first:])
+    types.insert(slot, node.outputs[0])
+    values = [{"ctype": "float", "name": f"a{j}", "expr": load} for j, load in enumerate(loads)]
+    program_locals(program, types, values)
     return {
-        "outer": outer,
-        "inner": inner,
-        "bases": [{"name": f"b{j}", "expr": b} for j, b in enumerate(bases) if b != "0"],
+        "extras": extras,
         "locals": values,
         "may_fail": any("&err" in v["expr"] for v in values),
-        "store": f"fc_f2h({last})" if out.dtype == "float16" else last,
+        "store": values[-1]["name"],
+        "first": first,
     }
 
 
@@ -180,7 +215,7 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
     target = target or Target()
     g = program.graph
     env = environment()
-    names = Names(reserved={"mem", "st", "status", "arena", "state", "i", name})
+    names = Names(reserved={"mem", "st", "status", "arena", "state", "pool", "i", name})
     upper = name.upper()
 
     # inputs and outputs
@@ -259,6 +294,7 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         if all(t.size == 0 for t in node.outputs):
             continue  # nothing to compute
         opdef = get_op(node.op)
+        prelude, parallel = "", False
         x = [f"x{j}" for j in range(len(in_t))]
         y = [f"y{j}" for j in range(len(node.outputs))]
         if isinstance(opdef.c, CExpr):
@@ -271,14 +307,22 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         elif isinstance(opdef.c, CKernel):
             headers.update(opdef.c.headers)
             k = opdef.c.context(in_t, node.outputs, node.attrs, c_literal)
-            body = env.get_template(f"c/ops/{opdef.c.template}.c.j2").render(
+            k["epi"] = epilogue_context(node, in_t)
+            parallel = k.get("parts", 1) > 1
+            if parallel:
+                headers.add("pool.h")
+            args = dict(
                 x=x,
                 y=y,
                 k=k,
                 op=node.op,
+                func=f"{name}_step_{index}",
                 ins=[TensorCtx.of(t) for t in in_t],
                 outs=[TensorCtx.of(t) for t in node.outputs],
             )
+            body = env.get_template(f"c/ops/{opdef.c.template}.c.j2").render(**args)
+            if (TEMPLATES / "c" / "ops" / f"{opdef.c.template}.prelude.c.j2").exists():
+                prelude = env.get_template(f"c/ops/{opdef.c.template}.prelude.c.j2").render(**args)
         else:
             raise AssertionError(f"op {node.op} has no C lowering")
         func = f"{name}_step_{index}"
@@ -286,6 +330,8 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         params += [f"{STORAGE[t.dtype]} *{v}" for t, v in zip(node.outputs, y)]
         if opdef.scratch is not None:
             params.append("void *scratch")
+        if parallel:
+            params.append("void *pool")
         steps.append(
             {
                 "index": index,
@@ -295,12 +341,15 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
                 "types": ", ".join(str(t) for t in node.outputs),
                 "params": params,
                 "body": body,
+                "prelude": prelude,
             }
         )
         args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
         if opdef.scratch is not None:
             off = program.scratch.get(node.name)
             args.append("NULL" if off is None else f"(void *)(mem + {off})")
+        if parallel:
+            args.append("pool")
         calls.append(f"{func}({', '.join(args)})")
 
     copies = []
@@ -339,6 +388,8 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
     run_params.append("void *arena")
     if has_state:
         run_params.append("void *state")
+    if target.threads > 1:
+        run_params.append("void *pool")
     uses_arena = any("mem +" in c for c in calls) or any("mem +" in c["src"] for c in copies)
     read = {program.loc[r] for n in program.steps for r in n.inputs} | {
         program.loc[r] for _, r in program.output_copies
@@ -371,6 +422,8 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         "null_checks": null_checks or ["0"],
         "unused": unused,
         "cflags": " ".join(target.cflags()),
+        "threads": target.threads,
+        "uses_pool": any(c.endswith(", pool)") for c in calls),
     }
     src = Sources()
     src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
@@ -380,9 +433,11 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         src.files[f"{name}_weights.bin"] = bytes(blob)
     src.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
     c_sources = [f"{name}.c"] + ([f"{name}_weights.c"] if blob_mode else [])
+    c_sources += ["runtime/pool.c"] if target.threads > 1 else []
     src.files["Makefile"] = env.get_template("build/Makefile.j2").render(m=m, sources=c_sources)
     src.files["CMakeLists.txt"] = env.get_template("build/CMakeLists.txt.j2").render(m=m, sources=c_sources)
     src.metadata = _metadata(program, name, ins, outs, blob_mode)
+    src.metadata["threads"] = target.threads
     src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
     return src
 

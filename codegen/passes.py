@@ -425,10 +425,17 @@ PIPELINE: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
 
 
 def run(
-    graph: Graph, outputs=None, check: bool = True, trace: list | None = None, isa: str | None = None
+    graph: Graph,
+    outputs=None,
+    check: bool = True,
+    trace: list | None = None,
+    isa: str | None = None,
+    threads: int = 1,
 ) -> Graph:
     """Run every pass of ``PIPELINE`` in order, then (given the target's ``isa``) put float32
-    products on the fast GEMM with ``lower_linear``; ``trace`` collects (stage, graph) pairs."""
+    products on the fast GEMM with ``lower_linear`` (split over ``threads`` where they are
+    big enough) and fold their elementwise consumers into them with ``fuse_epilogues``;
+    ``trace`` collects (stage, graph) pairs."""
     graph = select_outputs(graph, outputs)
     if check:
         gd.verify(graph)
@@ -441,11 +448,11 @@ def run(
         if trace is not None:
             trace.append((name, graph))
     if isa is not None:
-        graph = prune(lower_linear(graph, isa))
+        graph = prune(fuse_epilogues(lower_linear(graph, isa, threads)))
         if check:
             gd.verify(graph)
         if trace is not None:
-            trace.append(("lower_linear", graph))
+            trace.append(("lower_linear+fuse_epilogues", graph))
     return graph
 
 
@@ -455,7 +462,12 @@ def _const_array(graph: Graph, ref: ValueRef):
     return graph._constants[node.name] if node.op == "constant" else None
 
 
-def lower_linear(graph: Graph, isa: str) -> Graph:
+PARALLEL_FLOPS = 1_000_000
+"""A product is split over the model's threads from this many floating-point operations on
+(waking the pool costs a few microseconds)."""
+
+
+def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
     """Put float32 matmul, gemm and conv on the fast GEMM of ``isa`` (runtime_c/kernels/sgemm.h).
 
     Constant operands are packed now for the ISA's micro-tile (a weight matrix becomes a
@@ -465,7 +477,8 @@ def lower_linear(graph: Graph, isa: str) -> Graph:
     - gemm with a constant b and a bias per column (or none);
     - conv with constant weights (and bias), except depthwise ones (group == channels, one
       input channel per group), which keep their direct kernel.
-    Everything else (other dtypes, conv_transpose, ...) is left as it is.
+    Everything else (other dtypes, conv_transpose, ...) is left as it is. Products of at
+    least ``PARALLEL_FLOPS`` get ``parts = threads``.
     """
     from graphdef.ops import _sgemm_pack as SP
 
@@ -495,6 +508,8 @@ def lower_linear(graph: Graph, isa: str) -> Graph:
             rb.keep(node)
             continue
         op_name, operands, attrs = new
+        if threads > 1 and get_op(op_name).flops(ins, node.outputs, Attrs(attrs)) >= PARALLEL_FLOPS:
+            attrs["parts"] = threads
         with default_graph_scope(rb.new), device(node.device), control_dependencies(rb._controls(node)):
             inputs = [
                 Tensor(rb.new, rb.refs[r]) if isinstance(r, ValueRef) else gd.constant(r) for r in operands
@@ -502,6 +517,136 @@ def lower_linear(graph: Graph, isa: str) -> Graph:
             out = gd.apply(op_name, inputs, None, **attrs)
         rb._map(node, [out.ref])
     return rb.finish()
+
+
+def fuse_epilogues(graph: Graph) -> Graph:
+    """Fold the elementwise consumer of a fast-GEMM product into the product as its epilogue.
+
+    Legal when the product (sgemm or conv_gemm, float32) has that one consumer and is not a
+    graph output, the consumer is float32 throughout and has the product's shape, and every
+    other input of the consumer is read with a fixed stride per matrix row, column and batch
+    entry (full tensors such as a residual, per-channel or per-column vectors, scalars). The
+    merged node keeps the consumer's name and place (all its inputs exist there).
+    """
+    from graphdef.ops.fused import program_of
+
+    consumers: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
+    for n in graph.nodes:
+        for r in n.inputs:
+            consumers[r.node].append(n.name)
+    controlled = {c for n in graph.nodes for c in n.control_inputs}
+    outputs = set(graph.declared_outputs)
+    merge, absorbed = {}, set()
+    for e in graph.nodes:
+        opdef = get_op(e.op)
+        if not opdef.elementwise or opdef.stateful or len(e.outputs) != 1:
+            continue
+        if any(t.dtype != "float32" for t in [*e.outputs, *(graph.type_of(r) for r in e.inputs)]):
+            continue
+        for slot, r in enumerate(e.inputs):
+            prod = graph.node(r.node)
+            if (
+                prod.op not in ("sgemm", "conv_gemm")
+                or prod.attrs["epilogue"]
+                or consumers[prod.name] != [e.name]
+                or r in outputs
+                or prod.name in controlled
+                or prod.device != e.device
+                or prod.outputs[0].shape != e.outputs[0].shape
+            ):
+                continue
+            extras = [x for x in e.inputs if x != r]
+            layouts = [_epilogue_layout(prod, graph.type_of(x).shape) for x in extras]
+            if any(lay is None for lay in layouts) and prod.op == "sgemm":
+                prod = _unmerged_batch(prod)  # e.g. a mask broadcast over heads but not images
+                layouts = [_epilogue_layout(prod, graph.type_of(x).shape) for x in extras]
+            if any(lay is None for lay in layouts):
+                continue
+            merge[e.name] = (prod, slot, extras, tuple(layouts))
+            absorbed.add(prod.name)
+            break
+    if not merge:
+        return graph
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        if node.name in absorbed:
+            continue
+        if node.name not in merge:
+            rb.keep(node)
+            continue
+        prod, slot, extras, layouts = merge[node.name]
+        attrs = dict(prod.attrs.items())
+        attrs["epilogue"] = (program_of(node), slot, layouts)
+        merged = Node(
+            node.name,
+            prod.op,
+            tuple(rb.refs[r] for r in (*prod.inputs, *extras)),
+            Attrs(attrs),
+            node.outputs,
+            node.device,
+            tuple(dict.fromkeys(rb._controls(prod) + rb._controls(node))),
+        )
+        rb.new._append(merged)
+        rb._map(node, [merged.ref()])
+    return rb.finish()
+
+
+def _unmerged_batch(node: Node) -> Node:
+    """The sgemm node with its batch axes split back into the output's leading axes where a
+    merged axis covers several of them (same products, same order)."""
+    out = node.outputs[0].shape
+    dims = list(reversed(out[:-2]))  # innermost first, like the batch axes
+    axes = []
+    for size, a, b, c in node.attrs["batch"]:
+        rest, step = size, 1
+        while rest > 1 and dims and rest % dims[0] == 0 and dims[0] > 1:
+            d = dims.pop(0)
+            axes.append((d, a * step, b * step, c * step))
+            rest //= d
+            step *= d
+        while dims and dims[0] == 1:
+            dims.pop(0)
+        if rest != 1:
+            return node
+    if len(axes) == len(node.attrs["batch"]):
+        return node
+    attrs = dict(node.attrs.items())
+    attrs["batch"] = tuple(axes)
+    return Node(node.name, node.op, node.inputs, Attrs(attrs), node.outputs, node.device, node.control_inputs)
+
+
+def _product_geometry(node: Node):
+    """(batch axes innermost first as (size, output stride), m, n, ldc) of a product node."""
+    from graphdef.ops.linear import plan_of
+
+    p = plan_of(node.attrs)
+    if node.op == "sgemm":
+        return [(size, c) for size, _, _, c in node.attrs["batch"]], p.m, p.n, p.ldc
+    out = node.outputs[0].shape
+    g = node.attrs["group"]
+    return [(g, p.m * p.n), (out[0], p.m * g * p.n)], p.m, p.n, p.n
+
+
+def _epilogue_layout(node: Node, shape: tuple[int, ...]):
+    """(rs, cs, batch strides) reading a tensor of ``shape``, broadcast to the product's
+    output, at matrix position (i, j) of every batch entry; None if no fixed strides do."""
+    out = node.outputs[0].shape
+    axes, m, n, ldc = _product_geometry(node)
+    if len(shape) > len(out):
+        return None
+    index = np.broadcast_to(np.arange(math.prod(shape)).reshape(shape), out).reshape(-1)
+    i, j = np.ix_(np.arange(m), np.arange(n))
+    rs = int(index[ldc]) if m > 1 else 0
+    cs = int(index[1]) if n > 1 else 0
+    strides = [int(index[c]) if size > 1 else 0 for size, c in axes]
+    local = i * rs + j * cs
+    for entry in np.ndindex(*[size for size, _ in reversed(axes)]):
+        entry = entry[::-1]  # innermost first, like ``axes``
+        c_off = sum(k * c for k, (_, c) in zip(entry, axes))
+        e_off = sum(k * s for k, s in zip(entry, strides))
+        if not np.array_equal(index[c_off + i * ldc + j], e_off + local):
+            return None
+    return rs, cs, tuple(strides)
 
 
 def _lower_matmul(graph, node, ins, isa, SP):

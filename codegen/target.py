@@ -39,13 +39,14 @@ class Target:
     def key(self) -> dict:
         return asdict(self)
 
-    def isa(self, cc: str) -> str:
-        """The float32 GEMM micro-kernel ``cc`` selects with these flags (avx512, avx2, ...)."""
-        key = (cc, self.cflags())
+    def isa(self, cc: str, flags=()) -> str:
+        """The float32 GEMM micro-kernel ``cc`` selects with these flags and the caller's extra
+        ``flags`` (avx512, avx2, ...)."""
+        key = (cc, self.cflags(), tuple(flags))
         if key not in _ISA:
             from graphdef.ops._sgemm_pack import isa_from_macros
 
-            cmd = [*shlex.split(cc), *self.cflags(), "-dM", "-E", "-x", "c", "-"]
+            cmd = [*shlex.split(cc), *self.cflags(), *flags, "-dM", "-E", "-x", "c", "-"]
             try:
                 res = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=60)
                 _ISA[key] = isa_from_macros(res.stdout) if res.returncode == 0 else "scalar"

@@ -158,11 +158,11 @@ class OpDef:
 
     @property
     def min_inputs(self) -> int:
-        return sum(1 for i in self.inputs if not i.endswith("?"))  # "xs*": one or more
+        return sum(1 for i in self.inputs if not i.endswith("?"))  # "xs*": one or more; "xs*?": any
 
     @property
     def max_inputs(self) -> float:
-        return float("inf") if any(i.endswith("*") for i in self.inputs) else len(self.inputs)
+        return float("inf") if any("*" in i for i in self.inputs) else len(self.inputs)
 
     def check_arity(self, n: int, where: str) -> None:
         if not self.min_inputs <= n <= self.max_inputs:

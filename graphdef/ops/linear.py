@@ -9,6 +9,15 @@ operands from the packed data, so the interpreter and ``verify`` still check eve
   B raw (strided) or packed, as the ``plan`` (the fields of fc_sgemm_plan) says.
 - ``conv_gemm(x, w, bias?)``: a convolution as one product per image and group, weights
   packed, the input read directly (1x1 kernels) or through im2col into step scratch memory.
+
+Both may carry an elementwise ``epilogue`` (``codegen.passes.fuse_epilogues`` moves the one
+elementwise consumer of a product into it): ``(program, slot, layouts)`` where ``program`` is
+that consumer's instructions (see ``fused``), ``slot`` the position of the product among its
+inputs, and the other inputs follow bias as extra inputs of the node, each read at matrix
+position (i, j) of batch entry (b0, b1, ...) as ``x[i*rs + j*cs + b0*s0 + b1*s1 ...]``
+with ``layouts[q] = (rs, cs, (s0, s1, ...))``. The C kernel applies it to each output tile
+while the tile is in L1, so bias, activation and residual add make no extra pass over memory.
+``parts`` > 1 splits the product over that many threads of the model's pool.
 """
 
 from __future__ import annotations
@@ -43,6 +52,41 @@ def _logical(flat, plan: SgemmPlan, which: str, offset: int) -> np.ndarray:
     return flat[offset + p * plan.b_rs + j * plan.b_cs].astype(np.float32)
 
 
+def split_inputs(xs, attrs):
+    """(bias or None, epilogue inputs) of an sgemm or conv_gemm node, from its inputs after
+    the two operands."""
+    rest = list(xs[2:])
+    bias = rest.pop(0) if plan_of(attrs).bias else None
+    return bias, rest
+
+
+def _epilogue(c, extras, attrs, facet: str):
+    """The epilogue's result (``facet`` "ref") or type ("infer") for product ``c``."""
+    from .fused import _run
+
+    if not attrs["epilogue"]:
+        return c
+    program, slot = attrs["epilogue"][:2]
+    values = list(extras)
+    values.insert(slot, c)
+    return _run(program, values, facet)
+
+
+def _check_epilogue(out: TensorType, extras, attrs) -> TensorType:
+    layouts = attrs["epilogue"][2] if attrs["epilogue"] else ()
+    if len(extras) != len(layouts):
+        raise ShapeError(f"{len(extras)} epilogue inputs for {len(layouts)} layouts")
+    t = _epilogue(out, extras, attrs, "infer")
+    if t != out:
+        raise ShapeError(f"epilogue changes the product's type {out} to {t}")
+    return t
+
+
+def part_scratch(plan: SgemmPlan, isa: str) -> int:
+    """Scratch bytes of one thread's part of a product, rounded to 64."""
+    return -(-plan.scratch_bytes(isa) // 64) * 64
+
+
 def _batch_offsets(batch):
     """(a, b, c) element offsets of every batch entry; ``batch`` lists (size, a, b, c) steps,
     innermost first."""
@@ -61,19 +105,21 @@ def _sgemm_infer(types, attrs):
     for t in types:
         check_dtype(t, ("float32",))
     p = plan_of(attrs)
-    if len(types) == 3 and types[2].size != (p.m if p.bias == 1 else p.n):
-        raise ShapeError(f"bias of {types[2].size} values does not fit the plan's bias mode {p.bias}")
+    bias, extras = split_inputs(types, attrs)
+    if bias is not None and bias.size != (p.m if p.bias == 1 else p.n):
+        raise ShapeError(f"bias of {bias.size} values does not fit the plan's bias mode {p.bias}")
     count = math.prod(size for size, *_ in attrs["batch"])
     if math.prod(attrs["shape"]) != count * p.m * p.n:
         raise ShapeError(f"output shape {attrs['shape']} does not hold {count} products of {p.m} x {p.n}")
-    return TensorType(attrs["shape"], "float32")
+    return _check_epilogue(TensorType(attrs["shape"], "float32"), extras, attrs)
 
 
 def _sgemm_ref(xs, attrs):
     p = plan_of(attrs)
     a, b = (np.asarray(x, np.float32).reshape(-1) for x in xs[:2])
     out = np.zeros(math.prod(attrs["shape"]), np.float64)
-    bias = np.asarray(xs[2], np.float64).reshape(-1) if len(xs) == 3 else None
+    bias, extras = split_inputs(xs, attrs)
+    bias = None if bias is None else np.asarray(bias, np.float64).reshape(-1)
     for ao, bo, co in _batch_offsets(attrs["batch"]):
         c = p.alpha * (
             _logical(a, p, "a", ao).astype(np.float64) @ _logical(b, p, "b", bo).astype(np.float64)
@@ -82,21 +128,30 @@ def _sgemm_ref(xs, attrs):
             c = c + (bias[:, None] if p.bias == 1 else bias[None, :])
         i, j = np.ix_(np.arange(p.m), np.arange(p.n))
         out[co + i * p.ldc + j] = c
-    return out.astype(np.float32).reshape(attrs["shape"])
+    return _epilogue(out.astype(np.float32).reshape(attrs["shape"]), extras, attrs, "ref")
 
 
 def _sgemm_context(ins, outs, attrs, lit):
-    axes = [{"size": s, "a": a, "b": b, "c": c} for s, a, b, c in attrs["batch"]]
+    p = plan_of(attrs)
+    layouts = attrs["epilogue"][2] if attrs["epilogue"] else ()
+    axes = [
+        {"size": s, "a": a, "b": b, "c": c, "e": [lay[2][ax] for lay in layouts]}
+        for ax, (s, a, b, c) in enumerate(attrs["batch"])
+    ]
+    count = math.prod(ax["size"] for ax in axes)
     return {
-        "plan": plan_of(attrs).c_init(),
+        "plan": p.c_init(),
         "axes": axes,
-        "count": math.prod(ax["size"] for ax in axes),
-        "has_bias": len(ins) == 3,
+        "count": count,
+        "has_bias": bool(p.bias),
+        "parts": attrs["parts"],
+        "split_batch": count >= attrs["parts"] > 1,
+        "part_scratch": part_scratch(p, attrs["isa"]),
     }
 
 
 def _sgemm_scratch(ins, outs, attrs):
-    return plan_of(attrs).scratch_bytes(attrs["isa"])
+    return part_scratch(plan_of(attrs), attrs["isa"]) * attrs["parts"]
 
 
 def _sgemm_flops(ins, outs, attrs):
@@ -104,17 +159,26 @@ def _sgemm_flops(ins, outs, attrs):
     return 2 * p.m * p.n * p.k * math.prod(size for size, *_ in attrs["batch"])
 
 
+EPILOGUE_ATTRS = {"epilogue": Attr("any", ()), "parts": Attr("int", 1)}
+
 defop(
     "sgemm",
-    ("a", "b", "bias?"),
+    ("a", "b", "more*?"),
     _sgemm_infer,
     _sgemm_ref,
     _INTERNAL,
-    attrs={"plan": Attr("any"), "isa": Attr("str"), "batch": Attr("any", ()), "shape": Attr("ints")},
+    attrs={
+        "plan": Attr("any"),
+        "isa": Attr("str"),
+        "batch": Attr("any", ()),
+        "shape": Attr("ints"),
+        **EPILOGUE_ATTRS,
+    },
     c=CKernel("sgemm", _sgemm_context, ("kernels/sgemm.h",)),
     scratch=_sgemm_scratch,
     flops=_sgemm_flops,
-    doc="float32 products C = alpha * A @ B (+ bias) per batch entry on the fast GEMM; A, B raw or packed",
+    doc="float32 products C = alpha * A @ B (+ bias) per batch entry on the fast GEMM; A, B raw or "
+    "packed; inputs a, b, then bias if the plan has one, then epilogue inputs",
 )
 
 
@@ -138,7 +202,8 @@ def _conv_gemm_infer(types, attrs):
             f"packed weights hold {types[1].size} values, the plan needs "
             f"{attrs['group']} x {p.packed_a_floats()}"
         )
-    return TensorType((x.shape[0], p.m * attrs["group"]) + tuple(attrs["out"]), "float32")
+    out = TensorType((x.shape[0], p.m * attrs["group"]) + tuple(attrs["out"]), "float32")
+    return _check_epilogue(out, split_inputs(types, attrs)[1], attrs)
 
 
 def _conv_gemm_ref(xs, attrs):
@@ -148,7 +213,9 @@ def _conv_gemm_ref(xs, attrs):
     g = attrs["group"]
     w = np.concatenate([unpack_a(part, p) for part in np.split(np.asarray(xs[1]).reshape(-1), g)])
     w = w.reshape((p.m * g, xs[0].shape[1] // g) + tuple(attrs["kernel"]))
-    return _conv_ref([xs[0], w] + list(xs[2:]), _conv_attrs(attrs))
+    bias, extras = split_inputs(xs, attrs)
+    y = _conv_ref([xs[0], w] + ([] if bias is None else [bias]), _conv_attrs(attrs))
+    return _epilogue(y, extras, attrs, "ref")
 
 
 def _conv_gemm_context(ins, outs, attrs, lit):
@@ -158,8 +225,13 @@ def _conv_gemm_context(ins, outs, attrs, lit):
     p = plan_of(attrs)
     geom = _geom(x.shape, attrs["kernel"], attrs["out"], attrs)
     g = attrs["group"]
+    layouts = attrs["epilogue"][2] if attrs["epilogue"] else ()
     return {
         "plan": p.c_init(),
+        "parts": attrs["parts"],
+        "part_scratch": part_scratch(p, attrs["isa"]),
+        "e_strides": [{"n": lay[2][1], "g": lay[2][0]} for lay in layouts],
+        "kk": math.prod(attrs["kernel"]),
         "n": x.shape[0],
         "group": g,
         "cg": x.shape[1] // g,
@@ -169,7 +241,7 @@ def _conv_gemm_context(ins, outs, attrs, lit):
         "packed": p.packed_a_floats(),
         "direct": attrs["direct"],
         "col_bytes": _col_bytes(p, attrs),
-        "has_bias": len(ins) == 3,
+        "has_bias": bool(p.bias),
         "m_total": p.m * g,
         "c_total": x.shape[1],
         **geom,
@@ -183,12 +255,12 @@ def _col_bytes(p: SgemmPlan, attrs) -> int:
 
 def _conv_gemm_scratch(ins, outs, attrs):
     p = plan_of(attrs)
-    return _col_bytes(p, attrs) + p.scratch_bytes(attrs["isa"])
+    return _col_bytes(p, attrs) + part_scratch(p, attrs["isa"]) * attrs["parts"]
 
 
 defop(
     "conv_gemm",
-    ("x", "w", "bias?"),
+    ("x", "w", "more*?"),
     _conv_gemm_infer,
     _conv_gemm_ref,
     _INTERNAL,
@@ -202,6 +274,7 @@ defop(
         "dilations": Attr("ints"),
         "group": Attr("int"),
         "direct": Attr("bool"),
+        **EPILOGUE_ATTRS,
     },
     c=CKernel("conv_gemm", _conv_gemm_context, ("kernels/sgemm.h", "kernels/im2col.h")),
     scratch=_conv_gemm_scratch,

@@ -1,0 +1,170 @@
+"""Epilogue fusion into fast-GEMM products, and products split over a thread pool."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+import codegen
+import graphdef as gd
+from codegen import passes
+
+RNG = np.random.default_rng(7)
+
+
+def f32(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def conv_net(batch=2):
+    """conv+bias+relu, a 1x1 conv with a residual add, a dense layer with a column bias."""
+    g = gd.Graph("epi")
+    with g:
+        x = gd.placeholder("x", (batch, 8, 10, 10))
+        h = gd.relu(gd.conv2d(x, gd.constant(f32(16, 8, 3, 3, scale=0.3)), gd.constant(f32(16)), padding=1))
+        r = gd.sigmoid(gd.conv2d(h, gd.constant(f32(16, 16, 1, 1, scale=0.2))) + h)
+        flat = gd.reshape(r, (batch, 16 * 100))
+        gd.identity(gd.matmul(flat, gd.constant(f32(1600, 10, scale=0.02))) + gd.constant(f32(10)), name="y")
+    return g
+
+
+def attention(batch=2, heads=3, seq=7, dim=8):
+    """Batched products with a scale and a broadcast mask (per key position)."""
+    g = gd.Graph("att")
+    with g:
+        q = gd.placeholder("q", (batch, heads, seq, dim))
+        k = gd.placeholder("k", (batch, heads, dim, seq))
+        mask = gd.placeholder("mask", (batch, 1, 1, seq))
+        s = gd.matmul(q, k) * 0.35 + mask
+        gd.softmax(s, axis=-1, name="p")
+    return g
+
+
+def optimized(g, threads=1):
+    return passes.run(g, isa="avx512", threads=threads)
+
+
+def test_pass_merges_bias_activation_and_residual():
+    opt = optimized(conv_net())
+    products = [n for n in opt.nodes if n.op in ("sgemm", "conv_gemm")]
+    assert len(products) == 3
+    assert all(n.attrs["epilogue"] for n in products)
+    assert not any(n.op == "fused" or gd.registry.get_op(n.op).elementwise for n in opt.nodes)
+    layouts = {n.op: n.attrs["epilogue"][2] for n in products}
+    assert (0, 1, ()) in layouts["sgemm"]  # the dense bias: one value per column
+
+
+def test_pass_result_equals_original_graph():
+    g = conv_net()
+    xv = f32(2, 8, 10, 10)
+    (want,) = gd.run(g, {"x": xv}, ["y"])
+    opt = optimized(g)
+    gd.verify(opt)
+    (got,) = gd.run(opt, {"x": xv}, ["y"])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pass_leaves_products_that_are_outputs_or_shared():
+    g = gd.Graph("keep")
+    with g:
+        x = gd.placeholder("x", (4, 32))
+        p = gd.matmul(x, gd.constant(f32(32, 16)), name="p")  # a fetched output
+        gd.relu(p, name="r")
+        p2 = gd.matmul(x, gd.constant(f32(32, 16)))
+        gd.relu(p2, name="r2")
+        gd.softmax(p2, name="s2")  # p2 has a second, non-elementwise consumer
+    opt = passes.run(g, outputs=["p", "r", "r2", "s2"], isa="avx512")
+    products = [n for n in opt.nodes if n.op == "sgemm"]
+    assert len(products) == 2 and not any(n.attrs["epilogue"] for n in products)
+
+
+def test_layout_refuses_a_broadcast_no_stride_can_express():
+    g = gd.Graph("odd")
+    with g:
+        x = gd.placeholder("x", (6, 32))
+        other = gd.placeholder("o", (2, 3, 1))  # rows regrouped: fits (6, 1) only through reshape
+        p = gd.reshape(gd.matmul(x, gd.constant(f32(32, 4))), (2, 3, 4))
+        gd.identity(p + other, name="y")
+    opt = passes.run(g, isa="avx512")
+    (feed_x, feed_o) = f32(6, 32), f32(2, 3, 1)
+    (want,) = gd.run(g, {"x": feed_x, "o": feed_o}, ["y"])
+    (got,) = gd.run(opt, {"x": feed_x, "o": feed_o}, ["y"])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.c
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_c_epilogue_and_threads_match_interpreter(threads):
+    g = conv_net(batch=2)
+    xv = f32(2, 8, 10, 10)
+    (want,) = gd.run(g, {"x": xv}, ["y"])
+    m = codegen.compile(g, threads=threads)
+    assert m.threads == threads
+    np.testing.assert_allclose(m(x=xv)["y"], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(m(x=xv)["y"], want, rtol=1e-4, atol=1e-4)  # the pool is reused
+
+
+@pytest.mark.c
+@pytest.mark.parametrize("threads", [1, 2])
+def test_c_batched_products_with_mask(threads):
+    g = attention()
+    feeds = {
+        "q": f32(2, 3, 7, 8),
+        "k": f32(2, 3, 8, 7),
+        "mask": np.where(RNG.random((2, 1, 1, 7)) < 0.3, -1e9, 0),
+    }
+    feeds["mask"] = feeds["mask"].astype(np.float32)
+    (want,) = gd.run(g, feeds, ["p"])
+    opt = passes.run(g, isa="avx512")
+    assert any(n.op == "sgemm" and n.attrs["epilogue"] for n in opt.nodes)
+    got = codegen.compile(g, threads=threads)(**feeds)["p"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.c
+def test_big_products_are_split_and_binary_runs_threaded(tmp_path):
+    g = gd.Graph("big")
+    with g:
+        x = gd.placeholder("x", (1, 32, 24, 24))
+        h = gd.relu(gd.conv2d(x, gd.constant(f32(64, 32, 3, 3, scale=0.1)), gd.constant(f32(64)), padding=1))
+        gd.identity(gd.matmul(gd.reshape(h, (16, 2304)), gd.constant(f32(2304, 64, scale=0.02))), name="y")
+    opt = passes.run(g, isa="avx512", threads=2)
+    assert [n.attrs["parts"] for n in opt.nodes if n.op in ("sgemm", "conv_gemm")] == [2, 2]
+    out = codegen.export(g, tmp_path / "out", name="big", threads=2)
+    header = (tmp_path / "out" / "big.h").read_text()
+    assert "#define BIG_THREADS 2" in header and "big_pool_start" in header
+    xv = f32(1, 32, 24, 24)
+    np.save(tmp_path / "x.npy", xv)
+    res = subprocess.run(
+        [str(out / "big"), "--in", f"x={tmp_path / 'x.npy'}", "--out-dir", str(tmp_path / "res")],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    (want,) = gd.run(g, {"x": xv}, ["y"])
+    np.testing.assert_allclose(np.load(tmp_path / "res" / "y.npy"), want, rtol=1e-4, atol=1e-4)
+    # the generated Makefile links the pool too
+    subprocess.run(
+        ["make", "-s", "-C", str(tmp_path / "out"), "clean", "all"], check=True, capture_output=True
+    )
+
+
+@pytest.mark.c
+@pytest.mark.parametrize(
+    "portable, flags, isa",
+    [(True, (), "v128"), (True, ("-march=x86-64",), "v128"), (False, ("-DFC_NO_VECTOR",), "scalar")],
+)
+def test_generic_builds_without_avx(portable, flags, isa):
+    """A portable build (no -march: SSE2 on x86-64), an explicit generic -march, and the plain
+    C kernel all give the interpreter's results; weights are packed for the kernel the flags pick."""
+    from codegen.build import find_cc
+    from codegen.target import Target
+
+    assert Target("host", portable=portable).isa(find_cc(), flags) == isa
+    g = conv_net(batch=1)
+    xv = f32(1, 8, 10, 10)
+    (want,) = gd.run(g, {"x": xv}, ["y"])
+    m = codegen.compile(g, portable=portable, flags=flags)
+    np.testing.assert_allclose(m(x=xv)["y"], want, rtol=1e-4, atol=1e-4)

@@ -240,7 +240,7 @@ def _conv_gemm_context(ins, outs, attrs, lit):
         "p": p.n,
         "packed": p.packed_a_floats(),
         "direct": attrs["direct"],
-        "col_bytes": _col_bytes(p, attrs),
+        "chunk": _chunk_context(chunking(p, attrs)),
         "has_bias": bool(p.bias),
         "m_total": p.m * g,
         "c_total": x.shape[1],
@@ -248,14 +248,64 @@ def _conv_gemm_context(ins, outs, attrs, lit):
     }
 
 
-def _col_bytes(p: SgemmPlan, attrs) -> int:
-    """Scratch bytes of the im2col matrix (k x n floats), rounded to 64."""
-    return 0 if attrs["direct"] else -(-(p.k * p.n * 4) // 64) * 64
+CHUNK_BYTES = 196608
+"""An im2col slice stays about this size (in L2 with the weights' block), unless one output
+row alone is bigger."""
+
+
+def chunking(p: SgemmPlan, attrs) -> dict | None:
+    """How an im2col convolution runs: slices of ``rows`` output rows (each ``out[-1]``
+    positions), im2col'd into scratch and multiplied while in cache; ``plan`` for a full slice,
+    ``tail`` for the last, shorter one (or None). A thread works on whole slices, with
+    ``part_bytes`` of its own scratch. None for a direct (1x1) convolution."""
+    from ._sgemm_pack import make_plan
+
+    if attrs["direct"]:
+        return None
+    out = list(attrs["out"])
+    width, total = out[-1], math.prod(out[:-1])
+    most = max(1, min(total, CHUNK_BYTES // max(1, p.k * width * 4)))
+
+    def waste(r):  # padded columns per useful one, in the micro-tile's width
+        cols = r * width
+        return (-(-cols // p.nr) * p.nr - cols) / cols
+
+    rows = min(range(1, most + 1), key=lambda r: (round(waste(r), 3), -r))
+    tail_rows = total % rows
+
+    def plan(r):
+        return make_plan(
+            p.m, r * width, p.k, isa=attrs["isa"], a="packed", ldc=p.n,
+            bias="row" if p.bias else "none", mr=p.mr, kc=p.kc,
+        )  # fmt: skip
+
+    main, tail = plan(rows), plan(tail_rows) if tail_rows else None
+    col = -(-(p.k * rows * width * 4) // 64) * 64
+    gemm = max(part_scratch(main, attrs["isa"]), part_scratch(tail, attrs["isa"]) if tail else 0)
+    return {
+        "rows": rows,
+        "total": total,
+        "count": -(-total // rows),
+        "width": width,
+        "plan": main,
+        "tail": tail,
+        "col_bytes": col,
+        "part_bytes": col + gemm,
+    }
+
+
+def _chunk_context(ch):
+    if ch is None:
+        return None
+    return {**ch, "plan": ch["plan"].c_init(), "tail": ch["tail"].c_init() if ch["tail"] else None}
 
 
 def _conv_gemm_scratch(ins, outs, attrs):
     p = plan_of(attrs)
-    return _col_bytes(p, attrs) + part_scratch(p, attrs["isa"]) * attrs["parts"]
+    ch = chunking(p, attrs)
+    if ch is None:
+        return part_scratch(p, attrs["isa"]) * attrs["parts"]
+    return ch["part_bytes"] * min(attrs["parts"], ch["count"])
 
 
 defop(

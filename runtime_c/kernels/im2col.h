@@ -22,40 +22,49 @@ FC_INLINE void fc_im2col_range(long n, long out, long s, long p, long off, long 
     *hi = h < out ? (h > *lo ? h : *lo) : out;
 }
 
-FC_INLINE void fc_im2col_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g, long cg) {
-    const long P = g->out[0] * g->out[1] * g->out[2];
-    long c, t0, t1, t2, o0, o1, o2;
+/* Output rows [r0, r1) (row r = o0 * out[1] + o1, each out[2] positions long) of the im2col
+ * matrix of cg channels: col has cg * k[0] * k[1] * k[2] rows of L = (r1 - r0) * out[2]
+ * values, row (c, t0, t1, t2) holding the input under kernel tap (t0, t1, t2) of channel c at
+ * every output position of the slice (0 in the padding). */
+FC_INLINE void fc_im2col_rows_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g,
+                                  long cg, long r0, long r1) {
+    const long L = (r1 - r0) * g->out[2];
+    long c, t0, t1, t2, r, o2;
     for (c = 0; c < cg; ++c)
         for (t0 = 0; t0 < g->k[0]; ++t0)
             for (t1 = 0; t1 < g->k[1]; ++t1)
                 for (t2 = 0; t2 < g->k[2]; ++t2) {
-                    float *row = col + (((c * g->k[0] + t0) * g->k[1] + t1) * g->k[2] + t2) * P;
+                    float *row = col + (((c * g->k[0] + t0) * g->k[1] + t1) * g->k[2] + t2) * L;
                     long lo2, hi2;
                     fc_im2col_range(g->in[2], g->out[2], g->stride[2], g->pad[2], t2 * g->dil[2], &lo2, &hi2);
-                    for (o0 = 0; o0 < g->out[0]; ++o0) {
+                    for (r = r0; r < r1; ++r) {
+                        const long o0 = r / g->out[1], o1 = r % g->out[1];
                         const long i0 = o0 * g->stride[0] - g->pad[0] + t0 * g->dil[0];
-                        for (o1 = 0; o1 < g->out[1]; ++o1) {
-                            const long i1 = o1 * g->stride[1] - g->pad[1] + t1 * g->dil[1];
-                            float *dst = row + (o0 * g->out[1] + o1) * g->out[2];
-                            if (i0 < 0 || i0 >= g->in[0] || i1 < 0 || i1 >= g->in[1]) {
-                                for (o2 = 0; o2 < g->out[2]; ++o2) dst[o2] = 0.0f;
-                                continue;
-                            }
-                            {
-                                /* index, not pointer: base alone may be negative */
-                                const long base = ((c * g->in[0] + i0) * g->in[1] + i1) * g->in[2]
-                                                  - g->pad[2] + t2 * g->dil[2];
-                                const long s2 = g->stride[2];
-                                for (o2 = 0; o2 < lo2; ++o2) dst[o2] = 0.0f;
-                                if (s2 == 1)
-                                    for (o2 = lo2; o2 < hi2; ++o2) dst[o2] = x[base + o2];
-                                else
-                                    for (o2 = lo2; o2 < hi2; ++o2) dst[o2] = x[base + o2 * s2];
-                                for (o2 = hi2; o2 < g->out[2]; ++o2) dst[o2] = 0.0f;
-                            }
+                        const long i1 = o1 * g->stride[1] - g->pad[1] + t1 * g->dil[1];
+                        float *dst = row + (r - r0) * g->out[2];
+                        if (i0 < 0 || i0 >= g->in[0] || i1 < 0 || i1 >= g->in[1]) {
+                            for (o2 = 0; o2 < g->out[2]; ++o2) dst[o2] = 0.0f;
+                            continue;
+                        }
+                        {
+                            /* index, not pointer: base alone may be negative */
+                            const long base = ((c * g->in[0] + i0) * g->in[1] + i1) * g->in[2]
+                                              - g->pad[2] + t2 * g->dil[2];
+                            const long s2 = g->stride[2];
+                            for (o2 = 0; o2 < lo2; ++o2) dst[o2] = 0.0f;
+                            if (s2 == 1)
+                                for (o2 = lo2; o2 < hi2; ++o2) dst[o2] = x[base + o2];
+                            else
+                                for (o2 = lo2; o2 < hi2; ++o2) dst[o2] = x[base + o2 * s2];
+                            for (o2 = hi2; o2 < g->out[2]; ++o2) dst[o2] = 0.0f;
                         }
                     }
                 }
+}
+
+/* The whole im2col matrix: every output row. */
+FC_INLINE void fc_im2col_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g, long cg) {
+    fc_im2col_rows_f32(x, col, g, cg, 0, g->out[0] * g->out[1]);
 }
 
 #endif /* FC_KERNELS_IM2COL_H */

@@ -111,9 +111,39 @@ def _geom(x_shape, k_spatial, out_spatial, attrs):
     }
 
 
+def _dwconv_geom(ins, outs, attrs):
+    """The fc_dwconv_geom of runtime_c/kernels/conv.h for a float32 conv of at most two spatial
+    axes whose groups are single input channels (depthwise, any channel multiplier), else None."""
+    x, w = ins[:2]
+    if x.dtype != "float32" or x.rank > 4 or attrs["group"] != x.shape[1] or w.shape[1] != 1:
+        return None
+    if not outs[0].size:
+        return None
+    g = _geom(x.shape, w.shape[2:], outs[0].shape[2:], attrs)
+    (_, h, wd), (_, kh, kw), (_, oh, ow) = g["in"], g["k"], g["out"]
+    (_, sh, sw), (_, ph, pw), (_, dh, dw) = g["stride"], g["pad"], g["dil"]
+    return {
+        "n": x.shape[0], "c": x.shape[1], "m": w.shape[0],
+        "h": h, "w": wd, "oh": oh, "ow": ow, "kh": kh, "kw": kw, "sh": sh, "sw": sw,
+        "ph": ph, "pw": pw, "dh": dh, "dw": dw,
+        "rows": oh + (kh - 1) * dh // sh, "cols": ow + (kw - 1) * dw // sw,
+    }  # fmt: skip
+
+
+def _conv_scratch(ins, outs, attrs):
+    """Bytes of the depthwise kernel's phase planes and output run (fc_dwconv_scratch_floats)."""
+    g = _dwconv_geom(ins, outs, attrs)
+    if g is None:
+        return 0
+    return 4 * (g["sh"] * g["sw"] * g["rows"] * g["cols"] + (g["oh"] - 1) * g["cols"] + g["ow"])
+
+
 def _c_conv(ins, outs, attrs, lit):
     x, w = ins[:2]
+    dw = _dwconv_geom(ins, outs, attrs)
     return {
+        "depthwise": dw,
+        "has_scratch": True,
         "fn": "fc_conv",
         "n": x.shape[0],
         "c": x.shape[1],
@@ -127,6 +157,8 @@ def _c_conv(ins, outs, attrs, lit):
 def _c_conv_t(ins, outs, attrs, lit):
     x, w = ins[:2]
     return {
+        "depthwise": None,
+        "has_scratch": False,
         "fn": "fc_conv_transpose",
         "n": x.shape[0],
         "c": x.shape[1],
@@ -474,6 +506,7 @@ defop(
     attrs=_CONV_ATTRS,
     resolve=_window_resolve,
     c=CKernel("conv", _c_conv, ("kernels/conv.h",)),
+    scratch=_conv_scratch,
     flops=_flops_conv,
     doc="cross-correlation; x (N, C, *I), w (M, C/group, *K), pads = begins then ends",
 )

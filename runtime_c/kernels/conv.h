@@ -81,8 +81,9 @@ FC_VF_INLINE long fc_dwconv_scratch_floats(const fc_dwconv_geom *g) {
 }
 
 /* Input row src (w floats) into the sw phase rows dst + pc*plane of one padded row: column
- * c goes to phase (c + pw) % sw, column (c + pw) / sw, unless that is past cols. */
-FC_VF_INLINE void fc_dwconv_row_(const float *FC_RESTRICT src, float *FC_RESTRICT dst,
+ * c goes to phase (c + pw) % sw, column (c + pw) / sw, unless that is past cols; pad cells
+ * hold fill (0 for convolution, -inf for max pooling). */
+FC_VF_INLINE void fc_dwconv_row_(const float *FC_RESTRICT src, float *FC_RESTRICT dst, float fill,
                                  const fc_dwconv_geom *g) {
     const long plane = g->rows * g->cols;
     const long cmax = g->sw * g->cols - g->pw < g->w ? g->sw * g->cols - g->pw : g->w;
@@ -93,9 +94,9 @@ FC_VF_INLINE void fc_dwconv_row_(const float *FC_RESTRICT src, float *FC_RESTRIC
         j0 = j0 < 0 ? 0 : j0 > g->cols ? g->cols : j0;
         j1 = j1 < j0 ? j0 : j1 > g->cols ? g->cols : j1;
         for (j = 0; j < j0; j++)
-            d[j] = 0;
+            d[j] = fill;
         for (j = j1; j < g->cols; j++)
-            d[j] = 0;
+            d[j] = fill;
     }
     if (g->sw == 1) {
         if (cmax > 0)
@@ -116,20 +117,21 @@ FC_VF_INLINE void fc_dwconv_row_(const float *FC_RESTRICT src, float *FC_RESTRIC
         dst[(c + g->pw) % g->sw * plane + (c + g->pw) / g->sw] = src[c];
 }
 
-/* The phase planes of one input plane xp. */
-FC_VF_INLINE void fc_dwconv_phases_(const float *FC_RESTRICT xp, float *FC_RESTRICT ph,
+/* The phase planes of one input plane xp, pads holding fill. */
+FC_VF_INLINE void fc_dwconv_phases_(const float *FC_RESTRICT xp, float *FC_RESTRICT ph, float fill,
                                     const fc_dwconv_geom *g) {
     const long plane = g->rows * g->cols;
-    long pr, pc, i;
+    long pr, pc, i, j;
     for (pr = 0; pr < g->sh; pr++) {
         for (i = 0; i < g->rows; i++) {
             const long r = i * g->sh + pr - g->ph;
             float *dst = ph + pr * g->sw * plane + i * g->cols;
             if (r >= 0 && r < g->h) {
-                fc_dwconv_row_(xp + r * g->w, dst, g);
+                fc_dwconv_row_(xp + r * g->w, dst, fill, g);
             } else {
                 for (pc = 0; pc < g->sw; pc++)
-                    memset(dst + pc * plane, 0, (size_t)g->cols * sizeof *dst);
+                    for (j = 0; j < g->cols; j++)
+                        dst[pc * plane + j] = fill;
             }
         }
     }
@@ -222,7 +224,7 @@ FC_VF_INLINE void fc_dwconv_f32(const float *x, const float *w, const float *b, 
         for (m = 0; m < g->m; m++) {
             float *ym = y + (n * g->m + m) * g->oh * g->ow;
             if (m % mult == 0)
-                fc_dwconv_phases_(x + (n * g->c + m / mult) * g->h * g->w, ph, g);
+                fc_dwconv_phases_(x + (n * g->c + m / mult) * g->h * g->w, ph, 0.0f, g);
             fc_dwconv_plane_(ph, w + m * taps, b ? b[m] : 0.0f, run, g);
             for (i = 0; i < g->oh; i++)
                 memcpy(ym + i * g->ow, run + i * g->cols, (size_t)g->ow * sizeof *ym);

@@ -11,6 +11,8 @@
  * fc_vf_load / fc_vf_store    unaligned, through memcpy (any float pointer)
  * FC_VF_SPLAT(s)              every lane s
  * fc_vf_sum / fc_vf_max       horizontal sum (lanes in order) and maximum
+ * fc_vf_max2(a, b)            per lane a < b ? b : a (NaN in b is dropped)
+ * fc_vf_any_nan(p, n)         whether p[0 .. n) holds a NaN
  * fc_vf_exp                   e^x per lane for x <= 0 or NaN-free finite x below 88
  *                             (range reduction by ln 2 and a degree-6 polynomial, about 1
  *                             ulp; x below -87.3 gives 0), expf when FC_VF_VL is 1
@@ -111,7 +113,35 @@ FC_VF_INLINE float fc_vf_max(fc_vf v) {
 
 #if FC_VF_VL == 1
 FC_VF_INLINE fc_vf fc_vf_exp(fc_vf x) { return expf(x); }
+FC_VF_INLINE fc_vf fc_vf_max2(fc_vf a, fc_vf b) { return a < b ? b : a; }
+
+FC_VF_INLINE int fc_vf_any_nan(const float *p, long n) {
+    long i;
+    for (i = 0; i < n; i++)
+        if (isnan(p[i]))
+            return 1;
+    return 0;
+}
 #else
+/* Whether any of p[0 .. n) is NaN. */
+FC_VF_INLINE int fc_vf_any_nan(const float *p, long n) {
+    fc_vi acc = FC_VI_SPLAT(0);
+    int32_t lane[FC_VF_VL];
+    long i;
+    for (i = 0; i + FC_VF_VL <= n; i += FC_VF_VL) {
+        const fc_vf v = fc_vf_load(p + i);
+        acc |= v != v;
+    }
+    for (; i < n; i++)
+        if (isnan(p[i]))
+            return 1;
+    memcpy(lane, &acc, sizeof acc);
+    for (i = 0; i < FC_VF_VL; i++)
+        if (lane[i])
+            return 1;
+    return 0;
+}
+
 /* Lanes where a < b take b: max(a, b) when neither is NaN. */
 FC_VF_INLINE fc_vf fc_vf_max2(fc_vf a, fc_vf b) {
     const fc_vi lt = a < b; /* -1 where true */

@@ -72,6 +72,33 @@ for dt in ("float64", "float16"):  # the generic kernel, unchanged
     )
 
 
+# pooling: max (with NaN planes and -inf) and average, odd sizes, every pad and stride kind
+for cid, xs, kw in (
+    ("k3-s2-p1", (2, 3, 17, 23), dict(kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1))),
+    ("k2-s2", (1, 4, 9, 11), dict(kernel_shape=(2, 2), strides=(2, 2))),
+    ("k3-s1-p1", (1, 3, 5, 37), dict(kernel_shape=(3, 3), pads=(1, 1, 1, 1))),
+    ("ceil", (1, 2, 10, 13), dict(kernel_shape=(3, 2), strides=(2, 3), pads=(0, 1, 1, 0), ceil_mode=True)),
+    ("dil2", (1, 2, 12, 19), dict(kernel_shape=(3, 3), dilations=(2, 2), pads=(2, 1, 2, 1))),
+    ("k5-s3", (1, 2, 20, 20), dict(kernel_shape=(5, 5), strides=(3, 3), pads=(2, 2, 2, 2))),
+    ("1d", (2, 3, 29), dict(kernel_shape=(4,), strides=(2,), pads=(1, 2))),
+):
+    x = arr(xs)
+    case(f"max_pool-{cid}", lambda x, kw=kw: gd.max_pool(x, **kw), x)
+    for inc in (False, True):
+        case(
+            f"avg_pool-{cid}-{inc}",
+            lambda x, kw=kw, inc=inc: gd.avg_pool(x, count_include_pad=inc, **kw),
+            x,
+        )
+x = arr((2, 2, 9, 10))
+x[0, 1, 3, 4] = np.nan
+x[1, 0, 0, 0] = -np.inf
+x[1, 1, 2:5, 2:5] = -np.inf
+case("max_pool-nan-inf", lambda x: gd.max_pool(x, (3, 3), (2, 2), (1, 1, 1, 1)), x)
+x64 = arr((1, 2, 7, 9), dtype="float64")
+case("max_pool-float64", lambda x: gd.max_pool(x, (3, 3), (2, 2), (1, 1, 1, 1)), x64)
+
+
 def _build(cid, fn, inputs):
     g = gd.Graph(cid)
     with g:
@@ -118,7 +145,7 @@ def test_fast_path_matches_interpreter(cid, how, built):
         tol = dict(TOL[w.dtype.name])
         if cid.startswith("dw") and w.dtype == np.float32:
             tol["atol"] = 2e-5  # up to 49 products of size ~9 summed in another order
-        np.testing.assert_allclose(g, w, **tol, err_msg=spec.name)
+        np.testing.assert_allclose(g, w, **tol, err_msg=spec.name, equal_nan=True)
 
 
 def test_depthwise_reaches_fast_kernel():

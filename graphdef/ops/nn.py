@@ -1116,6 +1116,7 @@ def _decompose_ln(op):
 def _c_layer_norm(ins, outs, attrs, lit):
     outer, length, _ = L.around(ins[0].shape, range(attrs["axis"], ins[0].rank))
     return {
+        "fn": "fc_layer_norm_vec" if ins[0].dtype == "float32" else "fc_layer_norm",
         "outer": outer,
         "inner": length,
         "eps": lit(attrs["epsilon"], "float64"),
@@ -1176,7 +1177,8 @@ _SOFTMAX_ATTRS = {"axis": Attr("int", -1)}
 def _c_softmax(fn):
     def context(ins, outs, attrs, lit):
         outer, length, inner = L.around(ins[0].shape, [attrs["axis"]])
-        return {"fn": fn, "outer": outer, "len": length, "inner": inner}
+        fast = fn + "_vec" if ins[0].dtype == "float32" else fn  # kernels/norm.h float32 paths
+        return {"fn": fast, "outer": outer, "len": length, "inner": inner}
 
     return context
 

@@ -99,6 +99,45 @@ x64 = arr((1, 2, 7, 9), dtype="float64")
 case("max_pool-float64", lambda x: gd.max_pool(x, (3, 3), (2, 2), (1, 1, 1, 1)), x64)
 
 
+# softmax and log_softmax along the last axis and across inner positions; special slices
+for cid, xs, axis in (
+    ("last-3", (4, 3), -1),
+    ("last-37", (2, 3, 37), -1),
+    ("last-128", (3, 128), -1),
+    ("ax1-inner-35", (2, 5, 7, 5), 1),
+    ("ax0-inner-48", (6, 48), 0),
+    ("ax1-len1", (2, 1, 20), 1),
+):
+    x = arr(xs, -20.0, 20.0)
+    case(f"softmax-{cid}", lambda x, axis=axis: (gd.softmax(x, axis), gd.log_softmax(x, axis)), x)
+x = arr((6, 40), -5.0, 5.0)
+x[0, 3] = np.nan
+x[1, 7] = np.inf
+x[2, :] = -np.inf
+x[3, 5] = -np.inf
+x[4, :20] = -200.0  # exp underflows to 0
+case("softmax-special-rows", lambda x: (gd.softmax(x, -1), gd.log_softmax(x, -1)), x)
+case("softmax-special-cols", lambda x: (gd.softmax(x, 0), gd.log_softmax(x, 0)), x.T.copy())
+case("softmax-float64", lambda x: gd.softmax(x, 1), arr((3, 5, 17), dtype="float64"))
+
+# layer norm: odd lengths, with and without bias, normalized over one or two axes
+for cid, xs, axis, bias in (
+    ("768", (5, 768), -1, True),
+    ("37", (3, 4, 37), -1, False),
+    ("axis1", (2, 5, 9), 1, True),
+    ("3", (7, 3), -1, True),
+):
+    norm = xs[axis:] if axis >= 0 else xs[axis:]
+    s_c, b_c = arr(norm), arr(norm)
+    case(
+        f"layer_norm-{cid}",
+        lambda x, s=s_c, b=b_c, axis=axis, bias=bias: gd.layer_norm(
+            x, gd.constant(s), gd.constant(b) if bias else None, axis=axis
+        ),
+        arr(xs, -4.0, 6.0),
+    )
+
+
 def _build(cid, fn, inputs):
     g = gd.Graph(cid)
     with g:

@@ -107,7 +107,22 @@ FC_VF_INLINE void fc_softmax_row_f32_(const float *x, float *y, long len, int lo
     float m, s, lane[FC_VF_VL];
     int32_t flag[FC_VF_VL];
     long i;
-    for (i = 0; i < full; i += FC_VF_VL) {
+    if (full >= 4 * FC_VF_VL) { /* four running maxima: the compare-and-blend chain is slow */
+        fc_vf m1 = mv, m2 = mv, m3 = mv;
+        for (i = 0; i + 4 * FC_VF_VL <= full; i += 4 * FC_VF_VL) {
+            const fc_vf v0 = fc_vf_load(x + i), v1 = fc_vf_load(x + i + FC_VF_VL);
+            const fc_vf v2 = fc_vf_load(x + i + 2 * FC_VF_VL), v3 = fc_vf_load(x + i + 3 * FC_VF_VL);
+            bad |= (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);
+            mv = fc_vf_max2(mv, v0);
+            m1 = fc_vf_max2(m1, v1);
+            m2 = fc_vf_max2(m2, v2);
+            m3 = fc_vf_max2(m3, v3);
+        }
+        mv = fc_vf_max2(fc_vf_max2(mv, m1), fc_vf_max2(m2, m3));
+    } else {
+        i = 0;
+    }
+    for (; i < full; i += FC_VF_VL) {
         v = fc_vf_load(x + i);
         bad |= v != v;
         mv = fc_vf_max2(mv, v);
@@ -127,7 +142,16 @@ FC_VF_INLINE void fc_softmax_row_f32_(const float *x, float *y, long len, int lo
         return;
     }
     mv = FC_VF_SPLAT(m);
-    for (i = 0; i < full; i += FC_VF_VL) {
+    for (i = 0; i + 2 * FC_VF_VL <= full; i += 2 * FC_VF_VL) {
+        const fc_vf e0 = fc_vf_exp(fc_vf_load(x + i) - mv);
+        const fc_vf e1 = fc_vf_exp(fc_vf_load(x + i + FC_VF_VL) - mv);
+        sv = sv + (e0 + e1);
+        if (!log_out) {
+            fc_vf_store(y + i, e0);
+            fc_vf_store(y + i + FC_VF_VL, e1);
+        }
+    }
+    for (; i < full; i += FC_VF_VL) {
         v = fc_vf_exp(fc_vf_load(x + i) - mv);
         sv = sv + v;
         if (!log_out)

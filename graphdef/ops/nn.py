@@ -111,9 +111,48 @@ def _geom(x_shape, k_spatial, out_spatial, attrs):
     }
 
 
+def _phase_geom(x_shape, k_spatial, out_spatial, attrs) -> dict:
+    """The windows of a 1-D or 2-D conv or pool as runtime_c's fc_dwconv_geom (less n, c, m):
+    the kernels work on zero- (or -inf-) padded stride-phase planes of rows x cols cells."""
+    g = _geom(x_shape, k_spatial, out_spatial, attrs)
+    (_, h, wd), (_, kh, kw), (_, oh, ow) = g["in"], g["k"], g["out"]
+    (_, sh, sw), (_, ph, pw), (_, dh, dw) = g["stride"], g["pad"], g["dil"]
+    return {
+        "h": h, "w": wd, "oh": oh, "ow": ow, "kh": kh, "kw": kw, "sh": sh, "sw": sw,
+        "ph": ph, "pw": pw, "dh": dh, "dw": dw,
+        "rows": oh + (kh - 1) * dh // sh, "cols": ow + (kw - 1) * dw // sw,
+    }  # fmt: skip
+
+
+def _phase_floats(g: dict) -> int:
+    """fc_dwconv_scratch_floats: the phase planes, then one output plane on their grid."""
+    return g["sh"] * g["sw"] * g["rows"] * g["cols"] + (g["oh"] - 1) * g["cols"] + g["ow"]
+
+
+def _dwconv_geom(ins, outs, attrs):
+    """The fc_dwconv_geom of runtime_c/kernels/conv.h for a float32 conv of at most two spatial
+    axes whose groups are single input channels (depthwise, any channel multiplier), else None."""
+    x, w = ins[:2]
+    if x.dtype != "float32" or x.rank > 4 or attrs["group"] != x.shape[1] or w.shape[1] != 1:
+        return None
+    if not outs[0].size:
+        return None
+    g = _phase_geom(x.shape, w.shape[2:], outs[0].shape[2:], attrs)
+    return {"n": x.shape[0], "c": x.shape[1], "m": w.shape[0], **g}
+
+
+def _conv_scratch(ins, outs, attrs):
+    """Bytes of the depthwise kernel's phase planes and output run (fc_dwconv_scratch_floats)."""
+    g = _dwconv_geom(ins, outs, attrs)
+    return 0 if g is None else 4 * _phase_floats(g)
+
+
 def _c_conv(ins, outs, attrs, lit):
     x, w = ins[:2]
+    dw = _dwconv_geom(ins, outs, attrs)
     return {
+        "depthwise": dw,
+        "has_scratch": True,
         "fn": "fc_conv",
         "n": x.shape[0],
         "c": x.shape[1],
@@ -127,6 +166,8 @@ def _c_conv(ins, outs, attrs, lit):
 def _c_conv_t(ins, outs, attrs, lit):
     x, w = ins[:2]
     return {
+        "depthwise": None,
+        "has_scratch": False,
         "fn": "fc_conv_transpose",
         "n": x.shape[0],
         "c": x.shape[1],
@@ -147,11 +188,29 @@ def _flops_conv_t(ins, outs, attrs):
     return 2 * x.size * math.prod(w.shape[1:])
 
 
+def _pool_fast(ins, outs, attrs):
+    """float32 max or average pooling of at most two spatial axes: the fc_dwconv_geom of the
+    fast path (fc_pool2d_f32 in runtime_c/kernels/pool.h), else None."""
+    x = ins[0]
+    if x.dtype != "float32" or x.rank > 4 or not outs[0].size:
+        return None
+    planes = x.shape[0] * x.shape[1]
+    g = _phase_geom(x.shape, attrs["kernel_shape"], outs[0].shape[2:], attrs)
+    return {"n": 1, "c": planes, "m": planes, **g}
+
+
+def _pool_scratch(ins, outs, attrs):
+    g = _pool_fast(ins, outs, attrs)
+    return 0 if g is None else 4 * (_phase_floats(g) + g["ow"])
+
+
 def _c_pool(fn):
     def context(ins, outs, attrs, lit):
         x = TensorType(attrs["shape"], ins[0].dtype) if "shape" in attrs else ins[0]
         y = ins[-1] if fn.endswith("grad") else outs[0]  # grads: gy has the pooled shape
         return {
+            "fast": None if fn.endswith("grad") else _pool_fast(ins, outs, attrs),
+            "is_max": int(fn == "fc_max_pool"),
             "fn": fn,
             "planes": x.shape[0] * x.shape[1],
             "count_include_pad": int(attrs.get("count_include_pad", False)),
@@ -474,6 +533,7 @@ defop(
     attrs=_CONV_ATTRS,
     resolve=_window_resolve,
     c=CKernel("conv", _c_conv, ("kernels/conv.h",)),
+    scratch=_conv_scratch,
     flops=_flops_conv,
     doc="cross-correlation; x (N, C, *I), w (M, C/group, *K), pads = begins then ends",
 )
@@ -736,6 +796,7 @@ defop(
     attrs=_POOL_ATTRS,
     resolve=_window_resolve,
     c=CKernel("pool", _c_pool("fc_max_pool"), ("kernels/pool.h",)),
+    scratch=_pool_scratch,
     flops=_flops_pool,
     doc="max over sliding windows; pads never win",
 )
@@ -748,6 +809,7 @@ defop(
     attrs={**_POOL_ATTRS, "count_include_pad": Attr("bool", False)},
     resolve=_window_resolve,
     c=CKernel("pool", _c_pool("fc_avg_pool"), ("kernels/pool.h",)),
+    scratch=_pool_scratch,
     flops=_flops_pool,
     doc="mean over sliding windows; pads count only if count_include_pad",
 )
@@ -1054,6 +1116,7 @@ def _decompose_ln(op):
 def _c_layer_norm(ins, outs, attrs, lit):
     outer, length, _ = L.around(ins[0].shape, range(attrs["axis"], ins[0].rank))
     return {
+        "fn": "fc_layer_norm_vec" if ins[0].dtype == "float32" else "fc_layer_norm",
         "outer": outer,
         "inner": length,
         "eps": lit(attrs["epsilon"], "float64"),
@@ -1114,7 +1177,8 @@ _SOFTMAX_ATTRS = {"axis": Attr("int", -1)}
 def _c_softmax(fn):
     def context(ins, outs, attrs, lit):
         outer, length, inner = L.around(ins[0].shape, [attrs["axis"]])
-        return {"fn": fn, "outer": outer, "len": length, "inner": inner}
+        fast = fn + "_vec" if ins[0].dtype == "float32" else fn  # kernels/norm.h float32 paths
+        return {"fn": fast, "outer": outer, "len": length, "inner": inner}
 
     return context
 

@@ -49,4 +49,187 @@ FC_INLINE long fc_win_src(long i, long t, long s, long p, long d, long out) {
 #define FC_WANT_FLOATS
 #include "kernels/instantiate.h"
 
+/* ------------------------------------------------------------------ float32 depthwise
+ * y = conv(x, w) + b for 2-D (or 1-D: h = kh = 1) convolution where every group is one input
+ * channel: x (n, c, h, w), w (m, 1, kh, kw) with m a multiple of c (output channel m reads
+ * input channel m / (m/c)), b (m) or NULL, y (n, m, oh, ow). Any size, stride, dilation and
+ * padding.
+ *
+ * Per input channel, the plane is first copied into sh * sw "phase" planes of the zero-padded
+ * input: phase (pr, pc) holds padded cells (i*sh + pr, j*sw + pc) for i < rows, j < cols with
+ *     rows = oh + (kh-1)*dh / sh,   cols = ow + (kw-1)*dw / sw      (integer division).
+ * Kernel tap (t1, t2) of output (i, j) is then cell (i + t1*dh/sh, j + t2*dw/sw) of phase
+ * (t1*dh % sh, t2*dw % sw): every tap reads its phase plane contiguously, for any stride, and
+ * no output needs a bounds check. The outputs are computed on the (oh, cols) grid, row after
+ * row as one flat run of (oh-1)*cols + ow values (the last cols - ow of each row are thrown
+ * away), FC_VF_VL at a time with the taps innermost, then copied out row by row.
+ * Scratch: fc_dwconv_scratch_floats(g) floats (the phase planes, then the flat run).
+ * Each output sums the bias and its taps' products in one fixed order (not the generic
+ * kernel's, so results may differ from it in the last bits).
+ */
+#include "kernels/vecf.h"
+
+typedef struct {
+    long n, c, m;                     /* batch, input channels, output channels */
+    long h, w, oh, ow;                /* input and output planes */
+    long kh, kw, sh, sw, ph, pw, dh, dw; /* kernel, stride, leading pads, dilation */
+    long rows, cols;                  /* each phase plane, as above */
+} fc_dwconv_geom;
+
+FC_VF_INLINE long fc_dwconv_scratch_floats(const fc_dwconv_geom *g) {
+    return g->sh * g->sw * g->rows * g->cols + (g->oh - 1) * g->cols + g->ow;
+}
+
+/* Input row src (w floats) into the sw phase rows dst + pc*plane of one padded row: column
+ * c goes to phase (c + pw) % sw, column (c + pw) / sw, unless that is past cols; pad cells
+ * hold fill (0 for convolution, -inf for max pooling). */
+FC_VF_INLINE void fc_dwconv_row_(const float *FC_RESTRICT src, float *FC_RESTRICT dst, float fill,
+                                 const fc_dwconv_geom *g) {
+    const long plane = g->rows * g->cols;
+    const long cmax = g->sw * g->cols - g->pw < g->w ? g->sw * g->cols - g->pw : g->w;
+    long pc, j, c = 0;
+    for (pc = 0; pc < g->sw; pc++) { /* zeros left and right of the input's columns */
+        long j0 = fc_win_ceil_div(g->pw - pc, g->sw), j1 = fc_win_ceil_div(cmax + g->pw - pc, g->sw);
+        float *d = dst + pc * plane;
+        j0 = j0 < 0 ? 0 : j0 > g->cols ? g->cols : j0;
+        j1 = j1 < j0 ? j0 : j1 > g->cols ? g->cols : j1;
+        for (j = 0; j < j0; j++)
+            d[j] = fill;
+        for (j = j1; j < g->cols; j++)
+            d[j] = fill;
+    }
+    if (g->sw == 1) {
+        if (cmax > 0)
+            memcpy(dst + g->pw, src, (size_t)cmax * sizeof *src);
+        return;
+    }
+#if FC_VF_HAS_SHUFFLE
+    if (g->sw == 2) { /* even columns to one phase, odd ones to the other */
+        float *ev = dst + g->pw % 2 * plane + g->pw / 2, *od = dst + (g->pw + 1) % 2 * plane + (g->pw + 1) / 2;
+        for (; c + 2 * FC_VF_VL <= cmax; c += 2 * FC_VF_VL) {
+            const fc_vf a = fc_vf_load(src + c), b = fc_vf_load(src + c + FC_VF_VL);
+            fc_vf_store(ev + c / 2, FC_VF_EVEN(a, b));
+            fc_vf_store(od + c / 2, FC_VF_ODD(a, b));
+        }
+    }
+#endif
+    for (; c < cmax; c++)
+        dst[(c + g->pw) % g->sw * plane + (c + g->pw) / g->sw] = src[c];
+}
+
+/* The phase planes of one input plane xp, pads holding fill. */
+FC_VF_INLINE void fc_dwconv_phases_(const float *FC_RESTRICT xp, float *FC_RESTRICT ph, float fill,
+                                    const fc_dwconv_geom *g) {
+    const long plane = g->rows * g->cols;
+    long pr, pc, i, j;
+    for (pr = 0; pr < g->sh; pr++) {
+        for (i = 0; i < g->rows; i++) {
+            const long r = i * g->sh + pr - g->ph;
+            float *dst = ph + pr * g->sw * plane + i * g->cols;
+            if (r >= 0 && r < g->h) {
+                fc_dwconv_row_(xp + r * g->w, dst, fill, g);
+            } else {
+                for (pc = 0; pc < g->sw; pc++)
+                    for (j = 0; j < g->cols; j++)
+                        dst[pc * plane + j] = fill;
+            }
+        }
+    }
+}
+
+/* FC_VF_VL * nv outputs of the flat run from o on (nv is 1 to 4; 1 keeps two partial sums,
+ * even and odd taps, to halve the chain of dependent additions). */
+FC_VF_INLINE void fc_dwconv_block_(const float *FC_RESTRICT ph, const float *FC_RESTRICT wm,
+                                   float bias, float *FC_RESTRICT out, long o, int nv,
+                                   const fc_dwconv_geom *g) {
+    const long plane = g->rows * g->cols;
+    fc_vf a0 = FC_VF_SPLAT(bias), a1 = FC_VF_SPLAT(0.0f), a2 = a1, a3 = a1;
+    long t1, t2;
+    for (t1 = 0; t1 < g->kh; t1++) {
+        const long v1 = t1 * g->dh;
+        const float *row = ph + (v1 % g->sh) * g->sw * plane + v1 / g->sh * g->cols + o;
+        for (t2 = 0; t2 < g->kw; t2++) {
+            const long v2 = t2 * g->dw;
+            const float *src = row + (v2 % g->sw) * plane + v2 / g->sw;
+            const fc_vf wv = FC_VF_SPLAT(wm[t1 * g->kw + t2]);
+            if (nv == 1) {
+                if ((t1 * g->kw + t2) % 2)
+                    a1 = wv * fc_vf_load(src) + a1;
+                else
+                    a0 = wv * fc_vf_load(src) + a0;
+                continue;
+            }
+            a0 = wv * fc_vf_load(src) + a0;
+            a1 = wv * fc_vf_load(src + FC_VF_VL) + a1;
+            if (nv > 2)
+                a2 = wv * fc_vf_load(src + 2 * FC_VF_VL) + a2;
+            if (nv > 3)
+                a3 = wv * fc_vf_load(src + 3 * FC_VF_VL) + a3;
+        }
+    }
+    if (nv == 1) {
+        fc_vf_store(out + o, a0 + a1);
+        return;
+    }
+    a1 = a1 + FC_VF_SPLAT(bias);
+    a2 = a2 + FC_VF_SPLAT(bias);
+    a3 = a3 + FC_VF_SPLAT(bias);
+    fc_vf_store(out + o, a0);
+    fc_vf_store(out + o + FC_VF_VL, a1);
+    if (nv > 2)
+        fc_vf_store(out + o + 2 * FC_VF_VL, a2);
+    if (nv > 3)
+        fc_vf_store(out + o + 3 * FC_VF_VL, a3);
+}
+
+/* The flat run of one output plane. */
+FC_VF_INLINE void fc_dwconv_plane_(const float *FC_RESTRICT ph, const float *FC_RESTRICT wm,
+                                   float bias, float *FC_RESTRICT out, const fc_dwconv_geom *g) {
+    const long len = (g->oh - 1) * g->cols + g->ow;
+    const long plane = g->rows * g->cols;
+    long o = 0, t1, t2;
+    for (; o + 4 * FC_VF_VL <= len; o += 4 * FC_VF_VL)
+        fc_dwconv_block_(ph, wm, bias, out, o, 4, g);
+    if (o + 2 * FC_VF_VL <= len) {
+        fc_dwconv_block_(ph, wm, bias, out, o, 2, g);
+        o += 2 * FC_VF_VL;
+    }
+    for (; o + FC_VF_VL <= len; o += FC_VF_VL)
+        fc_dwconv_block_(ph, wm, bias, out, o, 1, g);
+    if (o < len && len >= FC_VF_VL) { /* the last vector again, overlapping: same values */
+        fc_dwconv_block_(ph, wm, bias, out, len - FC_VF_VL, 1, g);
+        return;
+    }
+    for (; o < len; o++) {
+        float acc = bias;
+        for (t1 = 0; t1 < g->kh; t1++) {
+            const long v1 = t1 * g->dh;
+            for (t2 = 0; t2 < g->kw; t2++) {
+                const long v2 = t2 * g->dw;
+                acc += wm[t1 * g->kw + t2]
+                       * ph[((v1 % g->sh) * g->sw + v2 % g->sw) * plane + v1 / g->sh * g->cols
+                            + v2 / g->sw + o];
+            }
+        }
+        out[o] = acc;
+    }
+}
+
+FC_VF_INLINE void fc_dwconv_f32(const float *x, const float *w, const float *b, float *y,
+                                const fc_dwconv_geom *g, float *scratch) {
+    const long mult = g->m / g->c, taps = g->kh * g->kw;
+    float *ph = scratch, *run = scratch + g->sh * g->sw * g->rows * g->cols;
+    long n, m, i;
+    for (n = 0; n < g->n; n++) {
+        for (m = 0; m < g->m; m++) {
+            float *ym = y + (n * g->m + m) * g->oh * g->ow;
+            if (m % mult == 0)
+                fc_dwconv_phases_(x + (n * g->c + m / mult) * g->h * g->w, ph, 0.0f, g);
+            fc_dwconv_plane_(ph, w + m * taps, b ? b[m] : 0.0f, run, g);
+            for (i = 0; i < g->oh; i++)
+                memcpy(ym + i * g->ow, run + i * g->cols, (size_t)g->ow * sizeof *ym);
+        }
+    }
+}
+
 #endif /* FLOWC_KERNELS_CONV_H */

@@ -46,4 +46,92 @@ FC_INLINE long fc_pool_src(const fc_pool_geom *g, int ax, long i, long t) {
 #define FC_WANT_INTS
 #include "kernels/instantiate.h"
 
+/* ------------------------------------------------------------------ float32, 2-D fast path
+ * fc_pool2d_f32: max_pool (is_max 1) or avg_pool (0) of float32 with at most two spatial axes,
+ * the same results as fc_max_pool_f32 / fc_avg_pool_f32 (sums in another order). It runs on
+ * the stride-phase planes of kernels/conv.h's depthwise convolution: d describes the same
+ * windows as g with n = 1, c = m = planes; pads hold -inf for max and 0 for sums, so no window
+ * needs a bounds check. Averages divide each sum by the count of fc_pool_count.
+ * A plane holding a NaN goes through fc_max_pool_f32 (NaN propagation as in numpy).
+ * Scratch: fc_dwconv_scratch_floats(d) + ow floats.
+ */
+FC_VF_INLINE void fc_pool2d_block_(const float *FC_RESTRICT ph, float *FC_RESTRICT out, long o, int nv,
+                                   int is_max, const fc_dwconv_geom *g) {
+    const long plane = g->rows * g->cols;
+    const fc_vf init = FC_VF_SPLAT(is_max ? -HUGE_VALF : 0.0f);
+    fc_vf a[4];
+    long t1, t2;
+    int v;
+    for (v = 0; v < 4; v++)
+        a[v] = init;
+    for (t1 = 0; t1 < g->kh; t1++) {
+        const long v1 = t1 * g->dh;
+        const float *row = ph + (v1 % g->sh) * g->sw * plane + v1 / g->sh * g->cols + o;
+        for (t2 = 0; t2 < g->kw; t2++) {
+            const long v2 = t2 * g->dw;
+            const float *src = row + (v2 % g->sw) * plane + v2 / g->sw;
+            for (v = 0; v < nv; v++) {
+                const fc_vf x = fc_vf_load(src + v * FC_VF_VL);
+                a[v] = is_max ? fc_vf_max2(a[v], x) : a[v] + x;
+            }
+        }
+    }
+    for (v = 0; v < nv; v++)
+        fc_vf_store(out + o + v * FC_VF_VL, a[v]);
+}
+
+FC_VF_INLINE void fc_pool2d_f32(const float *x, float *y, const fc_pool_geom *pg, const fc_dwconv_geom *g,
+                                int is_max, float *scratch) {
+    const long len = (g->oh - 1) * g->cols + g->ow, plane = g->rows * g->cols;
+    float *ph = scratch, *run = scratch + g->sh * g->sw * plane, *cw = run + len;
+    long pl, o, i, j, t1, t2;
+    if (!is_max)
+        for (j = 0; j < g->ow; j++)
+            cw[j] = (float)fc_pool_count(pg, 2, j);
+    for (pl = 0; pl < g->c; pl++) {
+        const float *xp = x + pl * g->h * g->w;
+        float *yp = y + pl * g->oh * g->ow;
+        if (is_max && fc_vf_any_nan(xp, g->h * g->w)) {
+            fc_pool_geom one = *pg;
+            one.planes = 1;
+            fc_max_pool_f32(xp, yp, &one);
+            continue;
+        }
+        fc_dwconv_phases_(xp, ph, is_max ? -HUGE_VALF : 0.0f, g);
+        o = 0;
+        for (; o + 4 * FC_VF_VL <= len; o += 4 * FC_VF_VL)
+            fc_pool2d_block_(ph, run, o, 4, is_max, g);
+        for (; o + FC_VF_VL <= len; o += FC_VF_VL)
+            fc_pool2d_block_(ph, run, o, 1, is_max, g);
+        if (o < len && len >= FC_VF_VL) {
+            fc_pool2d_block_(ph, run, len - FC_VF_VL, 1, is_max, g);
+            o = len;
+        }
+        for (; o < len; o++) {
+            float acc = is_max ? -HUGE_VALF : 0.0f;
+            for (t1 = 0; t1 < g->kh; t1++) {
+                const long v1 = t1 * g->dh;
+                for (t2 = 0; t2 < g->kw; t2++) {
+                    const long v2 = t2 * g->dw;
+                    const float v = ph[((v1 % g->sh) * g->sw + v2 % g->sw) * plane + v1 / g->sh * g->cols
+                                       + v2 / g->sw + o];
+                    acc = is_max ? (acc < v ? v : acc) : acc + v;
+                }
+            }
+            run[o] = acc;
+        }
+        for (i = 0; i < g->oh; i++) {
+            const float *r = run + i * g->cols;
+            float *yr = yp + i * g->ow;
+            if (is_max) {
+                memcpy(yr, r, (size_t)g->ow * sizeof *yr);
+            } else {
+                const float ch = (float)fc_pool_count(pg, 1, i);
+                for (j = 0; j < g->ow; j++)
+                    yr[j] = r[j] / (ch * cw[j]);
+            }
+        }
+    }
+}
+
 #endif /* FLOWC_KERNELS_POOL_H */

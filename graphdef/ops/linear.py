@@ -264,13 +264,16 @@ def chunking(p: SgemmPlan, attrs) -> dict | None:
         return None
     out = list(attrs["out"])
     width, total = out[-1], math.prod(out[:-1])
-    most = max(1, min(total, CHUNK_BYTES // max(1, p.k * width * 4)))
+    fewest = -(-8 * p.nr // width)  # a slice is at least 8 micro-panels wide
+    most = max(fewest, min(total, CHUNK_BYTES // max(1, p.k * width * 4)))
+    if most >= total:
+        most = total
 
     def waste(r):  # padded columns per useful one, in the micro-tile's width
         cols = r * width
         return (-(-cols // p.nr) * p.nr - cols) / cols
 
-    rows = min(range(1, most + 1), key=lambda r: (round(waste(r), 3), -r))
+    rows = min(range(min(fewest, most), most + 1), key=lambda r: (round(waste(r), 3), -r))
     tail_rows = total % rows
 
     def plan(r):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,10 +147,16 @@ def elementwise_context(node: Node, ins: list[TensorType], out: TensorType, x: l
         values.append({"ctype": COMPUTE[t.dtype], "name": f"v{k}", "expr": expr})
         types.append(t)
     last = values[-1]["name"]
+    # an input no instruction reads (assign's variable operand) is not loaded at all: an unused
+    # local is an error under -Werror
+    used = " ".join(v["expr"] for v in values[len(ins) :]) + " " + last
+    read = [bool(re.search(rf"\b{v['name']}\b", used)) for v in values[: len(ins)]]
+    values = [v for v, r in zip(values, read) if r] + values[len(ins) :]
     return {
+        "unread": [x[j] for j, r in enumerate(read) if not r],
         "outer": outer,
         "inner": inner,
-        "bases": [{"name": f"b{j}", "expr": b} for j, b in enumerate(bases) if b != "0"],
+        "bases": [{"name": f"b{j}", "expr": b} for j, b in enumerate(bases) if b != "0" and read[j]],
         "locals": values,
         "may_fail": any("&err" in v["expr"] for v in values),
         "store": f"fc_f2h({last})" if out.dtype == "float16" else last,

@@ -378,6 +378,22 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         "null_checks": null_checks or ["0"],
         "unused": unused,
         "cflags": " ".join(target.cflags()),
+        # the Makefile's compiler: the host's unless set, a cross target's own
+        "cc_line": f"CC = {target.compiler}" if target.compiler else "CC ?= cc",
+        "ldflags": " ".join(target.ldflags()),
+        "arch": target.arch,
+        # microcontrollers: steps stay separate functions (a call each), so that the stack
+        # bound and the footprint split (kernels / glue) see them; weights need only 8-byte
+        # alignment there (64 would pad flash between tensors)
+        "step_storage": "static FC_NOINLINE" if target.kind == "mcu" else "static",
+        "const_align": 8 if target.kind == "mcu" else ALIGN,
+        "program": target.kind != "mcu",
+        "cmake_hint": (
+            f"cross build: cmake -DCMAKE_C_COMPILER={target.compiler} -DCMAKE_SYSTEM_NAME="
+            + ("Generic -DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY" if target.kind == "mcu" else "Linux")
+            if target.compiler
+            else ""
+        ),
     }
     src = Sources()
     src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
@@ -385,13 +401,47 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
     if blob_mode:
         src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
         src.files[f"{name}_weights.bin"] = bytes(blob)
-    src.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
     c_sources = [f"{name}.c"] + ([f"{name}_weights.c"] if blob_mode else [])
-    src.files["Makefile"] = env.get_template("build/Makefile.j2").render(m=m, sources=c_sources)
+    if target.kind == "mcu":  # a static library, and a firmware that runs it on a QEMU board
+        mcu = {
+            "board": target.spec.board,
+            "ar": f"{target.spec.prefix}ar",
+            "ldflags": " ".join(FIRMWARE_LDFLAGS),
+        }
+        src.files["firmware.c"] = env.get_template("build/firmware.c.j2").render(m=m)
+        src.files["firmware_data.h"] = firmware_data(env, ins, None)
+        makefile = env.get_template("build/Makefile.mcu.j2")
+        src.files["Makefile"] = makefile.render(m=m, mcu=mcu, sources=c_sources)
+    else:
+        src.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
+        src.files["Makefile"] = env.get_template("build/Makefile.j2").render(m=m, sources=c_sources)
     src.files["CMakeLists.txt"] = env.get_template("build/CMakeLists.txt.j2").render(m=m, sources=c_sources)
     src.metadata = _metadata(program, name, ins, outs, blob_mode)
+    src.metadata["arch"] = target.arch
     src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
     return src
+
+
+# How the firmware is linked (the Makefile's `firmware.elf` rule and codegen.mcu run the same):
+# flowc's start-up and linker script, newlib-nano for memcpy and libm, unused sections dropped.
+FIRMWARE_LDFLAGS = ("-T", "runtime/mcu/mps2.ld", "-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections")
+
+
+def firmware_data(env: jinja2.Environment, ins: list[dict], feeds: dict | None) -> str:
+    """firmware_data.h: the inputs the firmware runs on, as const arrays (in flash), or zeroed
+    arrays (in RAM) when ``feeds`` is None. ``ins``: the input contexts (cname, ctype, size)."""
+    arrays = []
+    for t in ins:
+        value = None if feeds is None else feeds[t["label"]]
+        arrays.append(
+            {
+                "cname": t["cname"],
+                "ctype": t["ctype"],
+                "count": max(t["size"], 1),
+                "lines": None if value is None else _value_lines(np.asarray(value).reshape(-1)),
+            }
+        )
+    return env.get_template("build/firmware_data.h.j2").render(arrays=arrays, version=VERSION)
 
 
 def _file_name(label: str, cname: str) -> str:

@@ -177,8 +177,8 @@ def _value_lines(array: np.ndarray, per_line: int = 8) -> list[str]:
     return [", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]
 
 
-def _align(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+def _align(n: int, to: int = ALIGN) -> int:
+    return -(-n // to) * to
 
 
 # ----------------------------------------------------------------------------- the model
@@ -223,6 +223,8 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
     arrays += [(f"init:{v}", g._variables[v]) for v in program.variables]
     total = sum(_align(a.nbytes) for _, a in arrays)
     blob_mode = weights == "blob" or (weights == "auto" and total > BLOB_THRESHOLD)
+    # microcontrollers: weights need only 8-byte alignment (64 would pad flash between tensors)
+    const_align = 8 if target.kind == "mcu" else ALIGN
     consts, const_expr, blob, offset = [], {}, bytearray(), 0
     for key, array in arrays:
         dt = dtypes.as_dtype(array.dtype)
@@ -230,8 +232,8 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         if blob_mode:
             const_expr[key] = f"((const {ctype} *)({name}_weights + {offset}))"
             data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
-            blob += data + bytes(_align(len(data)) - len(data))
-            offset += _align(len(data))
+            blob += data + bytes(_align(len(data), const_align) - len(data))
+            offset += _align(len(data), const_align)
         else:
             cname = names(f"{name}_w_{key}", "w")
             const_expr[key] = cname
@@ -383,10 +385,9 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         "ldflags": " ".join(target.ldflags()),
         "arch": target.arch,
         # microcontrollers: steps stay separate functions (a call each), so that the stack
-        # bound and the footprint split (kernels / glue) see them; weights need only 8-byte
-        # alignment there (64 would pad flash between tensors)
+        # bound and the footprint split (kernels / glue) see them
         "step_storage": "static FC_NOINLINE" if target.kind == "mcu" else "static",
-        "const_align": 8 if target.kind == "mcu" else ALIGN,
+        "const_align": const_align,
         "program": target.kind != "mcu",
         "cmake_hint": (
             f"cross build: cmake -DCMAKE_C_COMPILER={target.compiler} -DCMAKE_SYSTEM_NAME="

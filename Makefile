@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint clean conformance
+.PHONY: demo test lint clean conformance footprint
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest graphdef tests
+
+footprint: $(STAMP)
+	$(PY) bench/footprint.py
 
 conformance: $(STAMP)
 	$(PY) tests/onnx/conformance.py

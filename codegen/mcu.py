@@ -70,6 +70,7 @@ class Footprint:
     ram: int
     arena: int
     arena_lower_bound: int
+    state: int
     stack: int
     data: int
     io: int
@@ -80,8 +81,10 @@ class Footprint:
         """The one-line summary ``flowc compile`` prints."""
         return (
             f"flash: {_kib(self.flash)} (code {_kib(self.code)}, weights {_kib(self.weights)})   "
-            f"RAM: arena {_kib(self.arena)} (lower bound {_kib(self.arena_lower_bound)}) + stack "
-            f"{self.stack} B" + (f" + data {self.data} B" if self.data else "")
+            f"RAM: arena {_kib(self.arena)} (lower bound {_kib(self.arena_lower_bound)})"
+            + (f" + state {self.state} B" if self.state else "")
+            + f" + stack {self.stack} B"
+            + (f" + data {self.data} B" if self.data else "")
         )
 
     def detail(self) -> str:
@@ -356,6 +359,7 @@ def footprint(folder: Path, name: str, target: Target, metadata: dict) -> Footpr
         ram=metadata["arena_bytes"] + metadata["state_bytes"] + data + stack,
         arena=metadata["arena_bytes"],
         arena_lower_bound=metadata["arena_lower_bound"],
+        state=metadata["state_bytes"],
         stack=stack,
         data=data,
         io=io,

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint clean conformance bench
+.PHONY: demo test lint clean conformance bench footprint
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/gemm.py
 	$(PY) bench/models.py --threads 1 2
+
+footprint: $(STAMP)
+	$(PY) bench/footprint.py
 
 conformance: $(STAMP)
 	$(PY) tests/onnx/conformance.py

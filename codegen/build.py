@@ -22,8 +22,15 @@ STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
 RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "timing.h", "pool.c", "pool.h")
 
 
-def find_cc(cc: str | None = None) -> str:
-    """The C compiler: ``cc`` if given, else $CC, else cc, gcc or clang on PATH."""
+def find_cc(cc: str | None = None, target: Target | None = None) -> str:
+    """The C compiler: ``cc`` if given; for a cross target its compiler (aarch64-linux-gnu-gcc,
+    arm-none-eabi-gcc, ...); else $CC, else cc, gcc or clang on PATH. A missing cross
+    compiler is a ToolchainError naming the Debian packages to install."""
+    if target is not None and target.kind != "host":
+        prog = cc or target.compiler
+        if not shutil.which(shlex.split(prog)[0]):
+            raise target.missing(prog)
+        return prog
     candidates = [cc] if cc else [os.environ.get("CC")] if os.environ.get("CC") else ["cc", "gcc", "clang"]
     for c in candidates:
         if c and shutil.which(shlex.split(c)[0]):
@@ -48,23 +55,29 @@ def run(cmd: list[str], cwd: Path | None = None) -> None:
         )
 
 
-def copy_runtime(dest: Path) -> None:
-    """runtime_c headers and driver sources into dest/runtime (kernels/ too)."""
+def copy_runtime(dest: Path, target: Target | None = None) -> None:
+    """runtime_c headers and driver sources into dest/runtime (kernels/ too); for a
+    microcontroller the start-up files of mcu/ instead of the .npy driver."""
+    mcu = target is not None and target.kind == "mcu"
     (dest / "runtime" / "kernels").mkdir(parents=True, exist_ok=True)
-    for name in RUNTIME_FILES:
+    for name in ("flowc_rt.h",) if mcu else RUNTIME_FILES:
         shutil.copyfile(RUNTIME / name, dest / "runtime" / name)
     for path in sorted((RUNTIME / "kernels").iterdir()):
         if path.suffix in (".h", ".inc"):
             shutil.copyfile(path, dest / "runtime" / "kernels" / path.name)
+    if mcu:
+        (dest / "runtime" / "mcu").mkdir(exist_ok=True)
+        for path in sorted((RUNTIME / "mcu").iterdir()):
+            shutil.copyfile(path, dest / "runtime" / "mcu" / path.name)
 
 
-def write_sources(sources: Sources, dest: Path) -> None:
+def write_sources(sources: Sources, dest: Path, target: Target | None = None) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for name, content in sources.files.items():
         mode = "wb" if isinstance(content, bytes) else "w"
         with open(dest / name, mode) as f:
             f.write(content)
-    copy_runtime(dest)
+    copy_runtime(dest, target)
 
 
 def replace_dir(tmp: Path, dest: Path) -> None:
@@ -92,8 +105,10 @@ def c_sources(sources: Sources, name: str, target: Target) -> list[str]:
 def build_binary(
     folder: Path, name: str, sources: Sources, cc: str | None = None, flags=(), target: Target | None = None
 ) -> Path:
-    """Compile the standalone program folder/name (the same command the Makefile runs)."""
-    cc, target = find_cc(cc), target or Target()
+    """Compile the standalone program folder/name (the same command the Makefile runs);
+    statically linked for a cross-compiled Linux arch."""
+    target = target or Target()
+    cc = find_cc(cc, target)
     cmd = [
         *shlex.split(cc),
         *STRICT,
@@ -107,6 +122,7 @@ def build_binary(
         "main.c",
         "runtime/npy.c",
         *c_sources(sources, name, target),
+        *target.ldflags(),
         "-lm",
     ]
     run(cmd, cwd=folder)
@@ -117,7 +133,8 @@ def build_shared(
     folder: Path, name: str, sources: Sources, cc: str | None = None, flags=(), target: Target | None = None
 ) -> Path:
     """Compile folder/lib<name>.so for in-process use through cffi."""
-    cc, target = find_cc(cc), target or Target()
+    target = target or Target()
+    cc = find_cc(cc, target)
     cmd = [
         *shlex.split(cc),
         *STRICT,
@@ -135,3 +152,23 @@ def build_shared(
     ]
     run(cmd, cwd=folder)
     return folder / f"lib{name}.so"
+
+
+def build_library(
+    folder: Path, name: str, sources: Sources, cc: str | None = None, flags=(), target: Target | None = None
+) -> Path:
+    """Compile folder/lib<name>.a (one object per source, then ar), as the Makefile's
+    default rule does: the model for a microcontroller's firmware."""
+    target = target or Target()
+    cc = find_cc(cc, target)
+    ar = target.tool("ar") if target.kind != "host" else "ar"
+    objects = []
+    for src in c_sources(sources, name, target):
+        obj = src[: -len(".c")] + ".o"
+        cmd = [*shlex.split(cc), *STRICT, *target.cflags(), *flags, "-I.", "-Iruntime", "-Wa,-I."]
+        run([*cmd, "-c", src, "-o", obj], cwd=folder)
+        objects.append(obj)
+    lib = folder / f"lib{name}.a"
+    lib.unlink(missing_ok=True)
+    run([ar, "rcs", lib.name, *objects], cwd=folder)
+    return lib

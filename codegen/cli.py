@@ -1,18 +1,25 @@
 """The flowc command line: compile a model to a project folder and binary, or inspect it.
 
-    flowc compile MODEL -o OUT --name NAME [--arch host] [--target c] [--ranks N] [--threads N] [--no-build]
+    flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c] [--ranks N] [--threads N] [--no-build]
+                  [--max-ram BYTES] [--max-flash BYTES]
     flowc inspect MODEL [--svg FILE]
     (both take --shape NAME=D0xD1x.. and --value NAME=V0,V1,..|FILE.npy for ONNX inputs)
 
 MODEL is an .onnx file (``--shape NAME=1x3x224x224`` fixes symbolic input dimensions), a
 saved graph (.flowc), or a Python file and function returning a Graph
 (``samples/digits.py:build``). Errors print one line and exit 1.
+
+ARCH is host (default), a Linux phone or board (aarch64-linux, armv7-linux, riscv64-linux:
+a static binary from Debian's cross compiler) or a microcontroller (cortex-m0plus, cortex-m4,
+cortex-m7: lib<NAME>.a + <NAME>.h, and a flash/RAM footprint report). --max-ram / --max-flash
+(e.g. 64K) refuse a model that does not fit.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import signal
 import sys
 import time
@@ -23,6 +30,7 @@ import graphdef as gd
 from graphdef.errors import FlowcError, UnsupportedError
 
 from . import compiled, lower, memory, passes, schedule
+from .target import ARCHES, Target, parse_bytes
 
 
 def parse_shapes(items) -> dict:
@@ -99,19 +107,40 @@ def cmd_compile(args) -> int:
         raise UnsupportedError(f"--target {args.target} is not available in this version (use c)")
     if args.ranks != 1:
         raise UnsupportedError("--ranks above 1 is not available in this version")
+    Target(args.arch, args.portable, args.threads)  # a bad arch fails before the model loads
+    for limit in (args.max_ram, args.max_flash):
+        if limit is not None:
+            parse_bytes(limit, "max-ram" if limit is args.max_ram else "max-flash")
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
     t0 = time.perf_counter()
-    out = compiled.export(graph, args.output, name=args.name, arch=args.arch, build_binary=not args.no_build,
-                          portable=args.portable, threads=args.threads)
-    meta = (out / "metadata.json").read_text()
-    import json
-
-    m = json.loads(meta)
-    built = "" if args.no_build else f", binary {out / args.name}"
+    out = compiled.export(
+        graph,
+        args.output,
+        name=args.name,
+        arch=args.arch,
+        build_binary=not args.no_build,
+        portable=args.portable,
+        threads=args.threads,
+        max_ram=args.max_ram,
+        max_flash=args.max_flash,
+    )
+    m = json.loads((out / "metadata.json").read_text())
+    if args.no_build:
+        built = ""
+    elif "footprint" in m:
+        built = f", library {out / f'lib{args.name}.a'}"
+    else:
+        built = f", binary {out / args.name}"
     print(
         f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s; arena {m['arena_bytes']} B "
         f"(lower bound {m['arena_lower_bound']} B), weights {m['weight_bytes']} B"
     )
+    if "footprint" in m:
+        from .mcu import Footprint
+
+        fp = Footprint.from_json(m["footprint"])
+        print(f"  {fp.line()}")
+        print(f"  {fp.detail()}")
     return 0
 
 
@@ -161,12 +190,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("model")
     c.add_argument("-o", "--output", required=True, type=Path)
     c.add_argument("--name", default="model")
-    c.add_argument("--arch", default="host")
+    c.add_argument("--arch", default="host", help=", ".join(ARCHES))
     c.add_argument("--target", default="c")
     c.add_argument("--ranks", type=int, default=1)
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--no-build", action="store_true")
     c.add_argument("--portable", action="store_true", help="no -march=native: runs on any CPU of the arch")
+    c.add_argument("--max-ram", metavar="BYTES", help="refuse a model needing more RAM (e.g. 64K)")
+    c.add_argument("--max-flash", metavar="BYTES", help="refuse a model needing more flash (e.g. 256K)")
     c.set_defaults(func=cmd_compile)
     i = sub.add_parser("inspect", help="ops, passes, schedule and memory plan")
     i.add_argument("model")

@@ -23,9 +23,9 @@ from graphdef.interpret import feed_value
 from graphdef.ir import Graph, TensorType
 from graphdef.serialize import to_json
 
-from . import build, emit, lower, passes
+from . import build, emit, lower, mcu, passes
 from .cnames import C_KEYWORDS
-from .target import Target
+from .target import Target, parse_bytes
 
 _loaded: dict[str, tuple] = {}
 _source_hash: list[str] = []
@@ -271,31 +271,71 @@ def export(
     planner: str = "best",
     portable: bool = False,
     threads: int = 1,
+    max_ram=None,
+    max_flash=None,
 ) -> Path:
-    """Write a project folder (header, sources, main.c, Makefile, CMakeLists.txt, metadata.json)
-    and, unless ``build_binary`` is False, build the standalone program ``out_dir/name``.
+    """Write a project folder (header, sources, Makefile, CMakeLists.txt, metadata.json) and,
+    unless ``build_binary`` is False, build it:
+
+    - host and Linux arches (``aarch64-linux``, ``armv7-linux``, ``riscv64-linux``): main.c
+      and the standalone program ``out_dir/name`` (statically linked when cross-compiled);
+    - microcontrollers (``cortex-m0plus``, ``cortex-m4``, ``cortex-m7``): ``lib<name>.a``, a
+      test firmware for QEMU (firmware.c, firmware.elf) and the footprint, which is printed by
+      ``flowc compile`` and stored under "footprint" in metadata.json (see codegen.mcu).
+
+    ``max_ram`` / ``max_flash`` (bytes, or strings such as "64K"): a model that does not fit
+    is refused with a FlowcError giving both numbers, and nothing is written. They bound the
+    arena (+ state, + stack and C library data on an MCU) and the weights (+ code on an MCU).
 
     The folder appears complete or not at all: it is written beside and renamed into place.
     """
     check_name(name)
     target = Target(arch, portable, threads)
+    limits = {
+        "max_ram": None if max_ram is None else parse_bytes(max_ram, "max-ram"),
+        "max_flash": None if max_flash is None else parse_bytes(max_flash, "max-flash"),
+    }
     out_dir = Path(out_dir)
-    sources = emit.emit(
-        program_for(
-            graph, outputs, planner, isa=target.isa(build.find_cc(cc), flags), threads=target.threads
-        ),
-        name,
-        target=target,
-    )
+    cc = build.find_cc(cc, target)
+    program = program_for(graph, outputs, planner, isa=target.gemm_isa(cc, flags), threads=target.threads)
+    ram = {"arena": program.arena_bytes, "state": program.state_bytes}
+    check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
+    sources = emit.emit(program, name, target=target)
     tmp = build.temp_dir_beside(out_dir)
     try:
-        build.write_sources(sources, tmp)
-        if build_binary:
+        build.write_sources(sources, tmp, target)
+        if build_binary and target.kind == "mcu":
+            build.build_library(tmp, name, sources, cc, flags, target)
+            mcu.check_imports(mcu.imports(tmp, name, target), f"lib{name}.a")
+            mcu.link_firmware(tmp, name, target, cc, flags)
+            fp = mcu.footprint(tmp, name, target, sources.metadata)
+            check_limits(
+                name,
+                target,
+                limits,
+                {**ram, "stack": fp.stack, "data": fp.data},
+                {"code": fp.code, "weights": fp.weights},
+            )
+            sources.metadata["footprint"] = fp.to_json()
+            (tmp / "metadata.json").write_text(json.dumps(sources.metadata, indent=1) + "\n")
+        elif build_binary:
             build.build_binary(tmp, name, sources, cc, flags, target)
         build.replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
+
+
+def check_limits(name: str, target: Target, limits: dict, ram: dict, flash: dict) -> None:
+    """Refuse a model whose RAM or flash parts (name -> bytes) exceed max_ram / max_flash."""
+    for key, parts in (("max_ram", ram), ("max_flash", flash)):
+        limit, need = limits[key], sum(parts.values())
+        if limit is not None and need > limit:
+            what = " + ".join(f"{k} {v} B" for k, v in parts.items() if v)
+            raise FlowcError(
+                f"model '{name}' does not fit {key.replace('_', '-')} {limit} B on {target.arch}: "
+                f"it needs {need} B ({what or 'nothing'})"
+            )
 
 
 def compile_many(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,10 +134,16 @@ def elementwise_context(node: Node, ins: list[TensorType], out: TensorType, x: l
         )
     program_locals(program_of(node), types, values)
     last = values[-1]["name"]
+    # an input no instruction reads (assign's variable operand) is not loaded at all: an unused
+    # local is an error under -Werror
+    used = " ".join(v["expr"] for v in values[len(ins) :]) + " " + last
+    read = [bool(re.search(rf"\b{v['name']}\b", used)) for v in values[: len(ins)]]
+    values = [v for v, r in zip(values, read) if r] + values[len(ins) :]
     return {
+        "unread": [x[j] for j, r in enumerate(read) if not r],
         "outer": outer,
         "inner": inner,
-        "bases": [{"name": f"b{j}", "expr": b} for j, b in enumerate(bases) if b != "0"],
+        "bases": [{"name": f"b{j}", "expr": b} for j, b in enumerate(bases) if b != "0" and read[j]],
         "locals": values,
         "may_fail": any("&err" in v["expr"] for v in values),
         "store": f"fc_f2h({last})" if out.dtype == "float16" else last,
@@ -205,8 +212,8 @@ def _value_lines(array: np.ndarray, per_line: int = 8) -> list[str]:
     return [", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]
 
 
-def _align(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+def _align(n: int, to: int = ALIGN) -> int:
+    return -(-n // to) * to
 
 
 # ----------------------------------------------------------------------------- the model
@@ -251,6 +258,8 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
     arrays += [(f"init:{v}", g._variables[v]) for v in program.variables]
     total = sum(_align(a.nbytes) for _, a in arrays)
     blob_mode = weights == "blob" or (weights == "auto" and total > BLOB_THRESHOLD)
+    # microcontrollers: weights need only 8-byte alignment (64 would pad flash between tensors)
+    const_align = 8 if target.kind == "mcu" else ALIGN
     consts, const_expr, blob, offset = [], {}, bytearray(), 0
     for key, array in arrays:
         dt = dtypes.as_dtype(array.dtype)
@@ -258,8 +267,8 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         if blob_mode:
             const_expr[key] = f"((const {ctype} *)({name}_weights + {offset}))"
             data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
-            blob += data + bytes(_align(len(data)) - len(data))
-            offset += _align(len(data))
+            blob += data + bytes(_align(len(data), const_align) - len(data))
+            offset += _align(len(data), const_align)
         else:
             cname = names(f"{name}_w_{key}", "w")
             const_expr[key] = cname
@@ -424,6 +433,21 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         "cflags": " ".join(target.cflags()),
         "threads": target.threads,
         "uses_pool": any(c.endswith(", pool)") for c in calls),
+        # the Makefile's compiler: the host's unless set, a cross target's own
+        "cc_line": f"CC = {target.compiler}" if target.compiler else "CC ?= cc",
+        "ldflags": " ".join(target.ldflags()),
+        "arch": target.arch,
+        # microcontrollers: steps stay separate functions (a call each), so that the stack
+        # bound and the footprint split (kernels / glue) see them
+        "step_storage": "static FC_NOINLINE" if target.kind == "mcu" else "static",
+        "const_align": const_align,
+        "program": target.kind != "mcu",
+        "cmake_hint": (
+            f"cross build: cmake -DCMAKE_C_COMPILER={target.compiler} -DCMAKE_SYSTEM_NAME="
+            + ("Generic -DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY" if target.kind == "mcu" else "Linux")
+            if target.compiler
+            else ""
+        ),
     }
     src = Sources()
     src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
@@ -431,15 +455,49 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
     if blob_mode:
         src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
         src.files[f"{name}_weights.bin"] = bytes(blob)
-    src.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
     c_sources = [f"{name}.c"] + ([f"{name}_weights.c"] if blob_mode else [])
     c_sources += ["runtime/pool.c"] if target.threads > 1 else []
-    src.files["Makefile"] = env.get_template("build/Makefile.j2").render(m=m, sources=c_sources)
+    if target.kind == "mcu":  # a static library, and a firmware that runs it on a QEMU board
+        mcu = {
+            "board": target.spec.board,
+            "ar": f"{target.spec.prefix}ar",
+            "ldflags": " ".join(FIRMWARE_LDFLAGS),
+        }
+        src.files["firmware.c"] = env.get_template("build/firmware.c.j2").render(m=m)
+        src.files["firmware_data.h"] = firmware_data(env, ins, None)
+        makefile = env.get_template("build/Makefile.mcu.j2")
+        src.files["Makefile"] = makefile.render(m=m, mcu=mcu, sources=c_sources)
+    else:
+        src.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
+        src.files["Makefile"] = env.get_template("build/Makefile.j2").render(m=m, sources=c_sources)
     src.files["CMakeLists.txt"] = env.get_template("build/CMakeLists.txt.j2").render(m=m, sources=c_sources)
     src.metadata = _metadata(program, name, ins, outs, blob_mode)
+    src.metadata["arch"] = target.arch
     src.metadata["threads"] = target.threads
     src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
     return src
+
+
+# How the firmware is linked (the Makefile's `firmware.elf` rule and codegen.mcu run the same):
+# flowc's start-up and linker script, newlib-nano for memcpy and libm, unused sections dropped.
+FIRMWARE_LDFLAGS = ("-T", "runtime/mcu/mps2.ld", "-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections")
+
+
+def firmware_data(env: jinja2.Environment, ins: list[dict], feeds: dict | None) -> str:
+    """firmware_data.h: the inputs the firmware runs on, as const arrays (in flash), or zeroed
+    arrays (in RAM) when ``feeds`` is None. ``ins``: the input contexts (cname, ctype, size)."""
+    arrays = []
+    for t in ins:
+        value = None if feeds is None else feeds[t["label"]]
+        arrays.append(
+            {
+                "cname": t["cname"],
+                "ctype": t["ctype"],
+                "count": max(t["size"], 1),
+                "lines": None if value is None else _value_lines(np.asarray(value).reshape(-1)),
+            }
+        )
+    return env.get_template("build/firmware_data.h.j2").render(arrays=arrays, version=VERSION)
 
 
 def _file_name(label: str, cname: str) -> str:

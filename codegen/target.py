@@ -1,24 +1,136 @@
 """What a build is for: architecture, instruction-set portability and threads.
 
-The compiler flags of every build come from here, so the cffi library, the standalone
-binary and the generated Makefile agree.
+The compiler, flags and runner of every build come from here, so the cffi library, the
+standalone binary, the static library and the generated Makefile agree.
+
+Three kinds of architecture:
+- ``host``: the machine flowc runs on, built with the host C compiler (-march=native unless
+  portable);
+- ``linux``: a Linux phone or board (aarch64, armv7 hard float, riscv64), built as a
+  statically linked binary by Debian's GNU cross compiler and run here under qemu-user;
+- ``mcu``: a Cortex-M microcontroller, built by arm-none-eabi-gcc into a static library
+  (no malloc, no stdio, no OS calls), single-threaded, with a footprint report, and run
+  here on an emulated MPS2 board under qemu-system-arm.
+
+>>> Target("cortex-m4").kind, Target("cortex-m4").compiler
+('mcu', 'arm-none-eabi-gcc')
+>>> parse_bytes("64K"), parse_bytes("1.5MiB"), parse_bytes(4096)
+(65536, 1572864, 4096)
 """
 
 from __future__ import annotations
 
+import re
 import shlex
+import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 
-from graphdef.errors import FlowcError
+from graphdef.errors import FlowcError, ToolchainError
 
-ARCHES = ("host",)
+
+@dataclass(frozen=True)
+class Arch:
+    """One architecture flowc builds for.
+
+    ``prefix``: the GNU tool prefix (``<prefix>gcc``, ``<prefix>ar``, ...), empty for the host;
+    ``packages``: the Debian packages that provide the toolchain; ``qemu``: the emulator that
+    runs the output here (qemu-user program for linux, qemu-system program for mcu) and
+    ``board``: the QEMU machine an MCU firmware runs on.
+    """
+
+    name: str
+    kind: str
+    prefix: str = ""
+    cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    qemu: str = ""
+    qemu_package: str = ""
+    board: str = ""
+    cpu: str = ""
+
+
+_MCU = ("-Os", "-mthumb", "-ffunction-sections", "-fdata-sections")
+ARCH_LIST = (
+    Arch("host", "host"),
+    Arch(
+        "aarch64-linux",
+        "linux",
+        "aarch64-linux-gnu-",
+        ("-O3", "-march=armv8-a"),
+        ("-static",),
+        ("gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"),
+        "qemu-aarch64",
+        "qemu-user",
+    ),
+    Arch(
+        "armv7-linux",
+        "linux",
+        "arm-linux-gnueabihf-",
+        ("-O3", "-march=armv7-a", "-mfpu=neon", "-mfloat-abi=hard"),
+        ("-static",),
+        ("gcc-arm-linux-gnueabihf", "libc6-dev-armhf-cross"),
+        "qemu-arm",
+        "qemu-user",
+    ),
+    Arch(
+        "riscv64-linux",
+        "linux",
+        "riscv64-linux-gnu-",
+        ("-O3", "-march=rv64gc", "-mabi=lp64d"),
+        ("-static",),
+        ("gcc-riscv64-linux-gnu", "libc6-dev-riscv64-cross"),
+        "qemu-riscv64",
+        "qemu-user",
+    ),
+    # Cortex-M0+ (ARMv6-M, no FPU: float in software). QEMU has no M0+ board with this
+    # memory map; the MPS2 AN385 (Cortex-M3, ARMv7-M) executes every ARMv6-M instruction,
+    # so it runs M0+ code for correctness checks (not for timing).
+    Arch(
+        "cortex-m0plus",
+        "mcu",
+        "arm-none-eabi-",
+        (*_MCU, "-mcpu=cortex-m0plus", "-mfloat-abi=soft"),
+        packages=("gcc-arm-none-eabi", "libnewlib-arm-none-eabi"),
+        qemu="qemu-system-arm",
+        qemu_package="qemu-system-arm",
+        board="mps2-an385",
+        cpu="cortex-m0plus",
+    ),
+    Arch(
+        "cortex-m4",
+        "mcu",
+        "arm-none-eabi-",
+        (*_MCU, "-mcpu=cortex-m4", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"),
+        packages=("gcc-arm-none-eabi", "libnewlib-arm-none-eabi"),
+        qemu="qemu-system-arm",
+        qemu_package="qemu-system-arm",
+        board="mps2-an386",
+        cpu="cortex-m4",
+    ),
+    # Cortex-M7 with the single-precision FPU (fpv5-sp-d16): it runs on every M7 part, the
+    # double-precision ones included; the model computes in float32.
+    Arch(
+        "cortex-m7",
+        "mcu",
+        "arm-none-eabi-",
+        (*_MCU, "-mcpu=cortex-m7", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16"),
+        packages=("gcc-arm-none-eabi", "libnewlib-arm-none-eabi"),
+        qemu="qemu-system-arm",
+        qemu_package="qemu-system-arm",
+        board="mps2-an500",
+        cpu="cortex-m7",
+    ),
+)
+ARCHES = {a.name: a for a in ARCH_LIST}
 
 
 @dataclass(frozen=True)
 class Target:
-    """``arch``: where the code runs; ``portable``: no -march=native (any CPU of the arch);
-    ``threads``: worker threads for the heavy steps (1: none)."""
+    """``arch``: where the code runs (one of ARCHES); ``portable``: no -march=native (any CPU
+    of the arch; cross builds always are); ``threads``: worker threads for the heavy steps
+    (1: none; microcontrollers run single-threaded)."""
 
     arch: str = "host"
     portable: bool = False
@@ -27,24 +139,81 @@ class Target:
     def __post_init__(self):
         if self.arch not in ARCHES:
             raise FlowcError(
-                f"unknown or unsupported arch '{self.arch}'; this version builds for {', '.join(ARCHES)}"
+                f"unknown or unsupported arch '{self.arch}'; flowc builds for {', '.join(ARCHES)}"
             )
         if not isinstance(self.threads, int) or not 1 <= self.threads <= 256:
             raise FlowcError(f"threads must be an integer from 1 to 256, got {self.threads!r}")
+        if self.kind == "mcu" and self.threads != 1:
+            raise FlowcError(f"{self.arch} runs single-threaded: threads must be 1, got {self.threads}")
+
+    @property
+    def spec(self) -> Arch:
+        return ARCHES[self.arch]
+
+    @property
+    def kind(self) -> str:
+        """ "host", "linux" (a cross-compiled static binary) or "mcu" (a static library)."""
+        return self.spec.kind
+
+    @property
+    def compiler(self) -> str | None:
+        """The cross compiler's command, None for the host (see codegen.build.find_cc)."""
+        return f"{self.spec.prefix}gcc" if self.spec.prefix else None
+
+    def tool(self, name: str) -> str:
+        """A binutils program of this arch (``ar``, ``nm``, ``size``), checked on PATH."""
+        prog = f"{self.spec.prefix}{name}"
+        if not shutil.which(prog):
+            raise self.missing(prog)
+        return prog
+
+    def missing(self, prog: str) -> ToolchainError:
+        """The error for a tool of this arch that is not installed, naming the packages."""
+        return ToolchainError(
+            f"--arch {self.arch} needs {prog}, which is not on PATH; install it "
+            f"(Debian: apt-get install {' '.join(self.spec.packages)})"
+        )
+
+    def runner(self) -> list[str]:
+        """The command prefix that runs a linux binary of this arch here (qemu-user), or
+        [] for the host. Raises ToolchainError naming the package when qemu is missing."""
+        if self.kind == "host":
+            return []
+        if not shutil.which(self.spec.qemu):
+            raise ToolchainError(
+                f"running {self.arch} code here needs {self.spec.qemu}, which is not on PATH; "
+                f"install it (Debian: apt-get install {self.spec.qemu_package})"
+            )
+        return [self.spec.qemu]
 
     def cflags(self) -> tuple[str, ...]:
-        """Optimization flags: -O3, and the host's instruction set unless portable."""
+        """Optimization and instruction-set flags: -O3 (and the host's instruction set unless
+        portable) on the host, the arch's flags elsewhere (-Os and the CPU's FPU on MCUs)."""
+        if self.kind != "host":
+            return self.spec.cflags
         # -ffp-contract=fast: fused multiply-adds where the target has them (gcc turns them
         # off under -std=c99, clang does not); results stay within every test's tolerance
         base = ("-O3", "-ffp-contract=fast")
         return base if self.portable else (*base, "-march=native")
 
+    def ldflags(self) -> tuple[str, ...]:
+        """Link flags of a standalone program (-static for cross-compiled Linux binaries)."""
+        return self.spec.ldflags
+
     def key(self) -> dict:
         return asdict(self)
 
+    def gemm_isa(self, cc: str, flags=()) -> str | None:
+        """The ISA float32 products are lowered to the packed GEMM for (see
+        codegen.passes.lower_linear), or None to keep the plain gemm/conv kernels: on a
+        microcontroller, which has no vector unit, the packed GEMM's family of edge-tile
+        micro-kernels would cost ~20 KB of flash for nothing."""
+        return None if self.kind == "mcu" else self.isa(cc, flags)
+
     def isa(self, cc: str, flags=()) -> str:
         """The float32 GEMM micro-kernel ``cc`` selects with these flags and the caller's extra
-        ``flags`` (avx512, avx2, ...)."""
+        ``flags`` (avx512, avx2, aarch64, v128, scalar): ``cc`` must be this arch's compiler,
+        since the weights are packed for the tile it picks."""
         key = (cc, self.cflags(), tuple(flags))
         if key not in _ISA:
             from graphdef.ops._sgemm_pack import isa_from_macros
@@ -59,3 +228,16 @@ class Target:
 
 
 _ISA: dict = {}
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20}
+
+
+def parse_bytes(value, what: str = "size") -> int:
+    """Bytes from an int or a string with an optional K/KB/KiB/M/MB/MiB suffix (powers of
+    1024, as memory sizes of microcontrollers are given)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(value))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise FlowcError(f"{what} expects bytes like 4096, 64K, 256KiB or 1M, got {value!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])

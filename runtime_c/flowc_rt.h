@@ -15,10 +15,12 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define FC_INLINE static inline __attribute__((unused))
+#define FC_NOINLINE __attribute__((noinline))
 #define FC_ALIGNED(n) __attribute__((aligned(n)))
 #define FC_RESTRICT __restrict__
 #else
 #define FC_INLINE static inline
+#define FC_NOINLINE
 #define FC_ALIGNED(n)
 #define FC_RESTRICT
 #endif

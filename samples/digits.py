@@ -7,6 +7,12 @@ the demo compiles to a standalone binary (build/digits/digits) and runs on every
 
     python samples/digits.py          # train, compile, report accuracy, latency, binary size
     flowc compile samples/digits.py:build -o out --name net
+
+When the cross tools are installed (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+qemu-user, gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm) the demo also builds the
+classifier for an ARM64 phone (a static binary, run under qemu-aarch64) and for a Cortex-M4
+microcontroller (a static library and its flash/RAM footprint, run on QEMU's MPS2-AN386
+board); without them it says what it skipped.
 """
 
 from __future__ import annotations
@@ -201,7 +207,53 @@ def main() -> int:
             f"from ONNX ({onnx_file} -> flowc): accuracy {np.mean(onnx_preds == test_y):.4f}, "
             f"predictions identical to the graph's: {same_onnx}"
         )
-    return 0 if acc_bin == acc_int and acc_bin > 0.9 and same_onnx else 1
+    same_arm = arm(weights, test_x, preds, out.parent)
+    return 0 if acc_bin == acc_int and acc_bin > 0.9 and same_onnx and same_arm else 1
+
+
+def arm(weights: dict, images: np.ndarray, host_preds: np.ndarray, build_dir: Path) -> bool:
+    """The classifier on ARM: an aarch64-linux binary under qemu-aarch64 and a Cortex-M4
+    library run on an emulated board; True unless a prediction differs from the host's."""
+    import shutil
+    import subprocess
+
+    import codegen
+    from codegen import mcu
+
+    same = True
+    g = build(batch=len(images), weights=weights)  # one run over every held-out image
+    if shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64"):
+        out = codegen.export(g, build_dir / "digits_aarch64", name="digits", arch="aarch64-linux")
+        np.save(out / "x.npy", images)
+        cmd = ["qemu-aarch64", out / "digits", "--in", f"x={out / 'x.npy'}", "--out-dir", out / "res"]
+        subprocess.run(cmd, check=True)
+        preds = np.argmax(np.load(out / "res" / "probs.npy"), axis=1)
+        same &= bool(np.all(preds == host_preds))
+        print(
+            f"aarch64-linux: static binary {out / 'digits'} ({(out / 'digits').stat().st_size} bytes) under "
+            f"qemu-aarch64: predictions identical to the host's: {bool(np.all(preds == host_preds))}"
+        )
+    else:
+        print("skipped aarch64-linux (needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user)")
+    if not shutil.which("arm-none-eabi-gcc"):
+        print("skipped cortex-m4 (needs gcc-arm-none-eabi and libnewlib-arm-none-eabi)")
+        return same
+    out = codegen.export(build(weights=weights), build_dir / "digits_m4", name="digits", arch="cortex-m4")
+    fp = mcu.Footprint.from_json(json.loads((out / "metadata.json").read_text())["footprint"])
+    print(f"cortex-m4: {out / 'libdigits.a'}, batch 1: {fp.line()}")
+    print(f"  {fp.detail()}")
+    if not shutil.which("qemu-system-arm"):
+        print("skipped the Cortex-M4 run (needs qemu-system-arm)")
+        return same
+    out = codegen.export(g, build_dir / "digits_m4_all", name="digits", arch="cortex-m4")
+    res = mcu.run_firmware(out, {"x": images})
+    preds = np.argmax(res["outputs"]["probs"], axis=1)
+    same &= bool(np.all(preds == host_preds))
+    print(
+        f"cortex-m4 on qemu-system-arm (MPS2-AN386), {len(images)} images in one run: predictions identical "
+        f"to the host's: {bool(np.all(preds == host_preds))}, stack used {res['stack']} B"
+    )
+    return same
 
 
 if __name__ == "__main__":

@@ -1,0 +1,339 @@
+"""Cross-compiled outputs: Linux binaries under qemu-user, Cortex-M libraries, firmware under
+qemu-system-arm, footprints, and the errors for unknown arches, missing tools and limits.
+
+Tests that need a cross compiler or qemu carry the ``cross`` marker and skip, naming the
+Debian package, when it is missing; the bad-input tests need none.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import codegen
+import graphdef as gd
+from codegen import build, mcu
+from codegen.target import ARCHES, Target
+from graphdef.errors import FlowcError, ToolchainError
+
+ROOT = Path(__file__).resolve().parents[2]
+LINUX = [a for a, s in ARCHES.items() if s.kind == "linux"]
+MCUS = [a for a, s in ARCHES.items() if s.kind == "mcu"]
+TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def _sample(name: str):
+    spec = importlib.util.spec_from_file_location(f"sample_{name}", ROOT / "samples" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def need(arch: str, run: bool = True) -> Target:
+    """The target, or skip naming the Debian packages of its missing compiler or emulator."""
+    target = Target(arch)
+    spec = target.spec
+    if not shutil.which(target.compiler):
+        pytest.skip(f"{target.compiler} missing (apt-get install {' '.join(spec.packages)})")
+    if run and not shutil.which(spec.qemu):
+        pytest.skip(f"{spec.qemu} missing (apt-get install {spec.qemu_package})")
+    return target
+
+
+@pytest.fixture(scope="module")
+def models():
+    """(name, graph, feeds): the digits MLP (untrained weights, batch 4) and LeNet-5."""
+    digits, lenet = _sample("digits"), _sample("lenet")
+    rng = np.random.default_rng(5)
+    return [
+        ("digits", digits.build(batch=4, weights=digits._params(1)), {"x": rng.random((4, 64), np.float32)}),
+        ("lenet", lenet.build(), {"x": rng.standard_normal((1, 1, 28, 28)).astype(np.float32)}),
+    ]
+
+
+def run_binary(runner: list[str], binary: Path, feeds: dict, work: Path) -> dict:
+    work.mkdir(parents=True, exist_ok=True)
+    args = [*runner, str(binary)]
+    for name, value in feeds.items():
+        np.save(work / f"{name}.npy", value)
+        args += ["--in", f"{name}={work / f'{name}.npy'}"]
+    res = subprocess.run(args + ["--out-dir", str(work / "res")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    meta = json.loads((binary.parent / "metadata.json").read_text())
+    return {t["name"]: np.load(work / "res" / t["file"]) for t in meta["outputs"]}
+
+
+@pytest.fixture(scope="module")
+def host_results(models, tmp_path_factory):
+    """Each model's outputs from the host binary (checked against the interpreter)."""
+    out = {}
+    for name, g, feeds in models:
+        work = tmp_path_factory.mktemp(f"host-{name}")
+        folder = codegen.export(g, work / "out", name=name, portable=True)
+        out[name] = run_binary([], folder / name, feeds, work)
+        want = gd.run(g, feeds, list(out[name]))
+        for got, w in zip(out[name].values(), want):
+            np.testing.assert_allclose(got, w, **TOL)
+    return out
+
+
+# ----------------------------------------------------------------------------- Linux arches
+@pytest.mark.cross
+@pytest.mark.parametrize("arch", LINUX)
+def test_linux_binaries_run_under_qemu_like_the_host(arch, models, host_results, tmp_path):
+    target = need(arch)
+    for name, g, feeds in models:
+        folder = codegen.export(g, tmp_path / name, name=name, arch=arch)
+        binary = folder / name
+        head = binary.read_bytes()[:20]
+        assert head[:4] == b"\x7fELF" and head[18] in (0x28, 0xB7, 0xF3)  # EM_ARM, EM_AARCH64, EM_RISCV
+        got = run_binary(target.runner(), binary, feeds, tmp_path / f"run-{name}")
+        for out, value in got.items():
+            np.testing.assert_allclose(value, host_results[name][out], err_msg=f"{arch} {name} {out}", **TOL)
+        assert "-static" in (folder / "Makefile").read_text()
+
+
+@pytest.mark.cross
+def test_aarch64_uses_the_neon_gemm(models, tmp_path):
+    target = need("aarch64-linux", run=False)
+    cc = build.find_cc(None, target)
+    assert target.isa(cc) == "aarch64"
+    name, g, _ = models[0]
+    folder = codegen.export(g, tmp_path / "out", name=name, arch="aarch64-linux")
+    assert ".mr = 8, .nr = 12" in (folder / f"{name}.c").read_text()  # the aarch64 NEON tile
+    dis = subprocess.run(
+        ["aarch64-linux-gnu-objdump", "-d", str(folder / name)], capture_output=True, text=True
+    ).stdout
+    assert "fmla\tv" in dis  # vector fused multiply-adds
+
+
+@pytest.mark.cross
+@pytest.mark.parametrize("arch", LINUX + MCUS)
+def test_every_op_compiles_warning_free_for_the_arch(arch, zoo, tmp_path):
+    """The all-ops graph through the arch's compiler with -std=c99 -Wall -Wextra -Werror
+    (32-bit arches catch size_t/int64 and promotion warnings); MCU code imports no malloc,
+    stdio or OS call."""
+    target = need(arch, run=False)
+    folder = codegen.export(zoo, tmp_path / "zoo", name="zoo", arch=arch, build_binary=False)
+    cc = build.find_cc(None, target)
+    build.run(
+        [cc, *build.STRICT, *target.cflags(), "-I.", "-Iruntime", "-c", "zoo.c", "-o", "zoo.o"], cwd=folder
+    )
+    if target.kind == "mcu":
+        nm = subprocess.run([target.tool("nm"), "-u", "zoo.o"], cwd=folder, capture_output=True, text=True)
+        imported = {ln.split()[-1] for ln in nm.stdout.splitlines() if ln.strip()}
+        assert not imported & mcu.FORBIDDEN, imported & mcu.FORBIDDEN
+
+
+# ----------------------------------------------------------------------------- microcontrollers
+@pytest.mark.cross
+@pytest.mark.parametrize("arch", MCUS)
+def test_mcu_library_runs_on_the_emulated_board(arch, models, tmp_path):
+    need(arch)
+    for name, g, feeds in models if arch == "cortex-m4" else models[:1]:
+        folder = codegen.export(g, tmp_path / name, name=name, arch=arch)
+        assert (folder / f"lib{name}.a").is_file() and (folder / f"{name}.h").is_file()
+        assert not (folder / "main.c").exists() and not (folder / "runtime" / "npy.c").exists()
+        meta = json.loads((folder / "metadata.json").read_text())
+        fp = meta["footprint"]
+        assert not set(fp["imports"]) & mcu.FORBIDDEN
+        assert fp["arena"] <= 1.05 * fp["arena_lower_bound"]
+        assert fp["glue"] + fp["glue_unused"] <= 2048
+        assert fp["flash"] == fp["code"] + fp["weights"] >= fp["weights"] >= meta["weight_bytes"]
+        assert fp["ram"] >= fp["arena"] + fp["stack"] and 0 < fp["stack"] < 4096
+        run = mcu.run_firmware(folder, feeds)
+        want = gd.run(g, feeds, list(run["outputs"]))
+        for (out, value), w in zip(run["outputs"].items(), want):
+            np.testing.assert_allclose(value, w, err_msg=f"{arch} {name} {out}", **TOL)
+        assert 0 < run["stack"] <= fp["stack"]  # measured on the board <= the static bound
+
+
+@pytest.mark.cross
+def test_mcu_weights_are_in_flash_and_the_makefile_rebuilds(models, tmp_path):
+    need("cortex-m4", run=False)
+    for name, g, _ in models:  # digits: C arrays; lenet (> 64 KiB): the .incbin blob
+        folder = codegen.export(g, tmp_path / name, name=name, arch="cortex-m4")
+        placed = mcu.parse_map((folder / "firmware.map").read_text())
+        weights = [s for s in placed if mcu.classify(s, name) == "weights" and s.output in mcu.FLASH_OUTPUTS]
+        assert weights and {s.output for s in weights} == {".rodata"}  # read-only: flash, not RAM
+        for f in (f"lib{name}.a", "firmware.elf", f"{name}.o"):
+            (folder / f).unlink()
+        res = subprocess.run(
+            ["make", "-s", f"lib{name}.a", "firmware.elf"], cwd=folder, capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+        assert (folder / "firmware.elf").is_file()
+
+
+@pytest.mark.cross
+def test_cli_prints_the_footprint_and_refuses_what_does_not_fit(tmp_path):
+    need("cortex-m4", run=False)
+    lenet = f"{ROOT / 'samples' / 'lenet.py'}:build"
+    res = flowc("compile", lenet, "-o", tmp_path / "out", "--name", "net", "--arch", "cortex-m4")
+    assert res.returncode == 0, res.stderr
+    assert "flash:" in res.stdout and "RAM: arena" in res.stdout and "glue" in res.stdout
+    fp = json.loads((tmp_path / "out" / "metadata.json").read_text())["footprint"]
+    # fits the arena alone but not arena + stack: refused after linking, nothing written
+    limit = fp["arena"] + fp["data"] + fp["stack"] // 2
+    res = flowc(
+        "compile", lenet, "-o", tmp_path / "o2", "--name", "net", "--arch", "cortex-m4", "--max-ram", limit
+    )
+    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1
+    assert f"max-ram {limit} B" in res.stderr and f"stack {fp['stack']} B" in res.stderr
+    assert not (tmp_path / "o2").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    res = flowc("compile", lenet, "-o", tmp_path / "o3", "--name", "net", "--arch", "cortex-m4",
+                "--max-flash", fp["flash"] - 1)  # fmt: skip
+    assert res.returncode == 1 and f"code {fp['code']} B" in res.stderr and not (tmp_path / "o3").exists()
+
+
+# ----------------------------------------------------------------------------- bad input
+def flowc(*args, env=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "codegen.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def _tiny():
+    with gd.Graph("tiny") as g:
+        gd.relu(gd.placeholder("x", (8,)) - gd.constant(np.ones(8, np.float32)), name="y")
+    return g
+
+
+def test_unknown_arch_lists_the_known_ones(tmp_path):
+    with pytest.raises(FlowcError, match="unknown or unsupported arch 'mips'.*aarch64-linux.*cortex-m4"):
+        codegen.export(_tiny(), tmp_path / "o", arch="mips")
+    res = flowc("compile", "samples/lenet.py:build", "-o", tmp_path / "o", "--arch", "x86-windows")
+    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "unsupported arch" in res.stderr
+
+
+def test_microcontrollers_run_single_threaded():
+    with pytest.raises(FlowcError, match="single-threaded"):
+        Target("cortex-m4", threads=2)
+
+
+@pytest.mark.parametrize(
+    "arch, package", [("aarch64-linux", "gcc-aarch64-linux-gnu"), ("cortex-m4", "gcc-arm-none-eabi")]
+)
+def test_missing_cross_compiler_names_the_package(arch, package, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
+    with pytest.raises(ToolchainError, match=f"apt-get install {package}"):
+        codegen.export(_tiny(), tmp_path / "o", arch=arch)
+    assert not (tmp_path / "o").exists()
+    res = flowc(
+        "compile", "samples/lenet.py:build", "-o", tmp_path / "o", "--arch", arch, env={"PATH": str(tmp_path)}
+    )
+    assert res.returncode == 1 and res.stderr.count("\n") == 1 and package in res.stderr
+
+
+def test_missing_qemu_names_the_package(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolchainError, match="apt-get install qemu-user"):
+        Target("riscv64-linux").runner()
+
+
+@pytest.mark.c
+def test_limits_refuse_before_building_and_write_nothing(tmp_path):
+    g = _tiny()  # 32 B of weights, a 64 B arena at most
+    with pytest.raises(
+        FlowcError, match=r"does not fit max-flash 16 B on host: it needs 32 B \(weights 32 B\)"
+    ):
+        codegen.export(g, tmp_path / "o", max_flash=16)
+    with pytest.raises(FlowcError, match="max-ram"):
+        codegen.export(_sample("lenet").build(), tmp_path / "o", max_ram="16K")
+    with pytest.raises(FlowcError, match="expects bytes"):
+        codegen.export(g, tmp_path / "o", max_ram="lots")
+    assert list(tmp_path.iterdir()) == []
+    assert codegen.export(g, tmp_path / "o", max_flash="1K", max_ram="1KiB").is_dir()
+    res = flowc("compile", "samples/lenet.py:build", "-o", tmp_path / "p", "--max-flash", "100K")
+    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "max-flash 102400 B" in res.stderr
+    assert not (tmp_path / "p").exists()
+
+
+# ----------------------------------------------------------------------------- analysis alone
+DISASSEMBLY = """
+00000100 <f_run>:
+ 100:	push	{r4, r5, r6, lr}
+ 102:	vpush	{d8-d9}
+ 106:	sub	sp, #16
+ 108:	bl	200 <step_a>
+ 10c:	bl	300 <step_b>
+ 110:	b.w	400 <leaf>
+ 114:	bne.n	108 <f_run+0x8>
+
+00000200 <step_a>:
+ 200:	push.w	{r4, r5, r6, r7, r8, r9, sl, fp, lr}
+ 204:	sub.w	sp, sp, #1024
+ 208:	bl	400 <leaf>
+
+00000300 <step_b>:
+ 300:	str.w	lr, [sp, #-4]!
+ 304:	blx	r3
+
+00000400 <leaf>:
+ 400:	sub	sp, #8
+"""
+
+
+def test_stack_bound_follows_the_call_graph():
+    frames = mcu.frames(DISASSEMBLY)
+    assert frames["f_run"] == (16 + 16 + 16, {"step_a", "step_b", "leaf"}, False)
+    assert frames["step_a"][0] == 36 + 1024 and frames["step_b"] == (4, set(), True)
+    assert mcu.stack_bound(DISASSEMBLY, "step_a") == (36 + 1024 + 8, True)
+    assert mcu.stack_bound(DISASSEMBLY, "f_run") == (48 + 1060 + 8, False)  # step_b calls a pointer
+
+
+MAP = """
+Discarded input sections
+
+ .text.net_status_string
+                0x00000000       0x5c libnet.a(net.o)
+
+Memory Configuration
+
+Linker script and memory map
+
+.text           0x00000040      0x6e4
+ *(.text .text.*)
+ .text.startup.main
+                0x00000040       0x8c /tmp/cc1.o
+ .text.net_run  0x00000168      0x16c libnet.a(net.o)
+                0x00000168                net_run
+ .text.net_step_0.constprop.0
+                0x000002d4       0x40 libnet.a(net.o)
+ .text          0x00000314       0x7c /usr/lib/arm-none-eabi/lib/libm.a(lib_a-wf_exp.o)
+.rodata         0x00000740     0x2658
+ *fill*         0x00000796       0x2a
+ .rodata.net_w_b2
+                0x000007c0       0x28 libnet.a(net.o)
+ .rodata        0x00002d80     0x2000 libnet.a(net_weights.o)
+"""
+
+
+def test_map_sections_are_classified():
+    kinds = {(s.name, mcu.classify(s, "net")): s.size for s in mcu.parse_map(MAP)}
+    assert kinds == {
+        (".text.startup.main", "harness"): 0x8C,
+        (".text.net_run", "glue"): 0x16C,
+        (".text.net_step_0.constprop.0", "kernels"): 0x40,
+        (".text", "library"): 0x7C,
+        ("*fill*", "fill"): 0x2A,
+        (".rodata.net_w_b2", "weights"): 0x28,
+        (".rodata", "weights"): 0x2000,
+    }
+    dropped = mcu.parse_map(MAP, discarded=True)
+    assert [(s.name, s.size, mcu.classify(s, "net")) for s in dropped] == [
+        (".text.net_status_string", 0x5C, "glue")
+    ]

@@ -462,9 +462,9 @@ def _const_array(graph: Graph, ref: ValueRef):
     return graph._constants[node.name] if node.op == "constant" else None
 
 
-PARALLEL_FLOPS = 1_000_000
+PARALLEL_FLOPS = 200_000
 """A product is split over the model's threads from this many floating-point operations on
-(waking the pool costs a few microseconds)."""
+(handing work to the pool costs about a microsecond)."""
 
 
 def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:

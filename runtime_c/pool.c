@@ -4,6 +4,38 @@
 
 #include <string.h>
 
+/* Waking a sleeping thread costs tens of microseconds, longer than many steps take, so with
+ * GNU C a waiting thread first spins a while (FC_POOL_SPIN polls) on the counter it waits for.
+ * The counters are written with atomic builtins (under the lock) so the polls are race-free. */
+#if defined(__GNUC__) || defined(__clang__)
+#ifndef FC_POOL_SPIN
+#define FC_POOL_SPIN 20000
+#endif
+#define FC_LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define FC_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#if defined(__x86_64__) || defined(__i386__)
+#define FC_PAUSE() __asm__ __volatile__("pause")
+#elif defined(__aarch64__)
+#define FC_PAUSE() __asm__ __volatile__("yield")
+#else
+#define FC_PAUSE() ((void)0)
+#endif
+#else
+#define FC_POOL_SPIN 0
+#define FC_LOAD(x) (x)
+#define FC_STORE(x, v) ((x) = (v))
+#define FC_PAUSE() ((void)0)
+#endif
+
+/* With the lock held: spin unlocked until *word != value (or stop), then relock. */
+static void spin_while(fc_pool *p, const unsigned long *word, unsigned long value) {
+    long i;
+    if (FC_POOL_SPIN <= 0) return;
+    pthread_mutex_unlock(&p->mu);
+    for (i = 0; i < FC_POOL_SPIN && FC_LOAD(*word) == value && !FC_LOAD(p->stop); ++i) FC_PAUSE();
+    pthread_mutex_lock(&p->mu);
+}
+
 /* Take and run parts until none are left; called with the lock held, returns with it held. */
 static void drain(fc_pool *p) {
     while (p->next < p->parts) {
@@ -14,8 +46,18 @@ static void drain(fc_pool *p) {
         pthread_mutex_unlock(&p->mu);
         fn(ctx, part, parts);
         pthread_mutex_lock(&p->mu);
-        if (--p->remaining == 0) pthread_cond_broadcast(&p->done);
+        FC_STORE(p->remaining, p->remaining - 1);
+        if (p->remaining == 0) pthread_cond_broadcast(&p->done);
     }
+}
+
+/* With the lock held: spin unlocked until no part is left running, then relock. */
+static void spin_until_done(fc_pool *p) {
+    long i;
+    if (FC_POOL_SPIN <= 0) return;
+    pthread_mutex_unlock(&p->mu);
+    for (i = 0; i < FC_POOL_SPIN && FC_LOAD(p->remaining) != 0; ++i) FC_PAUSE();
+    pthread_mutex_lock(&p->mu);
 }
 
 static void *worker(void *arg) {
@@ -23,6 +65,7 @@ static void *worker(void *arg) {
     unsigned long seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
+        if (!p->stop && p->generation == seen) spin_while(p, &p->generation, seen);
         while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
         if (p->stop) break;
         seen = p->generation;
@@ -50,7 +93,7 @@ int fc_pool_start(fc_pool *p, int threads) {
 void fc_pool_stop(fc_pool *p) {
     int i;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    FC_STORE(p->stop, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (i = 0; i < p->started; ++i) pthread_join(p->workers[i], NULL);
@@ -72,10 +115,11 @@ void fc_pool_run(fc_pool *p, fc_task_fn fn, void *ctx, int parts) {
     p->ctx = ctx;
     p->parts = parts;
     p->next = 0;
-    p->remaining = parts;
-    p->generation++;
+    FC_STORE(p->remaining, (unsigned long)parts);
+    FC_STORE(p->generation, p->generation + 1);
     pthread_cond_broadcast(&p->wake);
     drain(p);
+    if (p->remaining > 0) spin_until_done(p);
     while (p->remaining > 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }

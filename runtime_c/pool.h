@@ -22,8 +22,8 @@ typedef struct fc_pool {
     pthread_cond_t wake, done;
     fc_task_fn fn;
     void *ctx;
-    int parts, next, remaining, stop;
-    unsigned long generation;
+    int parts, next, stop;
+    unsigned long remaining, generation; /* also polled while spinning (pool.c) */
 } fc_pool;
 
 /* Start threads - 1 workers. Returns 0, or -1 if threads is out of range or a thread could

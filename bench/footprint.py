@@ -10,7 +10,7 @@ library and the test firmware (codegen.export), and prints a markdown table from
 board; the outputs are compared with the numpy interpreter and the stack used by the run is
 measured (painted stack) next to the static bound.
 
-The goals from the issue: flowc's glue (code beyond the kernels and the weights) <= 2 KiB,
+The footprint goals: flowc's glue (code beyond the kernels and the weights) <= 2 KiB,
 arena within 5% of its lower bound. The exit status is 1 when one is missed.
 """
 

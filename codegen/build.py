@@ -41,8 +41,9 @@ def find_cc(cc: str | None = None, target: Target | None = None) -> str:
     )
 
 
-def run(cmd: list[str], cwd: Path | None = None) -> None:
-    """Run a build command; on failure raise with the command and the first error lines."""
+def run(cmd: list[str], cwd: Path | None = None) -> str:
+    """Run a build command and return its standard output; on failure raise with the command
+    and the first error lines."""
     try:
         res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     except OSError as e:
@@ -53,6 +54,7 @@ def run(cmd: list[str], cwd: Path | None = None) -> None:
         raise ToolchainError(
             f"build failed with {cmd[0]} (exit {res.returncode}): {shlex.join(cmd)} :: " + " | ".join(first)
         )
+    return res.stdout
 
 
 def copy_runtime(dest: Path, target: Target | None = None) -> None:
@@ -96,10 +98,15 @@ def temp_dir_beside(dest: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
 
 
-def c_sources(sources: Sources, name: str, target: Target) -> list[str]:
-    """The model's C files; the thread pool's too for a threaded target."""
-    files = [f for f in (f"{name}.c", f"{name}_weights.c") if f in sources.files]
-    return files + (["runtime/pool.c", "-pthread"] if target.threads > 1 else [])
+def compile_command(cc: str, target: Target, flags=()) -> list[str]:
+    """The compiler and every flag a build of generated C passes, before its files."""
+    return [*shlex.split(cc), *STRICT, *target.cflags(), *flags, "-I.", "-Iruntime", "-Wa,-I."]
+
+
+def libraries(target: Target) -> list[str]:
+    """What a program or shared library of generated C links: libm, and POSIX threads when the
+    target has more than one (the model then runs runtime/pool.c, listed in Sources.c_files)."""
+    return ["-pthread", "-lm"] if target.threads > 1 else ["-lm"]
 
 
 def build_binary(
@@ -108,24 +115,9 @@ def build_binary(
     """Compile the standalone program folder/name (the same command the Makefile runs);
     statically linked for a cross-compiled Linux arch."""
     target = target or Target()
-    cc = find_cc(cc, target)
-    cmd = [
-        *shlex.split(cc),
-        *STRICT,
-        *target.cflags(),
-        *flags,
-        "-I.",
-        "-Iruntime",
-        "-Wa,-I.",
-        "-o",
-        name,
-        "main.c",
-        "runtime/npy.c",
-        *c_sources(sources, name, target),
-        *target.ldflags(),
-        "-lm",
-    ]
-    run(cmd, cwd=folder)
+    cmd = compile_command(find_cc(cc, target), target, flags)
+    run([*cmd, "-o", name, "main.c", "runtime/npy.c", *sources.c_files, *target.ldflags(), *libraries(target)],
+        cwd=folder)  # fmt: skip
     return folder / name
 
 
@@ -134,23 +126,8 @@ def build_shared(
 ) -> Path:
     """Compile folder/lib<name>.so for in-process use through cffi."""
     target = target or Target()
-    cc = find_cc(cc, target)
-    cmd = [
-        *shlex.split(cc),
-        *STRICT,
-        *target.cflags(),
-        *flags,
-        "-fPIC",
-        "-shared",
-        "-I.",
-        "-Iruntime",
-        "-Wa,-I.",
-        "-o",
-        f"lib{name}.so",
-        *c_sources(sources, name, target),
-        "-lm",
-    ]
-    run(cmd, cwd=folder)
+    cmd = compile_command(find_cc(cc, target), target, flags)
+    run([*cmd, "-fPIC", "-shared", "-o", f"lib{name}.so", *sources.c_files, *libraries(target)], cwd=folder)
     return folder / f"lib{name}.so"
 
 
@@ -163,9 +140,9 @@ def build_library(
     cc = find_cc(cc, target)
     ar = target.tool("ar") if target.kind != "host" else "ar"
     objects = []
-    for src in c_sources(sources, name, target):
+    cmd = compile_command(cc, target, flags)
+    for src in sources.c_files:
         obj = src[: -len(".c")] + ".o"
-        cmd = [*shlex.split(cc), *STRICT, *target.cflags(), *flags, "-I.", "-Iruntime", "-Wa,-I."]
         run([*cmd, "-c", src, "-o", obj], cwd=folder)
         objects.append(obj)
     lib = folder / f"lib{name}.a"

@@ -375,23 +375,10 @@ def compile_many(
                 (tmp / f"{n}.metadata.json").write_text(sources.files["metadata.json"])
                 bundle.append(f'#include "{n}.c"\n')
             (tmp / "bundle.c").write_text("".join(bundle))
-            build.run(
-                [
-                    *build.shlex.split(cc),
-                    *build.STRICT,
-                    *target.cflags(),
-                    *flags,
-                    "-fPIC",
-                    "-shared",
-                    "-I.",
-                    "-Iruntime",
-                    "-o",
-                    "libbundle.so",
-                    "bundle.c",
-                    "-lm",
-                ],
-                cwd=tmp,
-            )
+            pool = ["runtime/pool.c"] if target.threads > 1 else []
+            cmd = build.compile_command(cc, target, flags)
+            build.run([*cmd, "-fPIC", "-shared", "-o", "libbundle.so", "bundle.c", *pool, *build.libraries(target)],
+                      cwd=tmp)  # fmt: skip
             shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
         finally:

@@ -50,6 +50,7 @@ class Sources:
 
     files: dict[str, str | bytes] = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
+    c_files: list[str] = field(default_factory=list)  # what the model's build compiles (not main.c)
 
 
 @dataclass(frozen=True)
@@ -297,13 +298,13 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         return f"(({ctype} *)(mem + {loc.offset}))"
 
     # steps
-    steps, calls, headers = [], [], {"kernels/scalar.h"}
+    steps, calls, headers, uses_pool = [], [], {"kernels/scalar.h"}, False
     for index, node in enumerate(program.steps):
         in_t = [g.type_of(r) for r in node.inputs]
         if all(t.size == 0 for t in node.outputs):
             continue  # nothing to compute
         opdef = get_op(node.op)
-        prelude, parallel = "", False
+        prelude, parallel = "", False  # parallel: the step hands parts to the thread pool
         x = [f"x{j}" for j in range(len(in_t))]
         y = [f"y{j}" for j in range(len(node.outputs))]
         if isinstance(opdef.c, CExpr):
@@ -359,6 +360,7 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
             args.append("NULL" if off is None else f"(void *)(mem + {off})")
         if parallel:
             args.append("pool")
+            uses_pool = True
         calls.append(f"{func}({', '.join(args)})")
 
     copies = []
@@ -432,7 +434,7 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         "unused": unused,
         "cflags": " ".join(target.cflags()),
         "threads": target.threads,
-        "uses_pool": any(c.endswith(", pool)") for c in calls),
+        "uses_pool": uses_pool,
         # the Makefile's compiler: the host's unless set, a cross target's own
         "cc_line": f"CC = {target.compiler}" if target.compiler else "CC ?= cc",
         "ldflags": " ".join(target.ldflags()),
@@ -457,6 +459,7 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         src.files[f"{name}_weights.bin"] = bytes(blob)
     c_sources = [f"{name}.c"] + ([f"{name}_weights.c"] if blob_mode else [])
     c_sources += ["runtime/pool.c"] if target.threads > 1 else []
+    src.c_files = c_sources
     if target.kind == "mcu":  # a static library, and a firmware that runs it on a QEMU board
         mcu = {
             "board": target.spec.board,

@@ -139,22 +139,12 @@ def link_firmware(folder: Path, name: str, target: Target, cc: str | None = None
     return folder / "firmware.elf"
 
 
-def _tool_output(cmd: list[str], cwd: Path | None = None) -> str:
-    try:
-        res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-    except OSError as e:
-        raise ToolchainError(f"cannot run {cmd[0]}: {e}") from None
-    if res.returncode:
-        raise ToolchainError(f"{shlex.join(cmd)} failed (exit {res.returncode}): {res.stderr.strip()[:300]}")
-    return res.stdout
-
-
 def imports(folder: Path, name: str, target: Target) -> list[str]:
     """The symbols the model library needs from elsewhere (undefined in it, not defined by
     another of its objects)."""
     nm = target.tool("nm")
-    undefined = _tool_output([nm, "-u", f"lib{name}.a"], cwd=folder)
-    defined = _tool_output([nm, "--defined-only", f"lib{name}.a"], cwd=folder)
+    undefined = build.run([nm, "-u", f"lib{name}.a"], cwd=folder)
+    defined = build.run([nm, "--defined-only", f"lib{name}.a"], cwd=folder)
     need = {ln.split()[-1] for ln in undefined.splitlines() if ln.strip().startswith("U ")}
     return sorted(need - {ln.split()[-1] for ln in defined.splitlines() if len(ln.split()) == 3})
 
@@ -328,9 +318,7 @@ def footprint(folder: Path, name: str, target: Target, metadata: dict) -> Footpr
             sums[("ram", kind)] = sums.get(("ram", kind), 0) + sec.size
     flash = {k: sums.get(("flash", k), 0) for k in ("weights", "kernels", "glue", "library", "harness")}
     ram = {k: sums.get(("ram", k), 0) for k in ("weights", "kernels", "glue", "library", "harness")}
-    disassembly = _tool_output(
-        [target.tool("objdump"), "-d", "--no-show-raw-insn", "firmware.elf"], cwd=folder
-    )
+    disassembly = build.run([target.tool("objdump"), "-d", "--no-show-raw-insn", "firmware.elf"], cwd=folder)
     stack, exact = stack_bound(disassembly, f"{name}_run")
     if not exact:
         raise FlowcError(

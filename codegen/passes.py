@@ -557,9 +557,6 @@ def fuse_epilogues(graph: Graph) -> Graph:
                 continue
             extras = [x for x in e.inputs if x != r]
             layouts = [_epilogue_layout(prod, graph.type_of(x).shape) for x in extras]
-            if any(lay is None for lay in layouts) and prod.op == "sgemm":
-                prod = _unmerged_batch(prod)  # e.g. a mask broadcast over heads but not images
-                layouts = [_epilogue_layout(prod, graph.type_of(x).shape) for x in extras]
             if any(lay is None for lay in layouts):
                 continue
             merge[e.name] = (prod, slot, extras, tuple(layouts))
@@ -589,30 +586,6 @@ def fuse_epilogues(graph: Graph) -> Graph:
         rb.new._append(merged)
         rb._map(node, [merged.ref()])
     return rb.finish()
-
-
-def _unmerged_batch(node: Node) -> Node:
-    """The sgemm node with its batch axes split back into the output's leading axes where a
-    merged axis covers several of them (same products, same order)."""
-    out = node.outputs[0].shape
-    dims = list(reversed(out[:-2]))  # innermost first, like the batch axes
-    axes = []
-    for size, a, b, c in node.attrs["batch"]:
-        rest, step = size, 1
-        while rest > 1 and dims and rest % dims[0] == 0 and dims[0] > 1:
-            d = dims.pop(0)
-            axes.append((d, a * step, b * step, c * step))
-            rest //= d
-            step *= d
-        while dims and dims[0] == 1:
-            dims.pop(0)
-        if rest != 1:
-            return node
-    if len(axes) == len(node.attrs["batch"]):
-        return node
-    attrs = dict(node.attrs.items())
-    attrs["batch"] = tuple(axes)
-    return Node(node.name, node.op, node.inputs, Attrs(attrs), node.outputs, node.device, node.control_inputs)
 
 
 def _product_geometry(node: Node):
@@ -670,9 +643,10 @@ def _lower_matmul(graph, node, ins, isa, SP):
     a_st = [s * m * k for s in L.broadcast_strides(ash[:-2], batch)] if batch else []
     b_st = [s * k * n for s in L.broadcast_strides(bsh[:-2], batch)] if batch else []
     c_st = [s * m * n for s in L.strides(batch)]
-    dims, (a_st, b_st, c_st) = L.merge_dims(list(batch), a_st, b_st, c_st)
     plan = SP.make_plan(m, n, k, isa=isa)
-    axes = tuple((d, sa, sb, sc) for d, sa, sb, sc in zip(dims, a_st, b_st, c_st))[::-1]
+    # one batch axis per leading output axis (not merged: an epilogue input may broadcast
+    # along some of them), innermost first
+    axes = tuple((d, sa, sb, sc) for d, sa, sb, sc in zip(batch, a_st, b_st, c_st) if d > 1)[::-1]
     attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": axes, "shape": node.outputs[0].shape}
     return "sgemm", list(node.inputs), attrs
 

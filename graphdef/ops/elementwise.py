@@ -16,6 +16,7 @@ from ..builder import Tensor, apply, operand
 from ..errors import ExecutionError
 from ..ir import TensorType
 from ..registry import NOT_DIFFERENTIABLE, Attr, CExpr, defop
+from ._lower import suffix
 from ._util import broadcast_shapes, check_dtype, same_dtype
 
 SIGNED = dtypes.FLOATS + dtypes.SIGNED_INTS
@@ -557,18 +558,6 @@ def _cast_ref(xs, attrs):
         return x.astype(to)
 
 
-_INT_SUFFIX = {
-    "int8": "i8",
-    "uint8": "u8",
-    "int16": "i16",
-    "uint16": "u16",
-    "int32": "i32",
-    "uint32": "u32",
-    "int64": "i64",
-    "uint64": "u64",
-}
-
-
 def _cast_c(src: str, dst: str) -> str:
     """float -> int truncates (NaN -> 0, saturating at int64, then wrapping); int -> int wraps."""
     if dst == "bool":
@@ -576,8 +565,8 @@ def _cast_c(src: str, dst: str) -> str:
     if dtypes.is_float(dst):
         return f"({'double' if dst == 'float64' else 'float'})({{0}})"
     if dtypes.is_float(src):
-        return f"fc_to_{_INT_SUFFIX[dst]}(fc_f2i64((double)({{0}})))"
-    return f"fc_to_{_INT_SUFFIX[dst]}((int64_t)({{0}}))"
+        return f"fc_to_{suffix(dst)}(fc_f2i64((double)({{0}})))"
+    return f"fc_to_{suffix(dst)}((int64_t)({{0}}))"
 
 
 def _g_cast(op, gys):

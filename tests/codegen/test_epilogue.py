@@ -168,3 +168,12 @@ def test_generic_builds_without_avx(portable, flags, isa):
     (want,) = gd.run(g, {"x": xv}, ["y"])
     m = codegen.compile(g, portable=portable, flags=flags)
     np.testing.assert_allclose(m(x=xv)["y"], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.c
+def test_compile_many_links_the_pool_of_a_threaded_target():
+    g = conv_net(batch=1)
+    xv = f32(1, 8, 10, 10)
+    (want,) = gd.run(g, {"x": xv}, ["y"])
+    (m,) = codegen.compile_many([("threaded", g)], threads=2)
+    np.testing.assert_allclose(m(x=xv)["y"], want, rtol=1e-4, atol=1e-4)

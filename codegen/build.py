@@ -116,8 +116,8 @@ def build_binary(
     statically linked for a cross-compiled Linux arch."""
     target = target or Target()
     cmd = compile_command(find_cc(cc, target), target, flags)
-    run([*cmd, "-o", name, "main.c", "runtime/npy.c", *sources.c_files, *target.ldflags(), *libraries(target)],
-        cwd=folder)  # fmt: skip
+    files = ["main.c", "runtime/npy.c", *sources.c_files]
+    run([*cmd, "-o", name, *files, *target.ldflags(), *libraries(target)], cwd=folder)
     return folder / name
 
 

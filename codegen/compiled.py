@@ -375,10 +375,9 @@ def compile_many(
                 (tmp / f"{n}.metadata.json").write_text(sources.files["metadata.json"])
                 bundle.append(f'#include "{n}.c"\n')
             (tmp / "bundle.c").write_text("".join(bundle))
-            pool = ["runtime/pool.c"] if target.threads > 1 else []
+            files = ["bundle.c"] + (["runtime/pool.c"] if target.threads > 1 else [])
             cmd = build.compile_command(cc, target, flags)
-            build.run([*cmd, "-fPIC", "-shared", "-o", "libbundle.so", "bundle.c", *pool, *build.libraries(target)],
-                      cwd=tmp)  # fmt: skip
+            build.run([*cmd, "-fPIC", "-shared", "-o", "libbundle.so", *files, *build.libraries(target)], cwd=tmp)
             shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
         finally:

@@ -376,8 +376,8 @@ def compile_many(
                 bundle.append(f'#include "{n}.c"\n')
             (tmp / "bundle.c").write_text("".join(bundle))
             files = ["bundle.c"] + (["runtime/pool.c"] if target.threads > 1 else [])
-            cmd = build.compile_command(cc, target, flags)
-            build.run([*cmd, "-fPIC", "-shared", "-o", "libbundle.so", *files, *build.libraries(target)], cwd=tmp)
+            cmd = [*build.compile_command(cc, target, flags), "-fPIC", "-shared", "-o", "libbundle.so"]
+            build.run([*cmd, *files, *build.libraries(target)], cwd=tmp)
             shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
         finally:

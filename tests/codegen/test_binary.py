@@ -245,7 +245,10 @@ def test_npy_format_versions_are_read(digits, tmp_path, version):
     path = tmp_path / "x.npy"
     with open(path, "wb") as f:
         np.lib.format.write_array(f, x, version=version)
-    res = subprocess.run([str(out / "net"), "--in", f"x={path}", "--out-dir", str(tmp_path / "res")],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [str(out / "net"), "--in", f"x={path}", "--out-dir", str(tmp_path / "res")],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     check_outputs(tmp_path / "res", g, {"x": x}, ["probs"])

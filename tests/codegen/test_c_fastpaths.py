@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import codegen
 import graphdef as gd
 
 pytestmark = pytest.mark.c
@@ -138,53 +137,22 @@ for cid, xs, axis, bias in (
     )
 
 
-def _build(cid, fn, inputs):
-    g = gd.Graph(cid)
-    with g:
-        xs = [gd.placeholder(f"in{i}", a.shape, a.dtype) for i, a in enumerate(inputs)]
-        out = fn(*xs)
-        g.set_outputs(*(out if isinstance(out, tuple) else (out,)))
-    return g
-
-
 BUILDS = {"native": {}, "portable": dict(portable=True), "scalar": dict(flags=("-DFC_NO_VECTOR",))}
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    import os
-
-    os.environ["FLOWC_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    graphs = [(f"f{i}", _build(cid, fn, inputs)) for i, (cid, fn, inputs) in enumerate(CASES)]
-    out = {}
-    for how, kw in BUILDS.items():
-        models = codegen.compile_many(graphs, **kw)
-        out[how] = {cid: (g, m) for (cid, _, _), (_, g), m in zip(CASES, graphs, models)}
-    return out
-
-
-TOL = {
-    "float16": dict(rtol=3e-3, atol=3e-3),
-    "float32": dict(rtol=2e-5, atol=2e-6),
-    "float64": dict(rtol=1e-10, atol=1e-12),
-}
+def built(compile_cases):
+    return {how: compile_cases(CASES, **kw) for how, kw in BUILDS.items()}
 
 
 @pytest.mark.parametrize("how", list(BUILDS))
 @pytest.mark.parametrize("cid", [c[0] for c in CASES])
-def test_fast_path_matches_interpreter(cid, how, built):
-    graph, model = built[how][cid]
-    inputs = next(c[2] for c in CASES if c[0] == cid)
-    feeds = {f"in{i}": a for i, a in enumerate(inputs)}
-    want = gd.run(graph, feeds, [str(r) for r in graph.outputs])
-    got = model(**feeds)
-    for spec, w in zip(model.outputs, want):
-        g = got[spec.name]
-        assert g.dtype == w.dtype and g.shape == w.shape
-        tol = dict(TOL[w.dtype.name])
+def test_fast_path_matches_interpreter(cid, how, built, c_outputs, tol):
+    for name, g, w in c_outputs(built[how], cid):
+        t = dict(tol[w.dtype.name])
         if cid.startswith("dw") and w.dtype == np.float32:
-            tol["atol"] = 2e-5  # up to 49 products of size ~9 summed in another order
-        np.testing.assert_allclose(g, w, **tol, err_msg=spec.name, equal_nan=True)
+            t["atol"] = 2e-5  # up to 49 products of size ~9 summed in another order
+        np.testing.assert_allclose(g, w, **t, err_msg=name, equal_nan=True)
 
 
 def test_depthwise_reaches_fast_kernel():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import codegen
 import graphdef as gd
 from codegen import passes
 
@@ -287,47 +286,13 @@ case(
 )
 
 
-def _build(cid, fn, inputs):
-    g = gd.Graph(cid)
-    with g:
-        xs = [gd.placeholder(f"in{i}", a.shape, a.dtype) for i, a in enumerate(inputs)]
-        out = fn(*xs)
-        outs = out if isinstance(out, tuple) else (out,)
-        g.set_outputs(*outs)
-    return g
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    import os
-
-    os.environ["FLOWC_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    graphs = [(f"m{i}", _build(cid, fn, inputs)) for i, (cid, fn, inputs) in enumerate(CASES)]
-    models = codegen.compile_many(graphs)
-    return {cid: (g, m) for (cid, _, _), (_, g), m in zip(CASES, graphs, models)}
-
-
-TOL = {
-    "float16": dict(rtol=3e-3, atol=3e-3),
-    "float32": dict(rtol=2e-5, atol=2e-6),
-    "float64": dict(rtol=1e-10, atol=1e-12),
-}
-
-
 @pytest.mark.parametrize("cid", [c[0] for c in CASES])
-def test_c_matches_interpreter(cid, built):
-    graph, model = built[cid]
-    inputs = next(c[2] for c in CASES if c[0] == cid)
-    feeds = {f"in{i}": a for i, a in enumerate(inputs)}
-    want = gd.run(graph, feeds, [str(r) for r in graph.outputs])
-    got = model(**feeds)
-    for spec, w in zip(model.outputs, want):
-        g = got[spec.name]
-        assert g.dtype == w.dtype and g.shape == w.shape
+def test_c_matches_interpreter(cid, built, c_outputs, tol):
+    for name, g, w in c_outputs(built, cid):
         if w.dtype.kind == "f":
-            np.testing.assert_allclose(g, w, **TOL[w.dtype.name], err_msg=spec.name)
+            np.testing.assert_allclose(g, w, **tol[w.dtype.name], err_msg=name)
         else:
-            np.testing.assert_array_equal(g, w, err_msg=spec.name)
+            np.testing.assert_array_equal(g, w, err_msg=name)
 
 
 def _declared_elsewhere() -> set[str]:

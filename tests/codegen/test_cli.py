@@ -76,7 +76,10 @@ def test_inspect_shows_ops_schedule_peaks_and_plan(tmp_path):
     [
         (["compile", "missing.flowc", "-o", "OUT"], "missing.flowc: no such file"),
         (["compile", "model.onnx", "-o", "OUT"], "model.onnx: no such file"),
-    (["compile", DIGITS, "-o", "OUT", "--shape", "x=1x64"], "--shape and --value apply to ONNX models only"),
+        (
+            ["compile", DIGITS, "-o", "OUT", "--shape", "x=1x64"],
+            "--shape and --value apply to ONNX models only",
+        ),
         (["compile", DIGITS, "-o", "OUT", "--name", "bad-name"], "must be a C identifier"),
         (["compile", DIGITS, "-o", "OUT", "--arch", "pdp11"], "unknown or unsupported arch 'pdp11'"),
         (["compile", f"{ROOT / 'samples' / 'digits.py'}:nope", "-o", "OUT"], "has no function 'nope'"),

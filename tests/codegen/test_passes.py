@@ -158,14 +158,24 @@ def test_batch_norm_folds_into_the_conv_or_gemm_before_it(producer):
         if producer == "conv":
             x = gd.placeholder("x", (2, 3, 5, 5))
             feeds = {"x": rng.standard_normal((2, 3, 5, 5)).astype(np.float32)}
-            h = gd.conv2d(x, gd.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
-                          gd.constant(rng.standard_normal(4).astype(np.float32)), padding=1)
+            h = gd.conv2d(
+                x,
+                gd.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+                gd.constant(rng.standard_normal(4).astype(np.float32)),
+                padding=1,
+            )
         else:
             x = gd.placeholder("x", (2, 6))
             feeds = {"x": rng.standard_normal((2, 6)).astype(np.float32)}
             wshape = (4, 6) if producer == "gemm_t" else (6, 4)
-            h = gd.gemm(x, gd.constant(rng.standard_normal(wshape).astype(np.float32)),
-                        gd.constant(np.float32(0.5)), alpha=2.0, beta=3.0, trans_b=producer == "gemm_t")
+            h = gd.gemm(
+                x,
+                gd.constant(rng.standard_normal(wshape).astype(np.float32)),
+                gd.constant(np.float32(0.5)),
+                alpha=2.0,
+                beta=3.0,
+                trans_b=producer == "gemm_t",
+            )
         gd.relu(gd.batch_norm(h, *(gd.constant(v) for v in p)), name="y")
     before = _declared(g)
     out = passes.fold_batch_norm(before)

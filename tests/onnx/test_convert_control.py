@@ -321,26 +321,14 @@ CASES = if_cases() + [nested_case()] + loop_cases() + scan_cases() + optional_ca
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("control")
-    out = {}
-    for case in CASES:
-        path = folder / f"{case.key}.onnx"
-        path.write_bytes(case.model().SerializeToString())
-        out[case.key] = (gd.load_onnx(path), case.expected())
-    return out
+def imported(import_models):
+    graphs = import_models(CASES)
+    return {case.key: (graphs[case.key], case.expected()) for case in CASES}
 
 
 @pytest.fixture(scope="module")
-def compiled(imported):
-    import codegen
-
-    try:
-        codegen.build.find_cc()
-    except FlowcError as e:
-        pytest.skip(str(e))
-    built = codegen.compile_many([(key, g) for key, (g, _) in imported.items()])
-    return dict(zip(imported, built))
+def compiled(imported, compile_graphs):
+    return compile_graphs({key: g for key, (g, _) in imported.items()})
 
 
 def assert_close(got: dict, want: dict, what: str) -> None:

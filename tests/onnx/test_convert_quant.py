@@ -324,26 +324,14 @@ def assert_same(got: dict, expected: dict, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("quant")
-    out = {}
-    for spec in SPECS:
-        path = folder / f"{spec.key}.onnx"
-        path.write_bytes(spec.model().SerializeToString())
-        out[spec.key] = Case(spec, gd.load_onnx(path), spec.expected())
-    return out
+def cases(import_models):
+    graphs = import_models(SPECS)
+    return {s.key: Case(s, graphs[s.key], s.expected()) for s in SPECS}
 
 
 @pytest.fixture(scope="module")
-def compiled(cases):
-    import codegen
-
-    try:
-        codegen.build.find_cc()
-    except FlowcError as e:
-        pytest.skip(str(e))
-    built = codegen.compile_many([(key, c.graph) for key, c in cases.items()])
-    return dict(zip(cases, built))
+def compiled(cases, compile_graphs):
+    return compile_graphs({key: c.graph for key, c in cases.items()})
 
 
 @pytest.mark.parametrize("key", [s.key for s in SPECS])

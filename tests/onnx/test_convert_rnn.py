@@ -171,15 +171,8 @@ def cases(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def compiled(cases):
-    import codegen
-
-    try:
-        codegen.build.find_cc()
-    except FlowcError as e:
-        pytest.skip(str(e))
-    built = codegen.compile_many([(key, c.graph) for key, c in cases.items()])
-    return dict(zip(cases, built))
+def compiled(cases, compile_graphs):
+    return compile_graphs({key: c.graph for key, c in cases.items()})
 
 
 # ----------------------------------------------------------------------------- numerics

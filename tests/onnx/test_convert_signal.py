@@ -535,26 +535,14 @@ def assert_close(got: dict, expected: dict, tol: float, what: str, atol: float =
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("signal")
-    out = {}
-    for spec in SPECS:
-        path = folder / f"{spec.key}.onnx"
-        path.write_bytes(spec.model().SerializeToString())
-        out[spec.key] = Case(spec, gd.load_onnx(path), spec.expected())
-    return out
+def cases(import_models):
+    graphs = import_models(SPECS)
+    return {s.key: Case(s, graphs[s.key], s.expected()) for s in SPECS}
 
 
 @pytest.fixture(scope="module")
-def compiled(cases):
-    import codegen
-
-    try:
-        codegen.build.find_cc()
-    except FlowcError as e:
-        pytest.skip(str(e))
-    built = codegen.compile_many([(key, c.graph) for key, c in cases.items()])
-    return dict(zip(cases, built))
+def compiled(cases, compile_graphs):
+    return compile_graphs({key: c.graph for key, c in cases.items()})
 
 
 def _feeds(case):

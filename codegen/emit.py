@@ -53,10 +53,8 @@ class Sources:
     c_files: list[str] = field(default_factory=list)  # what the model's build compiles (not main.c)
 
 
-@dataclass(frozen=True)
-class TensorCtx:
-    dtype: str
-    shape: tuple[int, ...]
+class TensorCtx(TensorType):
+    """A tensor type as templates see it: also its kernel suffix and C storage type."""
 
     @property
     def sfx(self) -> str:
@@ -66,17 +64,9 @@ class TensorCtx:
     def ctype(self) -> str:
         return STORAGE[self.dtype]
 
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * dtypes.itemsize(self.dtype)
-
     @classmethod
     def of(cls, t: TensorType) -> TensorCtx:
-        return cls(t.dtype, t.shape)
+        return cls(t.shape, t.dtype)
 
 
 # ----------------------------------------------------------------------------- elementwise
@@ -279,7 +269,7 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
                     "ctype": ctype,
                     "count": max(array.size, 1),
                     "lines": _value_lines(array),
-                    "comment": c_comment(f"{key}: {TensorCtx(dt, array.shape).dtype}{list(array.shape)}"),
+                    "comment": c_comment(f"{key}: {dt}{list(array.shape)}"),
                 }
             )
 

@@ -289,11 +289,14 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
 
     # steps
     steps, calls, headers, uses_pool = [], [], {"kernels/scalar.h"}, False
+    # a kernel's definitions outside its step function (plans, epilogue, thread tasks)
+    preludes = set(env.list_templates(filter_func=lambda t: t.endswith(".prelude.c.j2")))
     for index, node in enumerate(program.steps):
         in_t = [g.type_of(r) for r in node.inputs]
         if all(t.size == 0 for t in node.outputs):
             continue  # nothing to compute
         opdef = get_op(node.op)
+        func = f"{name}_step_{index}"
         prelude, parallel = "", False  # parallel: the step hands parts to the thread pool
         x = [f"x{j}" for j in range(len(in_t))]
         y = [f"y{j}" for j in range(len(node.outputs))]
@@ -307,7 +310,14 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
         elif isinstance(opdef.c, CKernel):
             headers.update(opdef.c.headers)
             k = opdef.c.context(in_t, node.outputs, node.attrs, c_literal)
-            k["epi"] = epilogue_context(node, in_t)
+            k["epi"] = epi = epilogue_context(node, in_t)
+            # how the product's C call names its epilogue: function, per-input pointers (the
+            # local array ep), and the step's inputs those pointers start from
+            k["epi_extras"] = epi["extras"] if epi else []
+            extras = [x[epi["first"] + q["i"]] for q in k["epi_extras"]]
+            k["epi_fn"] = f"{func}_epi" if epi else "NULL"
+            k["epi_ptrs"] = "ep" if extras else "NULL"
+            k["epi_inputs"] = ", ".join(extras) or "NULL"
             parallel = k.get("parts", 1) > 1
             if parallel:
                 headers.add("pool.h")
@@ -316,16 +326,15 @@ def emit(program: Program, name: str, weights: str = "auto", target: Target | No
                 y=y,
                 k=k,
                 op=node.op,
-                func=f"{name}_step_{index}",
+                func=func,
                 ins=[TensorCtx.of(t) for t in in_t],
                 outs=[TensorCtx.of(t) for t in node.outputs],
             )
             body = env.get_template(f"c/ops/{opdef.c.template}.c.j2").render(**args)
-            if (TEMPLATES / "c" / "ops" / f"{opdef.c.template}.prelude.c.j2").exists():
+            if f"c/ops/{opdef.c.template}.prelude.c.j2" in preludes:
                 prelude = env.get_template(f"c/ops/{opdef.c.template}.prelude.c.j2").render(**args)
         else:
             raise AssertionError(f"op {node.op} has no C lowering")
-        func = f"{name}_step_{index}"
         params = [f"const {STORAGE[t.dtype]} *{v}" for t, v in zip(in_t, x)]
         params += [f"{STORAGE[t.dtype]} *{v}" for t, v in zip(node.outputs, y)]
         if opdef.scratch is not None:

@@ -64,6 +64,7 @@
 #define FLOWC_KERNELS_SGEMM_H
 
 #include "flowc_rt.h"
+#include "vecf.h"
 
 /* With constant plans gcc's -Warray-bounds / -Wstringop-overread (-Wall, -O2 and up) inspect
  * paths that the plan makes unreachable (e.g. the whole-panel copy of a 1-column B) and report
@@ -137,21 +138,17 @@
 #endif
 
 /* ------------------------------------------------------------------ the vector type */
-#if FC_SGEMM_VL == 1
-typedef float fc_sgemm_v;
-#define FC_SG_SPLAT(s) (s)
-#elif FC_SGEMM_VL == 4 && defined(__aarch64__)
+/* vecf.h's float vector (the same width rule); on aarch64 the NEON type itself, which the
+ * vfmaq_f32 intrinsic takes. */
+#if FC_SGEMM_VL != FC_VF_VL
+#error "sgemm.h and vecf.h disagree on the vector width"
+#endif
+#if FC_SGEMM_VL == 4 && defined(__aarch64__)
 typedef float32x4_t fc_sgemm_v; /* a GNU vector type: + - * work on it */
 #define FC_SG_SPLAT(s) vdupq_n_f32(s)
 #else
-typedef float fc_sgemm_v __attribute__((vector_size(FC_SGEMM_VL * 4)));
-#if FC_SGEMM_VL == 16
-#define FC_SG_SPLAT(s) ((fc_sgemm_v){s, s, s, s, s, s, s, s, s, s, s, s, s, s, s, s})
-#elif FC_SGEMM_VL == 8
-#define FC_SG_SPLAT(s) ((fc_sgemm_v){s, s, s, s, s, s, s, s})
-#else
-#define FC_SG_SPLAT(s) ((fc_sgemm_v){s, s, s, s})
-#endif
+typedef fc_vf fc_sgemm_v;
+#define FC_SG_SPLAT(s) FC_VF_SPLAT(s)
 #endif
 
 /* c + a*b, fused where the target has it. */
@@ -165,13 +162,13 @@ typedef float fc_sgemm_v __attribute__((vector_size(FC_SGEMM_VL * 4)));
 #define FC_SG_FMA(a, b, c) ((c) + (a) * (b))
 #endif
 
-FC_INLINE fc_sgemm_v fc_sg_load(const float *p) {
-    fc_sgemm_v v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-FC_INLINE void fc_sg_store(float *p, fc_sgemm_v v) { memcpy(p, &v, sizeof v); }
+#if FC_SGEMM_VL == 4 && defined(__aarch64__)
+FC_INLINE fc_sgemm_v fc_sg_load(const float *p) { return vld1q_f32(p); }
+FC_INLINE void fc_sg_store(float *p, fc_sgemm_v v) { vst1q_f32(p, v); }
+#else
+#define fc_sg_load fc_vf_load
+#define fc_sg_store fc_vf_store
+#endif
 
 /* ------------------------------------------------------------------ the plan */
 #define FC_SGEMM_BIAS_NONE 0

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import codegen  # noqa: E402
 import graphdef as gd  # noqa: E402
-from codegen import mcu  # noqa: E402
+from codegen.backends.c import mcu  # noqa: E402
 from codegen.target import ARCHES  # noqa: E402
 
 

@@ -5,7 +5,7 @@
 --flags="-O3 -mavx2 -mfma" times the AVX2 kernel, --flags=-O2 the compiler's default target
 (SSE2 on x86-64), --flags="-O2 -DFC_NO_VECTOR" the portable C one.
 
-Each shape gets a `static const fc_sgemm_plan` from graphdef/ops/_sgemm_pack.make_plan, as
+Each shape gets a `static const fc_sgemm_plan` from codegen/backends/c/sgemm.make_plan, as
 generated code would; constant operands (the weights of a dense layer or a convolution) are
 packed in Python by pack_a / pack_b, the others are raw row-major arrays (a raw B is packed
 at run time, a raw A read in place).
@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from graphdef.ops._sgemm_pack import isa_from_macros, make_plan, pack_a, pack_b  # noqa: E402
+from codegen.backends.c.sgemm import isa_from_macros, make_plan, pack_a, pack_b  # noqa: E402
 
 # (m, n, k, which operand is a constant packed at compile time, what it is)
 SHAPES = [

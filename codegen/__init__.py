@@ -1,4 +1,9 @@
-"""flowc code generation: passes, schedule, memory planning, C emission and build drivers.
+"""flowc code generation: the pipeline from a Graph to built code.
+
+Shared stages: passes (passes.py), schedule (schedule.py), storage (storage.py), memory plan
+(memory.py, program.py), put together as one list in pipeline.py; each backend (backends/)
+lowers, renders and builds. compiled.py holds the entry points below; cli.py the ``flowc``
+command.
 
 >>> import numpy as np, graphdef as gd, codegen
 >>> with gd.Graph("double") as g:
@@ -7,7 +12,7 @@
 array([2., 4.], dtype=float32)
 """
 
-from . import memory, passes, schedule
+from . import memory, passes, pipeline, schedule
 from .compiled import CompiledModel, TensorSpec, compile, compile_many, export, program_for
 
 __all__ = [
@@ -18,6 +23,7 @@ __all__ = [
     "export",
     "memory",
     "passes",
+    "pipeline",
     "program_for",
     "schedule",
 ]

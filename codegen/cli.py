@@ -2,8 +2,12 @@
 
     flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c] [--ranks N] [--threads N] [--no-build]
                   [--max-ram BYTES] [--max-flash BYTES]
-    flowc inspect MODEL [--svg FILE]
+    flowc inspect MODEL [--arch ARCH] [--target c] [--threads N] [--stage STAGE] [--svg FILE]
     (both take --shape NAME=D0xD1x.. and --value NAME=V0,V1,..|FILE.npy for ONNX inputs)
+
+inspect runs the same pipeline as compile (codegen/pipeline.py) with the same options and
+prints what it builds: stages, schedule and memory plan; --stage NAME prints one stage's
+output in full (a graph, the schedule, the storage, the plan or the sources).
 
 MODEL is an .onnx file (``--shape NAME=1x3x224x224`` fixes symbolic input dimensions), a
 saved graph (.flowc), or a Python file and function returning a Graph
@@ -28,8 +32,9 @@ from pathlib import Path
 
 import graphdef as gd
 from graphdef.errors import FlowcError, UnsupportedError
+from graphdef.ir import Graph
 
-from . import compiled, lower, memory, passes, schedule
+from . import backends, compiled, memory, pipeline, schedule
 from .target import ARCHES, Target, parse_bytes
 
 
@@ -94,7 +99,7 @@ def load_model(spec: str, shapes: dict | None = None, values: dict | None = None
         if not callable(fn):
             raise FlowcError(f"{file}: has no function '{func}'")
         graph = fn()
-        if not isinstance(graph, gd.Graph):
+        if not isinstance(graph, Graph):
             raise FlowcError(f"{spec} returned {type(graph).__name__}, not a graphdef Graph")
         return graph
     if not Path(spec).is_file():
@@ -103,8 +108,7 @@ def load_model(spec: str, shapes: dict | None = None, values: dict | None = None
 
 
 def cmd_compile(args) -> int:
-    if args.target != "c":
-        raise UnsupportedError(f"--target {args.target} is not available in this version (use c)")
+    backends.get(args.target)  # an unknown target fails before the model loads
     if args.ranks != 1:
         raise UnsupportedError("--ranks above 1 is not available in this version")
     Target(args.arch, args.portable, args.threads)  # a bad arch fails before the model loads
@@ -136,7 +140,7 @@ def cmd_compile(args) -> int:
         f"(lower bound {m['arena_lower_bound']} B), weights {m['weight_bytes']} B"
     )
     if "footprint" in m:
-        from .mcu import Footprint
+        from .backends.c.mcu import Footprint
 
         fp = Footprint.from_json(m["footprint"])
         print(f"  {fp.line()}")
@@ -145,40 +149,39 @@ def cmd_compile(args) -> int:
 
 
 def cmd_inspect(args) -> int:
+    """What ``flowc compile`` with the same options builds, stage by stage (codegen.pipeline)."""
+    target = Target(args.arch, args.portable, args.threads)
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
-    trace: list = []
-    optimized = passes.run(graph, trace=trace)
-    print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes")
+    options = pipeline.Options(target=target, backend=args.target)
+    c = pipeline.run(graph, options, until="render" if args.stage == "render" else "plan")
+    if args.stage:
+        print(c.describe(args.stage))
+        return 0
+    where = f"target {args.target} on {args.arch}"
+    print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {where}")
     supported = set(gd.all_ops())
     ops = Counter(n.op for n in graph.nodes)
-    print("ops: " + ", ".join(f"{op} x{c}" for op, c in sorted(ops.items())))
+    print("ops: " + ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())))
     missing = sorted(set(ops) - supported)
     print("unsupported ops: " + (", ".join(missing) if missing else "none"))
-    print("passes: " + " -> ".join(f"{name} ({len(g.nodes)})" for name, g in trace))
-    lv = schedule.levels(optimized)
-    topo = schedule.schedule(optimized, "topological")
-    chosen = schedule.schedule(optimized, "memory")
+    print("stages: " + " -> ".join(f"{name} ({len(g.nodes)})" for name, g in c.graphs()))
+    lowered = c.lowered
+    lv = schedule.levels(lowered)
+    topo = schedule.schedule(lowered, "topological")
     print(f"critical path: {len(lv.critical)} nodes, {lv.makespan * 1e6:.1f} us estimated")
     print(
-        f"peak live bytes: topological order {schedule.peak_bytes(optimized, topo)}, "
-        f"chosen order {schedule.peak_bytes(optimized, chosen)}"
+        f"peak live bytes: topological order {schedule.peak_bytes(lowered, topo)}, "
+        f"chosen order {schedule.peak_bytes(lowered, list(c.results['schedule'].order))}"
     )
-    names = [str(r) for r in passes.select_outputs(graph).declared_outputs]
-    program = lower.lower(optimized, names)
+    program = c.program
     print("schedule (step, op, node, ASAP us, ALAP us, slack us, flops):")
     for i, n in enumerate(program.steps):
-        c = schedule.cost(optimized, n)
+        cost = schedule.cost(lowered, n)
         times = " ".join(f"{v * 1e6:9.2f}" for v in (lv.asap[n.name], lv.alap[n.name], lv.slack(n.name)))
-        print(f"  {i:4d} {n.op:16s} {n.name[:40]:40s} {times} {c.flops}")
-    p = program.plan
-    print(
-        f"memory plan: {len(program.buffers)} buffers, arena {p.arena_bytes} B, lower bound "
-        f"{program.lower_bound} B, algorithm {p.algorithm}; outputs and inputs live outside the arena"
-    )
-    if program.buffers:
-        print(memory.draw_text(program.buffers, p))
+        print(f"  {i:4d} {n.op:16s} {n.name[:40]:40s} {times} {cost.flops}")
+    print(program.describe())
     if args.svg:
-        Path(args.svg).write_text(memory.draw_svg(program.buffers, p))
+        Path(args.svg).write_text(memory.draw_svg(program.buffers, program.plan))
         print(f"wrote {args.svg}")
     return 0
 
@@ -199,8 +202,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--max-ram", metavar="BYTES", help="refuse a model needing more RAM (e.g. 64K)")
     c.add_argument("--max-flash", metavar="BYTES", help="refuse a model needing more flash (e.g. 256K)")
     c.set_defaults(func=cmd_compile)
-    i = sub.add_parser("inspect", help="ops, passes, schedule and memory plan")
+    i = sub.add_parser("inspect", help="what compile builds: ops, stages, schedule and memory plan")
     i.add_argument("model")
+    i.add_argument("--arch", default="host", help=", ".join(ARCHES))
+    i.add_argument("--target", default="c")
+    i.add_argument("--threads", type=int, default=1)
+    i.add_argument("--portable", action="store_true")
+    i.add_argument("--stage", help="print one stage's output in full (a stage of codegen.pipeline)")
     i.add_argument("--svg", help="also draw the memory plan to this SVG file")
     i.set_defaults(func=cmd_inspect)
     for p in (c, i):

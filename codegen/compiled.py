@@ -23,8 +23,13 @@ from graphdef.interpret import feed_value
 from graphdef.ir import Graph, TensorType
 from graphdef.serialize import to_json
 
-from . import build, emit, lower, mcu, passes
-from .cnames import C_KEYWORDS
+from . import pipeline
+from .backends.c import toolchain
+from .backends.c.api import EntryPoints
+from .backends.c.cnames import C_KEYWORDS
+from .backends.c.emit import RUNTIME, TEMPLATES, THREADPOOL, VERSION
+from .program import Program
+from .storage import ALIGN
 from .target import Target, parse_bytes
 
 _loaded: dict[str, tuple] = {}
@@ -54,8 +59,8 @@ def cache_root() -> Path:
 
 def _flowc_sources_hash() -> str:
     if not _source_hash:
-        h = hashlib.sha256(emit.VERSION.encode())
-        for folder in (emit.TEMPLATES, emit.RUNTIME, Path(__file__).parent):
+        h = hashlib.sha256(VERSION.encode())
+        for folder in (TEMPLATES, RUNTIME, Path(__file__).parent):
             for path in sorted(folder.rglob("*")):
                 if path.is_file() and path.suffix in (".j2", ".h", ".c", ".inc", ".py"):
                     h.update(str(path.relative_to(folder)).encode())
@@ -68,7 +73,7 @@ def graph_key(graph: Graph, outputs, options: dict) -> str:
     """Content hash of everything a compiled library depends on."""
     h = hashlib.sha256()
     h.update(json.dumps(to_json(graph), sort_keys=True, default=str).encode())
-    for store in (graph._constants, graph._variables):
+    for store in (graph.constants, graph.variables):
         for name in sorted(store):
             a = store[name]
             h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
@@ -84,14 +89,17 @@ def program_for(
     outputs=None,
     planner: str = "best",
     time_limit: float = 5.0,
-    isa: str | None = None,
-    threads: int = 1,
-) -> lower.Program:
-    """Passes, schedule and memory plan: the Program every backend renders. ``isa`` (the
-    target's, see Target.isa) puts float32 products on the fast GEMM, split over ``threads``."""
-    optimized = passes.run(graph, outputs, isa=isa, threads=threads)
-    names = [str(r) for r in passes.select_outputs(graph, outputs).declared_outputs]
-    return lower.lower(optimized, names, algorithm=planner, time_limit=time_limit)
+    target: Target | None = None,
+    cc: str | None = None,
+    flags=(),
+) -> Program:
+    """The Program the pipeline makes for ``target`` (passes, lowering, schedule, storage and
+    memory plan): what every backend renders."""
+    options = pipeline.Options(
+        target=target or Target(), outputs=outputs, planner=planner, time_limit=time_limit, cc=cc,
+        flags=tuple(flags),
+    )  # fmt: skip
+    return pipeline.run(graph, options, until="plan").program
 
 
 class CompiledModel:
@@ -118,41 +126,32 @@ class CompiledModel:
         self.state_bytes = metadata["state_bytes"]
         self._stateful = bool(metadata["state"])
         self.threads = metadata.get("threads", 1)
-        n = len(self.inputs) + len(self.outputs) + 1 + self._stateful + (self.threads > 1)
+        self.api = EntryPoints.from_json(metadata["api"])
         ffi = cffi.FFI()
-        ffi.cdef(
-            f"int {self.name}_run({', '.join(['void *'] * n)});\n"
-            f"const char *{self.name}_status_string(int);\n"
-            + (f"int {self.name}_state_init(void *);\n" if self._stateful else "")
-            + (
-                f"size_t {self.name}_pool_bytes(void);\nint {self.name}_pool_start(void *);\n"
-                f"void {self.name}_pool_stop(void *);\n"
-                if self.threads > 1
-                else ""
-            )
-        )
+        ffi.cdef(self.api.cdef())
         self._ffi = ffi
         self._lib = ffi.dlopen(str(library))
         self._pool = None
-        if self.threads > 1:  # started once, stopped when the model is collected
-            self._pool = ffi.new("char[]", getattr(self._lib, f"{self.name}_pool_bytes")() + 64)
-            if getattr(self._lib, f"{self.name}_pool_start")(self._pool):
+        if self.api.pool:  # started once, stopped when the model is collected
+            nbytes, start, stop = (getattr(self._lib, f.name) for f in self.api.pool)
+            self._pool = ffi.new("char[]", nbytes() + 64)
+            if start(self._pool):
                 raise ExecutionError(f"model '{self.name}': cannot start {self.threads} threads")
-            self._pool = ffi.gc(self._pool, getattr(self._lib, f"{self.name}_pool_stop"))
-        self._run = getattr(self._lib, f"{self.name}_run")
+            self._pool = ffi.gc(self._pool, stop)
+        self._run = getattr(self._lib, self.api.run.name)
         self._state = self._aligned(self.state_bytes)
         self.reset()
 
     @staticmethod
     def _aligned(nbytes: int) -> np.ndarray:
-        raw = np.zeros(nbytes + lower.ALIGN, np.uint8)
-        start = (-raw.ctypes.data) % lower.ALIGN
+        raw = np.zeros(nbytes + ALIGN, np.uint8)
+        start = (-raw.ctypes.data) % ALIGN
         return raw[start : start + nbytes]
 
     def reset(self) -> None:
         """Variables back to their initial values."""
-        if self._stateful:
-            getattr(self._lib, f"{self.name}_state_init")(self._ffi.from_buffer(self._state))
+        if self.api.state_init:
+            getattr(self._lib, self.api.state_init.name)(self._ffi.from_buffer(self._state))
 
     def variable(self, name: str) -> np.ndarray:
         """The current value of a state variable (a copy)."""
@@ -181,25 +180,25 @@ class CompiledModel:
                 f"model '{self.name}' needs feed(s) "
                 + ", ".join(f"'{t.name}' ({TensorType(t.shape, t.dtype)})" for t in missing)
             )
-        args, keep = [], []
+        ins = []
         for t in self.inputs:
             a = np.ascontiguousarray(feed_value(t.name, TensorType(t.shape, t.dtype), feeds[t.name]))
-            keep.append(a)
-            args.append(self._ffi.from_buffer(a if a.size else np.zeros(1, np.uint8)))
-        results = {}
+            ins.append(self._ffi.from_buffer(a if a.size else np.zeros(1, np.uint8)))
+        results, outs = {}, []
         for t in self.outputs:
             out = np.empty(t.shape, dtypes.np_dtype(t.dtype))
             results[t.name] = out
-            args.append(self._ffi.from_buffer(out if out.size else np.zeros(1, np.uint8)))
-        arena = self._aligned(max(self.arena_bytes, 1))
-        args.append(self._ffi.from_buffer(arena))
-        if self._stateful:
-            args.append(self._ffi.from_buffer(self._state))
-        if self._pool is not None:
-            args.append(self._pool)
-        status = self._run(*args)
+            outs.append(self._ffi.from_buffer(out if out.size else np.zeros(1, np.uint8)))
+        by_role = {
+            "input": ins,
+            "output": outs,
+            "arena": [self._ffi.from_buffer(self._aligned(max(self.arena_bytes, 1)))],
+            "state": [self._ffi.from_buffer(self._state)],
+            "pool": [self._pool],
+        }
+        status = self._run(*(by_role[p.role][p.index] for p in self.api.run.params))
         if status:
-            msg = self._ffi.string(getattr(self._lib, f"{self.name}_status_string")(status)).decode()
+            msg = self._ffi.string(getattr(self._lib, self.api.status_string.name)(status)).decode()
             raise ExecutionError(f"model '{self.name}' failed: {msg} (status {status})")
         return results
 
@@ -224,31 +223,26 @@ def compile(
     ``portable``: no -march=native; ``threads``: worker threads for the heavy steps.
     """
     check_name(name)
-    cc = build.find_cc(cc)
+    cc = toolchain.find_cc(cc)
     target = Target("host", portable, threads)
-    options = {
-        "name": name,
-        "cc": cc,
-        "flags": list(flags),
-        "planner": planner,
-        "kind": "shared",
-        "target": target.key(),
-    }
-    key = graph_key(graph, outputs or graph.outputs, options)
+    options = pipeline.Options(
+        target=target,
+        outputs=outputs,
+        planner=planner,
+        cc=cc,
+        flags=tuple(flags),
+        name=name,
+        product="shared",
+    )
+    key = graph_key(graph, outputs or graph.outputs, _key_options(options))
     if key in _loaded:
         return CompiledModel(*_loaded[key])
     folder = cache_root() / key
     library, meta_path = folder / f"lib{name}.so", folder / "metadata.json"
     if not (cache and library.is_file() and meta_path.is_file()):
-        sources = emit.emit(
-            program_for(graph, outputs, planner, isa=target.isa(cc, flags), threads=target.threads),
-            name,
-            target=target,
-        )
-        tmp = build.temp_dir_beside(folder)
+        tmp = toolchain.temp_dir_beside(folder)
         try:
-            build.write_sources(sources, tmp)
-            build.build_shared(tmp, name, sources, cc, flags, target)
+            pipeline.run(graph, options, until="build", folder=tmp)
             if folder.exists():
                 shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
@@ -257,6 +251,20 @@ def compile(
     metadata = json.loads(meta_path.read_text())
     _loaded[key] = (library, metadata)
     return CompiledModel(library, metadata)
+
+
+def _key_options(options: pipeline.Options) -> dict:
+    """The options as plain data for the cache key."""
+    return {
+        "name": options.name,
+        "cc": options.cc,
+        "flags": list(options.flags),
+        "planner": options.planner,
+        "kind": options.product,
+        "target": options.target.key(),
+        "backend": options.backend,
+        "weights": options.weights,
+    }
 
 
 def export(
@@ -281,7 +289,8 @@ def export(
       and the standalone program ``out_dir/name`` (statically linked when cross-compiled);
     - microcontrollers (``cortex-m0plus``, ``cortex-m4``, ``cortex-m7``): ``lib<name>.a``, a
       test firmware for QEMU (firmware.c, firmware.elf) and the footprint, which is printed by
-      ``flowc compile`` and stored under "footprint" in metadata.json (see codegen.mcu).
+      ``flowc compile`` and stored under "footprint" in metadata.json (see
+      codegen/backends/c/mcu.py).
 
     ``max_ram`` / ``max_flash`` (bytes, or strings such as "64K"): a model that does not fit
     is refused with a FlowcError giving both numbers, and nothing is written. They bound the
@@ -296,19 +305,19 @@ def export(
         "max_flash": None if max_flash is None else parse_bytes(max_flash, "max-flash"),
     }
     out_dir = Path(out_dir)
-    cc = build.find_cc(cc, target)
-    program = program_for(graph, outputs, planner, isa=target.gemm_isa(cc, flags), threads=target.threads)
+    options = pipeline.Options(
+        target=target, outputs=outputs, planner=planner, cc=toolchain.find_cc(cc, target), flags=tuple(flags),
+        name=name, product=None if build_binary else "none",
+    )  # fmt: skip
+    c = pipeline.run(graph, options, until="render")
+    program = c.program
     ram = {"arena": program.arena_bytes, "state": program.state_bytes}
     check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
-    sources = emit.emit(program, name, target=target)
-    tmp = build.temp_dir_beside(out_dir)
+    tmp = toolchain.temp_dir_beside(out_dir)
     try:
-        build.write_sources(sources, tmp, target)
-        if build_binary and target.kind == "mcu":
-            build.build_library(tmp, name, sources, cc, flags, target)
-            mcu.check_imports(mcu.imports(tmp, name, target), f"lib{name}.a")
-            mcu.link_firmware(tmp, name, target, cc, flags)
-            fp = mcu.footprint(tmp, name, target, sources.metadata)
+        built = c.backend.build(c.sources, tmp, options.with_(product=options.product or target.spec.product))
+        if built.footprint is not None:
+            fp = built.footprint
             check_limits(
                 name,
                 target,
@@ -316,11 +325,9 @@ def export(
                 {**ram, "stack": fp.stack, "data": fp.data},
                 {"code": fp.code, "weights": fp.weights},
             )
-            sources.metadata["footprint"] = fp.to_json()
-            (tmp / "metadata.json").write_text(json.dumps(sources.metadata, indent=1) + "\n")
-        elif build_binary:
-            build.build_binary(tmp, name, sources, cc, flags, target)
-        build.replace_dir(tmp, out_dir)
+            c.sources.metadata["footprint"] = fp.to_json()
+            (tmp / "metadata.json").write_text(json.dumps(c.sources.metadata, indent=1) + "\n")
+        toolchain.replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
@@ -344,40 +351,38 @@ def compile_many(
     """Compile several graphs into ONE shared library (one compiler call), for bulk testing.
 
     ``graphs`` is a list of ``(name, graph)`` or ``(name, graph, outputs)``; names must differ.
-    The generated model sources are included into a single translation unit.
+    Each goes through the pipeline up to "render" (weights as C arrays); the generated model
+    sources are included into a single translation unit.
     """
-    cc = build.find_cc(cc)
+    cc = toolchain.find_cc(cc)
     items = [(g[0], g[1], g[2] if len(g) > 2 else None) for g in graphs]
     names = [check_name(n) for n, _, _ in items]
     if len(set(names)) != len(names):
         raise FlowcError("compile_many needs distinct model names")
     target = Target("host", portable, threads)
-    options = {"cc": cc, "flags": list(flags), "planner": planner, "kind": "bundle", "target": target.key()}
+    base = pipeline.Options(
+        target=target, planner=planner, cc=cc, flags=tuple(flags), weights="c", product="bundle"
+    )
     key = hashlib.sha256(
-        "".join(graph_key(g, o or g.outputs, {**options, "name": n}) for n, g, o in items).encode()
+        "".join(graph_key(g, o or g.outputs, _key_options(base.with_(name=n))) for n, g, o in items).encode()
     ).hexdigest()[:32]
     folder = cache_root() / key
     library = folder / "libbundle.so"
     if not library.is_file():
-        tmp = build.temp_dir_beside(folder)
+        tmp = toolchain.temp_dir_beside(folder)
         try:
             bundle = []
-            build.copy_runtime(tmp)
+            toolchain.copy_runtime(tmp)
             for n, g, o in items:
-                sources = emit.emit(
-                    program_for(g, o, planner, isa=target.isa(cc, flags), threads=target.threads),
-                    n,
-                    weights="c",
-                    target=target,
-                )
+                sources = pipeline.run(g, base.with_(name=n, outputs=o), until="render").sources
                 for f in (f"{n}.h", f"{n}.c"):
                     (tmp / f).write_text(sources.files[f])
                 (tmp / f"{n}.metadata.json").write_text(sources.files["metadata.json"])
                 bundle.append(f'#include "{n}.c"\n')
             (tmp / "bundle.c").write_text("".join(bundle))
-            files = ["bundle.c"] + (["runtime/pool.c"] if target.threads > 1 else [])
-            cmd = [*build.compile_command(cc, target, flags), "-fPIC", "-shared", "-o", "libbundle.so"]
-            build.run([*cmd, *files, *build.libraries(target)], cwd=tmp)
+            files = ["bundle.c"] + ([THREADPOOL] if target.threads > 1 else [])
+            cmd = [*toolchain.compile_command(cc, target, flags), "-fPIC", "-shared", "-o", "libbundle.so"]
+            toolchain.run([*cmd, *files, *toolchain.libraries(target)], cwd=tmp)
             shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
         finally:

@@ -30,7 +30,7 @@ class Cost:
 
 def is_step(node: Node) -> bool:
     """Whether a node becomes code (sources and aliases do not)."""
-    return get_op(node.op).c not in (SOURCE, ALIAS)
+    return get_op(node.op).kind not in (SOURCE, ALIAS)
 
 
 def cost(graph: Graph, node: Node) -> Cost:
@@ -40,8 +40,6 @@ def cost(graph: Graph, node: Node) -> Cost:
         return Cost(0, 0)
     ins = [graph.type_of(r) for r in node.inputs]
     flops = opdef.flops(ins, node.outputs, node.attrs) if opdef.flops else sum(t.size for t in node.outputs)
-    if node.op == "fused":
-        flops *= len(node.attrs["program"])
     return Cost(int(flops), sum(t.nbytes for t in ins) + sum(t.nbytes for t in node.outputs))
 
 
@@ -116,7 +114,7 @@ def _alias_roots(graph: Graph) -> dict[str, str]:
     """Node name -> the node whose memory it uses (itself unless it is an alias)."""
     root: dict[str, str] = {}
     for n in graph.nodes:
-        if get_op(n.op).c is ALIAS and n.inputs:
+        if get_op(n.op).kind == ALIAS and n.inputs:
             root[n.name] = root[n.inputs[0].node]
         else:
             root[n.name] = n.name
@@ -225,3 +223,28 @@ ALGORITHMS = {
 def schedule(graph: Graph, algorithm: str = "memory") -> list[Node]:
     """The order in which nodes run, chosen by name (``memory`` or ``topological``)."""
     return ALGORITHMS[algorithm](graph)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The schedule stage's output: every node in order, and the steps among them (the nodes
+    that become code)."""
+
+    graph: Graph
+    order: tuple[Node, ...]
+    algorithm: str
+
+    @property
+    def steps(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.order if is_step(n))
+
+    def describe(self) -> str:
+        lines = [f"schedule ({self.algorithm}): {len(self.steps)} steps of {len(self.order)} nodes"]
+        for i, n in enumerate(self.steps):
+            lines.append(f"  {i:4d} {n.op:16s} {n.name}")
+        return "\n".join(lines)
+
+
+def make(graph: Graph, algorithm: str = "memory") -> Schedule:
+    """The schedule stage: the order of ``graph``'s nodes by the named algorithm."""
+    return Schedule(graph, tuple(schedule(graph, algorithm)), algorithm)

@@ -21,9 +21,7 @@ Three kinds of architecture:
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 
 from graphdef.errors import FlowcError, ToolchainError
@@ -37,6 +35,14 @@ class Arch:
     ``packages``: the Debian packages that provide the toolchain; ``qemu``: the emulator that
     runs the output here (qemu-user program for linux, qemu-system program for mcu) and
     ``board``: the QEMU machine an MCU firmware runs on.
+
+    What differs between a computer and a microcontroller is data here, read by the stages
+    that need it: ``product`` ("program": a standalone binary with main.c; "library": a
+    static library with a test firmware and a footprint report), ``weight_align`` (bytes;
+    microcontrollers pack flash tightly), ``packed_gemm`` (float32 products on the packed GEMM;
+    its family of edge-tile micro-kernels costs ~20 KB of flash for nothing on a core without
+    a vector unit), ``outlined_steps`` (each step stays a function of its own, so the stack
+    bound and the footprint split see them) and ``max_threads``.
     """
 
     name: str
@@ -49,9 +55,21 @@ class Arch:
     qemu_package: str = ""
     board: str = ""
     cpu: str = ""
+    product: str = "program"
+    weight_align: int = 64
+    packed_gemm: bool = True
+    outlined_steps: bool = False
+    max_threads: int = 256
 
 
 _MCU = ("-Os", "-mthumb", "-ffunction-sections", "-fdata-sections")
+_MCU_DATA = {
+    "product": "library",
+    "weight_align": 8,
+    "packed_gemm": False,
+    "outlined_steps": True,
+    "max_threads": 1,
+}
 ARCH_LIST = (
     Arch("host", "host"),
     Arch(
@@ -97,6 +115,7 @@ ARCH_LIST = (
         qemu_package="qemu-system-arm",
         board="mps2-an385",
         cpu="cortex-m0plus",
+        **_MCU_DATA,
     ),
     Arch(
         "cortex-m4",
@@ -108,6 +127,7 @@ ARCH_LIST = (
         qemu_package="qemu-system-arm",
         board="mps2-an386",
         cpu="cortex-m4",
+        **_MCU_DATA,
     ),
     # Cortex-M7 with the single-precision FPU (fpv5-sp-d16): it runs on every M7 part, the
     # double-precision ones included; the model computes in float32.
@@ -121,6 +141,7 @@ ARCH_LIST = (
         qemu_package="qemu-system-arm",
         board="mps2-an500",
         cpu="cortex-m7",
+        **_MCU_DATA,
     ),
 )
 ARCHES = {a.name: a for a in ARCH_LIST}
@@ -143,7 +164,7 @@ class Target:
             )
         if not isinstance(self.threads, int) or not 1 <= self.threads <= 256:
             raise FlowcError(f"threads must be an integer from 1 to 256, got {self.threads!r}")
-        if self.kind == "mcu" and self.threads != 1:
+        if self.threads > self.spec.max_threads:
             raise FlowcError(f"{self.arch} runs single-threaded: threads must be 1, got {self.threads}")
 
     @property
@@ -203,31 +224,6 @@ class Target:
     def key(self) -> dict:
         return asdict(self)
 
-    def gemm_isa(self, cc: str, flags=()) -> str | None:
-        """The ISA float32 products are lowered to the packed GEMM for (see
-        codegen.passes.lower_linear), or None to keep the plain gemm/conv kernels: on a
-        microcontroller, which has no vector unit, the packed GEMM's family of edge-tile
-        micro-kernels would cost ~20 KB of flash for nothing."""
-        return None if self.kind == "mcu" else self.isa(cc, flags)
-
-    def isa(self, cc: str, flags=()) -> str:
-        """The float32 GEMM micro-kernel ``cc`` selects with these flags and the caller's extra
-        ``flags`` (avx512, avx2, aarch64, v128, scalar): ``cc`` must be this arch's compiler,
-        since the weights are packed for the tile it picks."""
-        key = (cc, self.cflags(), tuple(flags))
-        if key not in _ISA:
-            from graphdef.ops._sgemm_pack import isa_from_macros
-
-            cmd = [*shlex.split(cc), *self.cflags(), *flags, "-dM", "-E", "-x", "c", "-"]
-            try:
-                res = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=60)
-                _ISA[key] = isa_from_macros(res.stdout) if res.returncode == 0 else "scalar"
-            except (OSError, subprocess.TimeoutExpired):
-                _ISA[key] = "scalar"
-        return _ISA[key]
-
-
-_ISA: dict = {}
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20}
 

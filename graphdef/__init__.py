@@ -15,6 +15,7 @@ from __future__ import annotations
 from . import ops as _ops  # registers every op
 from .autodiff import gradients
 from .builder import (
+    Graph,
     Tensor,
     apply,
     constant,
@@ -42,7 +43,7 @@ from .errors import (
     UnsupportedError,
 )
 from .interpret import Session, run, session
-from .ir import Attrs, Graph, Node, TensorType, ValueRef
+from .ir import Attrs, Node, TensorType, ValueRef
 from .ops.bits import bitcast
 from .ops.elementwise import (
     abs,

@@ -1,7 +1,10 @@
-"""The TensorFlow-1-style builder: default graph, scopes, tensors and node creation.
+"""The TensorFlow-1-style builder: the graph being built, default graph, scopes, tensors and
+node creation.
 
-Builder functions append nodes to the default graph (``with g:``). Shapes and dtypes are
-inferred as each node is added, so a mistake is reported at the line that makes it.
+``Graph`` here (``gd.Graph``) is the growable subclass of the immutable ``ir.Graph``: builder
+functions append nodes to the default graph (``with g:``); everything that reads a graph
+(passes, the interpreter, codegen) sees an ``ir.Graph``. Shapes and dtypes are inferred as
+each node is added, so a mistake is reported at the line that makes it.
 """
 
 from __future__ import annotations
@@ -12,12 +15,60 @@ import threading
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, ir
 from .errors import AttrError, FlowcError, GraphError, ShapeError
-from .ir import Attrs, Graph, Node, TensorType, ValueRef
+from .ir import Attrs, Node, TensorType, ValueRef
 from .registry import get_op
 
 _local = threading.local()
+
+
+class Graph(ir.Graph):
+    """A graph under construction: the default graph of the builder functions inside
+    ``with g:`` (or ``with g.as_default():``). It reads like any ``ir.Graph``; nodes are only
+    ever appended (``add``), by the builder functions or by a pass assembling a new graph.
+
+    ``reserved``: names that automatic node names avoid (a pass rebuilding a graph reserves the
+    old graph's names, so kept nodes keep theirs).
+    """
+
+    def __init__(self, name="graph", nodes=(), outputs=(), constants=None, variables=None, reserved=()):
+        super().__init__(name, nodes, outputs, constants, variables)
+        self._names_used: dict[str, int] = {}
+        self.reserved: set[str] = set(reserved)
+
+    def add(self, node: Node, constant=None, variable=None) -> None:
+        """Append ``node`` (its inputs must already be in the graph), with the array of a
+        constant or the initial value of a variable."""
+        if node.name in self:
+            raise GraphError(f"a node named '{node.name}' already exists in graph '{self.name}'")
+        self._node_list.append(node)
+        self._by_name[node.name] = node
+        if constant is not None:
+            self._constants[node.name] = ir._readonly(constant)
+        if variable is not None:
+            self._variables[node.name] = ir._readonly(variable)
+        self._derived.clear()
+
+    def set_outputs(self, *values) -> None:
+        """Declare the graph's outputs (Tensors or names); by default they are its sinks."""
+        self._outputs = tuple(v.ref if isinstance(v, Tensor) else self.resolve(v) for v in values)
+        self._derived.clear()
+
+    def freeze(self) -> ir.Graph:
+        """The immutable graph of the nodes added so far."""
+        return ir.Graph(self.name, self._node_list, self._outputs, self._constants, self._variables)
+
+    def as_default(self):
+        return default_graph_scope(self)
+
+    def __enter__(self):
+        _push_graph(self)
+        return self
+
+    def __exit__(self, *exc):
+        _pop_graph(self)
+        return False
 
 
 def _stack(name: str) -> list:
@@ -182,7 +233,7 @@ def _unique_name(graph: Graph, base: str, explicit: bool) -> str:
             raise GraphError(f"a node named '{full}' already exists in graph '{graph.name}'")
         return full
     candidate, k = full, graph._names_used.get(full, 0)
-    while candidate in graph or candidate in graph._reserved:
+    while candidate in graph or candidate in graph.reserved:
         k += 1
         candidate = f"{full}_{k}"
     graph._names_used[full] = k
@@ -204,6 +255,11 @@ def _graph_of(tensors) -> Graph:
         raise GraphError(f"inputs come from different graphs: {names}")
     if graphs:
         g = next(iter(graphs.values()))
+        if not isinstance(g, Graph):
+            raise GraphError(
+                f"tensor '{tensors[0].name}' belongs to graph '{g.name}', which is immutable; "
+                "build on a gd.Graph"
+            )
         stack = _stack("graphs")
         if stack and stack[-1] is not g:
             raise GraphError(
@@ -248,7 +304,7 @@ def apply(op: str, inputs, name: str | None = None, **attrs):
         device=_current_device(),
         control_inputs=_current_controls(),
     )
-    graph._append(node)
+    graph.add(node)
     outs = tuple(Tensor(graph, node.ref(i)) for i in range(len(outputs)))
     return outs[0] if len(outs) == 1 else outs
 
@@ -266,7 +322,7 @@ def _source(op: str, name: str | None, data=None, variable=False, **attrs) -> Te
     except (ShapeError, AttrError) as e:
         raise type(e)(f"node '{node_name}' (op {op}): {e}") from None
     node = Node(node_name, op, (), frozen, outputs, _current_device(), _current_controls())
-    graph._append(node, constant=None if variable else data, variable=data if variable else None)
+    graph.add(node, constant=None if variable else data, variable=data if variable else None)
     return Tensor(graph, node.ref())
 
 

@@ -7,6 +7,8 @@ in the graph's default ``Session``.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from . import dtypes
@@ -67,7 +69,7 @@ class Session:
 
     def _value_of_variable(self, name: str) -> np.ndarray:
         if name not in self._state:
-            self._state[name] = self.graph._variables[name]
+            self._state[name] = self.graph.variables[name]
         return self._state[name]
 
     def reset(self) -> None:
@@ -88,9 +90,8 @@ class Session:
                 node = graph.node(name)
                 stack.extend(r.node for r in node.inputs if r not in fed)
                 stack.extend(node.control_inputs)
-            if "order" not in graph._cache:
-                graph._cache["order"] = toposort(graph.nodes).order
-            self._plans[key] = [n for n in graph._cache["order"] if n.name in needed]
+            order = graph.derived("order", lambda: toposort(graph.nodes).order)
+            self._plans[key] = [n for n in order if n.name in needed]
         return self._plans[key]
 
     def run(self, feeds=None, fetches=()):
@@ -122,7 +123,7 @@ class Session:
     def _execute(self, node, values, start) -> tuple:
         graph = self.graph
         if node.op == "constant":
-            return (graph._constants[node.name],)
+            return (graph.constants[node.name],)
         if node.op == "variable":
             return (start[node.name],)
         opdef = get_op(node.op)
@@ -146,11 +147,16 @@ class Session:
         return outs
 
 
+_SESSIONS: dict[int, Session] = {}
+
+
 def session(graph: Graph) -> Session:
-    """The default Session of ``graph`` (created on first use)."""
-    if graph._session is None:
-        graph._session = Session(graph)
-    return graph._session
+    """The default Session of ``graph`` (created on first use, forgotten with the graph)."""
+    key = id(graph)
+    if key not in _SESSIONS:
+        _SESSIONS[key] = Session(graph)
+        weakref.finalize(graph, _SESSIONS.pop, key, None)
+    return _SESSIONS[key]
 
 
 def run(graph: Graph, feeds=None, fetches=()):

@@ -1,9 +1,9 @@
 """The IR: TensorType, ValueRef, Node and Graph.
 
 A ``Graph`` is a list of ``Node`` records in topological order plus the arrays of its
-constants and the initial values of its variables. Nodes and types are frozen; a graph is
-append-only while a program builds it (``with g: ...``) and passes return new graphs
-(``Graph.from_parts``). Nothing in a graph is ever changed in place.
+constants and the initial values of its variables. Nodes, types and graphs are immutable:
+passes return new graphs. Building a graph in a program (``with g: ...``) is the builder's
+business (graphdef/builder.py); this module imports nothing above it.
 
 >>> t = TensorType((1, 784), "float32")
 >>> t.size, t.nbytes, str(t)
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -152,7 +153,16 @@ class Node:
         return f"node '{self.name}' (op {self.op}" + (f", inputs {types})" if types else ")")
 
 
-def _readonly(array: np.ndarray) -> np.ndarray:
+def _readonly(array) -> np.ndarray:
+    """A read-only, C-ordered array the graph owns: shared when it already is one (arrays
+    pass from graph to graph unchanged), else a copy."""
+    if (
+        isinstance(array, np.ndarray)
+        and not array.flags.writeable
+        and array.flags.owndata
+        and array.flags.c_contiguous
+    ):
+        return array
     array = np.array(array, copy=True, order="C")
     array.flags.writeable = False
     return array
@@ -167,110 +177,99 @@ def parse_ref(text: str) -> ValueRef:
 
 
 class Graph:
-    """A dataflow graph: nodes in topological order, constants and variables.
+    """A dataflow graph: nodes in topological order, declared outputs, constants and variables.
 
-    Build one with the ``graphdef`` builder functions inside ``with g:``; derive new ones
-    with ``Graph.from_parts``. Nodes are only ever appended.
+    A Graph never changes: passes make new ones (``Graph(name, nodes, outputs, constants,
+    variables)``, taken as given: call ``verify`` to check it). Programs build graphs with
+    ``graphdef.builder.Graph`` (``gd.Graph``), the growable subclass that is the builder's
+    context (``with g: ...``); everything else only reads.
 
-    >>> import graphdef as gd
-    >>> g = gd.Graph("tiny")
-    >>> with g:
-    ...     y = gd.relu(gd.placeholder("x", (2,)), name="y")
-    >>> [n.op for n in g.nodes], [str(r) for r in g.outputs]
-    (['placeholder', 'relu'], ['y'])
+    >>> a = Graph("a", [Node("x", "placeholder", (), {"shape": (2,), "dtype": "float32"},
+    ...                      (TensorType((2,), "float32"),))])
+    >>> [n.name for n in a.nodes], a.inputs
+    (['x'], ('x',))
     """
 
-    def __init__(self, name: str = "graph"):
-        if not isinstance(name, str) or not name:
-            raise ShapeError(f"graph name must be a non-empty string, got {name!r}")
-        self.name = name
-        self._nodes: list[Node] = []
-        self._by_name: dict[str, Node] = {}
-        self._outputs: tuple[ValueRef, ...] = ()
-        self._constants: dict[str, np.ndarray] = {}
-        self._variables: dict[str, np.ndarray] = {}
-        self._cache: dict = {}
-        self._names_used: dict[str, int] = {}
-        self._reserved: set[str] = set()  # names a rewrite will still add; auto names avoid them
-        self._session = None  # run-time state of gd.run; not part of the IR
-
-    # ----------------------------------------------------------------- construction
-    @classmethod
-    def from_parts(
-        cls,
-        name: str,
-        nodes: Iterable[Node],
+    def __init__(
+        self,
+        name: str = "graph",
+        nodes: Iterable[Node] = (),
         outputs: Iterable[ValueRef] = (),
         constants: Mapping[str, np.ndarray] | None = None,
         variables: Mapping[str, np.ndarray] | None = None,
-    ) -> Graph:
-        """A new graph from its parts, taken as given: call ``verify`` to check it."""
-        g = cls(name)
-        for node in nodes:
-            g._nodes.append(node)
-            g._by_name.setdefault(node.name, node)
-        g._outputs = tuple(outputs)
-        g._constants = {k: _readonly(v) for k, v in (constants or {}).items()}
-        g._variables = {k: _readonly(v) for k, v in (variables or {}).items()}
-        return g
+    ):
+        if not isinstance(name, str) or not name:
+            raise ShapeError(f"graph name must be a non-empty string, got {name!r}")
+        self._name = name
+        self._node_list: list[Node] = list(nodes)
+        self._by_name: dict[str, Node] = {}
+        for node in self._node_list:
+            self._by_name.setdefault(node.name, node)
+        self._outputs: tuple[ValueRef, ...] = tuple(outputs)
+        self._constants = {k: _readonly(v) for k, v in (constants or {}).items()}
+        self._variables = {k: _readonly(v) for k, v in (variables or {}).items()}
+        self._derived: dict = {}
 
-    def _append(self, node: Node, constant=None, variable=None) -> None:
-        """Add one node (builder only). Its inputs must already be in the graph."""
-        self._nodes.append(node)
-        self._by_name[node.name] = node
-        if constant is not None:
-            self._constants[node.name] = _readonly(constant)
-        if variable is not None:
-            self._variables[node.name] = _readonly(variable)
-        self._cache.clear()
+    @classmethod
+    def from_parts(cls, name, nodes, outputs=(), constants=None, variables=None) -> Graph:
+        """The same as ``Graph(name, nodes, outputs, constants, variables)``."""
+        return cls(name, nodes, outputs, constants, variables)
 
-    def set_outputs(self, *values) -> None:
-        """Declare the graph's outputs (Tensors or names); by default they are its sinks."""
-        from .builder import Tensor
+    def derived(self, key, compute):
+        """A value computed once from this graph (``compute()``), e.g. an index or an order.
+        A graph's content never changes, so the value stays right (a growing builder graph
+        forgets them when a node is added)."""
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]
 
-        refs = []
-        for v in values:
-            ref = v.ref if isinstance(v, Tensor) else self.resolve(v)
-            refs.append(ref)
-        self._outputs = tuple(refs)
-        self._cache.clear()
+    def with_outputs(self, refs: Iterable[ValueRef]) -> Graph:
+        """The same graph with other declared outputs."""
+        return Graph(self.name, self._node_list, refs, self._constants, self._variables)
 
     # ----------------------------------------------------------------- reading
     @property
+    def name(self) -> str:
+        return self._name
+
+    @property
     def nodes(self) -> tuple[Node, ...]:
-        if "nodes" not in self._cache:
-            self._cache["nodes"] = tuple(self._nodes)
-        return self._cache["nodes"]
+        return self.derived("nodes", lambda: tuple(self._node_list))
 
     @property
     def constants(self) -> Mapping[str, np.ndarray]:
-        return dict(self._constants)
+        """Constant node name -> its (read-only) array."""
+        return MappingProxyType(self._constants)
 
     @property
     def variables(self) -> Mapping[str, np.ndarray]:
-        return dict(self._variables)
+        """Variable node name -> its (read-only) initial value."""
+        return MappingProxyType(self._variables)
 
     @property
     def inputs(self) -> tuple[str, ...]:
         """Names of the placeholder nodes, in creation order."""
-        return tuple(n.name for n in self._nodes if n.op == "placeholder")
+        return tuple(n.name for n in self._node_list if n.op == "placeholder")
 
     @property
     def outputs(self) -> tuple[ValueRef, ...]:
-        """The declared outputs, or else every value no node consumes (sources excluded)."""
+        """The declared outputs, or else every value no node consumes (nodes without inputs,
+        which hold data rather than compute it, excluded)."""
         if self._outputs:
             return self._outputs
-        if "sinks" not in self._cache:
-            used = {r for n in self._nodes for r in n.inputs}
-            used_nodes = {c for n in self._nodes for c in n.control_inputs}
-            self._cache["sinks"] = tuple(
+
+        def sinks():
+            used = {r for n in self._node_list for r in n.inputs}
+            used_nodes = {c for n in self._node_list for c in n.control_inputs}
+            return tuple(
                 n.ref(i)
-                for n in self._nodes
-                if n.op not in SOURCE_OPS and n.name not in used_nodes
+                for n in self._node_list
+                if n.inputs and n.name not in used_nodes
                 for i in range(len(n.outputs))
                 if n.ref(i) not in used
             )
-        return self._cache["sinks"]
+
+        return self.derived("sinks", sinks)
 
     @property
     def declared_outputs(self) -> tuple[ValueRef, ...]:
@@ -304,31 +303,20 @@ class Graph:
 
     def consumers(self) -> dict[str, list[str]]:
         """Node name -> names of the nodes that read one of its outputs (data edges)."""
-        if "consumers" not in self._cache:
-            out: dict[str, list[str]] = {n.name: [] for n in self._nodes}
-            for n in self._nodes:
+
+        def build():
+            out: dict[str, list[str]] = {n.name: [] for n in self._node_list}
+            for n in self._node_list:
                 for r in dict.fromkeys(r.node for r in n.inputs):
                     out.setdefault(r, []).append(n.name)
-            self._cache["consumers"] = out
-        return self._cache["consumers"]
+            return out
 
-    # ----------------------------------------------------------------- builder context
-    def as_default(self):
-        from .builder import default_graph_scope
+        return self.derived("consumers", build)
 
-        return default_graph_scope(self)
-
-    def __enter__(self):
-        from .builder import _push_graph
-
-        _push_graph(self)
-        return self
-
-    def __exit__(self, *exc):
-        from .builder import _pop_graph
-
-        _pop_graph(self)
-        return False
+    def array(self, name: str) -> np.ndarray | None:
+        """The array stored for a constant node, or the initial value of a variable node
+        (None for other nodes)."""
+        return self._constants.get(name, self._variables.get(name))
 
     # ----------------------------------------------------------------- comparison
     def __eq__(self, other):
@@ -345,12 +333,12 @@ class Graph:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        return f"<Graph '{self.name}': {len(self._nodes)} nodes>"
+        return f"<Graph '{self.name}': {len(self._node_list)} nodes>"
 
     def summary(self) -> str:
         """One line per node: ``name = op(inputs) {attrs} -> types``."""
         lines = [f"graph {self.name}"]
-        for n in self._nodes:
+        for n in self._node_list:
             args = ", ".join(str(r) for r in n.inputs)
             attrs = " ".join(f"{k}={v}" for k, v in n.attrs.items())
             outs = ", ".join(str(t) for t in n.outputs)
@@ -368,10 +356,6 @@ def _same_arrays(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bo
         and np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f")
         for k in a
     )
-
-
-# Ops whose node carries data rather than computing it.
-SOURCE_OPS = frozenset({"placeholder", "constant", "variable", "fill"})
 
 
 @dataclass

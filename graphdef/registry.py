@@ -1,11 +1,12 @@
 """The op registry: one ``OpDef`` record per op, holding every facet of that op.
 
-A record names its inputs and attribute schema, and gives the shape/dtype rule
+A record names its inputs and attribute schema, its ``kind`` (source, alias, elementwise,
+kernel or composite: what every backend needs to know), and gives the shape/dtype rule
 (``infer``), the numpy reference (``ref``), the gradient rule (``grad``, or an explicit
 ``NotDifferentiable``), an optional ``resolve`` hook that fills attribute defaults that
-depend on input shapes (so a node's attributes are always complete), and the lowering: a C
-expression or kernel template (``c``) and/or a decomposition into other ops (``decompose``,
-which returns None when the node is already in a form the C kernels take).
+depend on input shapes (so a node's attributes are always complete), an optional
+decomposition into other ops (``decompose``) and a FLOP count for the cost model. How a
+backend lowers an op is the backend's business (codegen/backends/<name>/).
 """
 
 from __future__ import annotations
@@ -102,59 +103,46 @@ class NotDifferentiable:
 NOT_DIFFERENTIABLE = NotDifferentiable("derivative is zero or undefined")
 
 
-@dataclass(frozen=True)
-class CExpr:
-    """C lowering of an elementwise op: one C expression per element.
-
-    ``pattern(in_dtypes, out_dtype, attrs)`` returns a format string over the operand
-    expressions ``{0}``, ``{1}`` ..., the type suffix ``{t}`` (f32, i64, ... of the operands)
-    and ``{err}`` (address of the step's status, for ops that can fail on data).
-    """
-
-    pattern: Callable
-
-
-@dataclass(frozen=True)
-class CKernel:
-    """C lowering by a template (templates/c/ops/<template>.c.j2) calling runtime_c kernels.
-
-    ``context(in_types, out_types, attrs)`` returns plain data (sizes, strides, tables) for
-    the template; ``headers`` are the runtime_c kernel headers the call needs.
-    """
-
-    template: str
-    context: Callable
-    headers: tuple[str, ...] = ()
-
-
-class CRole(str):
-    """A lowering that needs no code of its own: ``ALIAS`` (output shares the input's
-    memory, e.g. reshape) or ``SOURCE`` (data that lives outside the steps)."""
-
-
-ALIAS = CRole("alias")
-SOURCE = CRole("source")
+# What kind of computation an op is, for every backend alike (graphdef says nothing about how
+# a backend lowers it: each backend keeps its own table, see codegen/backends/).
+SOURCE = "source"  # data, not computed: placeholder, constant, variable
+ALIAS = "alias"  # the output is the input's memory seen with another shape (reshape family)
+ELEMENTWISE = "elementwise"  # each output element from the inputs' elements at its broadcast position
+KERNEL = "kernel"  # any other computation, done by a backend's kernel
+COMPOSITE = "composite"  # defined by its decomposition into other ops only
+KINDS = (SOURCE, ALIAS, ELEMENTWISE, KERNEL, COMPOSITE)
 
 
 @dataclass(frozen=True)
 class OpDef:
+    """Every facet of one op that does not depend on a target.
+
+    ``kind`` is one of ``KINDS``; ``decompose`` (given a ``_Rewrite``-like view of the node:
+    ``.node``, ``.inputs`` as builder Tensors, ``.attrs``) returns the op rebuilt from other
+    ops, or None when the node stays as it is; ``flops`` counts floating-point operations for
+    the cost model (default: one per output element).
+    """
+
     name: str
     inputs: tuple[str, ...]
     infer: Callable
     ref: Callable
     grad: Callable | NotDifferentiable
+    kind: str
     attrs: Mapping[str, Attr] = field(default_factory=dict)
     resolve: Callable | None = None
-    c: CExpr | CKernel | CRole | None = None
     decompose: Callable | None = None
     flops: Callable | None = None
-    scratch: Callable | None = None  # (in types, out types, attrs) -> bytes of step-local memory
     stateful: bool = False
     doc: str = ""
 
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"op {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+
     @property
     def elementwise(self) -> bool:
-        return isinstance(self.c, CExpr)
+        return self.kind == ELEMENTWISE
 
     @property
     def min_inputs(self) -> int:

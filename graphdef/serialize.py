@@ -16,6 +16,7 @@ import zipfile
 
 import numpy as np
 
+from . import builder
 from .errors import FlowcError, SerializationError
 from .ir import Graph, Node, TensorType, ValueRef
 from .verify import verify
@@ -57,7 +58,7 @@ def save(graph: Graph, path) -> None:
     verify(graph)
     path = os.fspath(path)
     doc = to_json(graph)
-    arrays = {"constants": graph._constants, "variables": graph._variables}
+    arrays = {"constants": graph.constants, "variables": graph.variables}
     doc["tensors"] = {}
     entries = []
     for kind, store in arrays.items():
@@ -88,8 +89,8 @@ def _need(cond, path, what):
         raise SerializationError(f"{path}: {what}")
 
 
-def load(path) -> Graph:
-    """Read a graph written by ``save``."""
+def load(path) -> builder.Graph:
+    """Read a graph written by ``save`` (a ``gd.Graph``: it can be built on further)."""
     path = os.fspath(path)
     try:
         with zipfile.ZipFile(path) as z:
@@ -121,7 +122,7 @@ def load(path) -> Graph:
             for n in doc["nodes"]
         ]
         outputs = [ValueRef(str(a), int(b)) for a, b in doc.get("outputs", [])]
-        graph = Graph.from_parts(str(doc["name"]), nodes, outputs, stores["constants"], stores["variables"])
+        graph = builder.Graph(str(doc["name"]), nodes, outputs, stores["constants"], stores["variables"])
     except FlowcError as e:
         raise SerializationError(f"{path}: {e}") from None
     except (KeyError, TypeError, ValueError) as e:

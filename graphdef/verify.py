@@ -22,9 +22,11 @@ def verify(graph: Graph) -> Graph:
     >>> gd.verify(g) is g
     True
     """
-    key = ("verified", len(graph.nodes))
-    if graph._cache.get("verified") == key:
-        return graph
+    graph.derived("verified", lambda: _check(graph))
+    return graph
+
+
+def _check(graph: Graph) -> bool:
     nodes = graph.nodes
     seen: dict[str, int] = {}
     for i, n in enumerate(nodes):
@@ -60,7 +62,7 @@ def verify(graph: Graph) -> Graph:
     if topo.cycle:
         raise GraphError(f"graph '{graph.name}' has a cycle: {' -> '.join(topo.cycle)}")
 
-    constants, variables = graph._constants, graph._variables
+    constants, variables = graph.constants, graph.variables
     for n in topo.order:
         opdef = get_op(n.op)
         types = [by_name[r.node].outputs[r.index] for r in n.inputs]
@@ -102,5 +104,4 @@ def verify(graph: Graph) -> Graph:
     for r in graph.declared_outputs:
         if r.node not in by_name or not 0 <= r.index < len(by_name[r.node].outputs):
             raise GraphError(f"graph '{graph.name}' output '{r}' refers to a missing value")
-    graph._cache["verified"] = key
-    return graph
+    return True

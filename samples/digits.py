@@ -218,7 +218,7 @@ def arm(weights: dict, images: np.ndarray, host_preds: np.ndarray, build_dir: Pa
     import subprocess
 
     import codegen
-    from codegen import mcu
+    from codegen.backends.c import mcu
 
     same = True
     g = build(batch=len(images), weights=weights)  # one run over every held-out image

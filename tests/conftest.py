@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import codegen  # noqa: F401  (the C backend registers its own ops: sgemm, conv_gemm)
 import graphdef as gd
 
 
@@ -62,7 +63,7 @@ def build_zoo() -> gd.Graph:
         bits = gd.bitwise_or(gd.bitwise_and(ids, 6), gd.bitwise_xor(ids, gd.bitwise_not(ids)))
         gd.bitshift(bits, gd.mod(ids, 3, fmod=True), "left", name="bits")
         # graphdef/ops/linear.py: the fast-GEMM forms (codegen.passes.lower_linear makes them)
-        from graphdef.ops import _sgemm_pack as SP
+        from codegen.backends.c import sgemm as SP
 
         plan = SP.make_plan(2, 2, 108, isa="avx512", b="packed")
         fields = tuple(getattr(plan, f) for f in SP.FIELDS)

@@ -24,10 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import dtypes
-from ..builder import Tensor, constant, default_graph_scope, placeholder
+from ..builder import Graph, Tensor, constant, default_graph_scope, placeholder
 from ..errors import FlowcError, GraphError, UnsupportedError
 from ..interpret import run
-from ..ir import Graph
 from ..ops.shape import identity
 
 MAX_TENSOR_BYTES = 1 << 34  # 16 GiB: declared sizes above this are refused before allocating

@@ -11,9 +11,6 @@ order ONNX specifies.
 The op never produces ``bool`` (a byte other than 0 and 1 is no valid bool): the builder
 ``bitcast(x, "bool")`` is ``cast(bitcast(x, "uint8"), "bool")``, a nonzero byte is true.
 
-In C the step is one ``memcpy`` of the bytes (the dtype-free copy kernel); it is not an
-alias, because typed pointers of the input and output would disagree.
-
 >>> import numpy as np, graphdef as gd
 >>> g = gd.Graph("m")
 >>> with g:
@@ -31,8 +28,7 @@ from .. import dtypes
 from ..builder import apply, operand
 from ..errors import ShapeError
 from ..ir import TensorType
-from ..registry import Attr, CKernel, NotDifferentiable, defop
-from . import _lower as L
+from ..registry import KERNEL, Attr, NotDifferentiable, defop
 
 _TARGETS = tuple(d for d in dtypes.ALL if d != "bool")
 
@@ -59,14 +55,11 @@ def _infer(types, attrs):
 def _ref(xs, attrs):
     x = xs[0]
     flat = np.ascontiguousarray(x).reshape(x.shape or (1,))  # .view needs a contiguous last axis
-    return flat.view(dtypes.np_dtype(attrs["to"])).reshape(
-        bitcast_shape(x.shape, x.dtype.name, attrs["to"])
-    ).copy()
-
-
-def _c(ins, outs, attrs, lit):
-    n = outs[0].nbytes
-    return L.copy_plan([n], [1], [1], itemsize=1)
+    return (
+        flat.view(dtypes.np_dtype(attrs["to"]))
+        .reshape(bitcast_shape(x.shape, x.dtype.name, attrs["to"]))
+        .copy()
+    )
 
 
 defop(
@@ -76,7 +69,7 @@ defop(
     _ref,
     NotDifferentiable("reinterpreting bits has no derivative"),
     attrs={"to": Attr("dtype", choices=_TARGETS)},
-    c=CKernel("copy", _c, ("kernels/copy.h",)),
+    kind=KERNEL,
     doc="the bytes of x viewed as dtype 'to' (numpy .view): same shape between equal sizes, "
     "else the last axis is rescaled; never bool",
 )

@@ -15,8 +15,7 @@ from .. import dtypes
 from ..builder import Tensor, apply, operand
 from ..errors import ExecutionError
 from ..ir import TensorType
-from ..registry import NOT_DIFFERENTIABLE, Attr, CExpr, defop
-from ._lower import suffix
+from ..registry import ELEMENTWISE, NOT_DIFFERENTIABLE, Attr, defop
 from ._util import broadcast_shapes, check_dtype, same_dtype
 
 SIGNED = dtypes.FLOATS + dtypes.SIGNED_INTS
@@ -67,48 +66,28 @@ def _as(dtype_like, value):
     return np.asarray(value).astype(dtype_like.dtype, copy=False)
 
 
-def call(fn: str, *attrs: str, err_for_ints: bool = False) -> CExpr:
-    """C lowering ``fn_<t>(operands..., attrs...)``, a scalar function of runtime_c/kernels/scalar.h.
-
-    Integer versions of ops that can fail on data (division, power) also take ``&err``.
-    """
-
-    def pattern(ins, out, a, lit):
-        args = [f"{{{i}}}" for i in range(len(ins))] + [lit(a[k], ins[-1]) for k in attrs]
-        if err_for_ints and dtypes.is_int(ins[-1]):
-            args.append("{err}")
-        return f"{fn}_{{t}}({', '.join(args)})"
-
-    return CExpr(pattern)
-
-
-def infix(op: str) -> CExpr:
-    """C lowering of a comparison or logical op: ``(fc_bool)({0} op {1})``."""
-    return CExpr(lambda ins, out, a, lit: f"(fc_bool)({{0}} {op} {{1}})")
-
-
-def _unary(name, fn, grad, allowed=dtypes.FLOATS, attrs=None, doc="", c=None):
+def _unary(name, fn, grad, allowed=dtypes.FLOATS, attrs=None, doc=""):
     defop(
         name,
         ("x",),
         _unary_infer(allowed),
         lambda xs, a: _as(xs[0], fn(xs[0], **a)),
         grad,
+        kind=ELEMENTWISE,
         attrs=attrs or {},
         doc=doc,
-        c=c or call(f"fc_{name}", *(attrs or {})),
     )
 
 
-def _binary(name, fn, grad, allowed=dtypes.NUMERIC, out_dtype=None, doc="", c=None):
+def _binary(name, fn, grad, allowed=dtypes.NUMERIC, out_dtype=None, doc=""):
     defop(
         name,
         ("a", "b"),
         _binary_infer(allowed, out_dtype),
         lambda xs, a: np.asarray(fn(*xs)).astype(out_dtype or xs[0].dtype, copy=False),
         grad,
+        kind=ELEMENTWISE,
         doc=doc,
-        c=c or call(f"fc_{name}"),
     )
 
 
@@ -201,18 +180,18 @@ def _pow(a, b):
 _binary("add", np.add, _g_add, doc="a + b")
 _binary("sub", np.subtract, _g_sub, doc="a - b")
 _binary("mul", np.multiply, _g_mul, doc="a * b")
-_binary("div", _div, _g_div, doc="a / b; integers truncate toward zero", c=call("fc_div", err_for_ints=True))
-_binary("pow", _pow, _g_pow, doc="a ** b", c=call("fc_pow", err_for_ints=True))
+_binary("div", _div, _g_div, doc="a / b; integers truncate toward zero")
+_binary("pow", _pow, _g_pow, doc="a ** b")
 _binary("maximum", np.maximum, _g_select(lambda a, b: greater_equal(a, b)), doc="max(a, b); NaN wins")
 _binary("minimum", np.minimum, _g_select(lambda a, b: less_equal(a, b)), doc="min(a, b); NaN wins")
-_binary("equal", np.equal, NOT_DIFFERENTIABLE, dtypes.ALL, "bool", doc="a == b", c=infix("=="))
-_binary("less", np.less, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a < b", c=infix("<"))
-_binary("greater", np.greater, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a > b", c=infix(">"))
-_binary("less_equal", np.less_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a <= b", c=infix("<="))
-_binary("greater_equal", np.greater_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a >= b", c=infix(">="))
-_binary("logical_and", np.logical_and, NOT_DIFFERENTIABLE, ("bool",), doc="a and b", c=infix("&&"))
-_binary("logical_or", np.logical_or, NOT_DIFFERENTIABLE, ("bool",), doc="a or b", c=infix("||"))
-_binary("logical_xor", np.logical_xor, NOT_DIFFERENTIABLE, ("bool",), doc="a != b", c=infix("!="))
+_binary("equal", np.equal, NOT_DIFFERENTIABLE, dtypes.ALL, "bool", doc="a == b")
+_binary("less", np.less, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a < b")
+_binary("greater", np.greater, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a > b")
+_binary("less_equal", np.less_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a <= b")
+_binary("greater_equal", np.greater_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a >= b")
+_binary("logical_and", np.logical_and, NOT_DIFFERENTIABLE, ("bool",), doc="a and b")
+_binary("logical_or", np.logical_or, NOT_DIFFERENTIABLE, ("bool",), doc="a or b")
+_binary("logical_xor", np.logical_xor, NOT_DIFFERENTIABLE, ("bool",), doc="a != b")
 
 
 def add(a, b, name=None):
@@ -300,7 +279,7 @@ defop(
     _where_infer,
     lambda xs, a: np.where(*xs),
     _g_where,
-    c=CExpr(lambda ins, out, a, lit: "({0} ? {1} : {2})"),
+    kind=ELEMENTWISE,
     doc="a where condition else b, broadcast together",
 )
 
@@ -400,7 +379,7 @@ def _sigmoid(x):
         return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-def _stored_bounds(dtype: str, a) -> list:
+def clip_bounds(dtype: str, a) -> list:
     """The clip bounds as the tensor's type stores them (ints: truncated and clamped to range)."""
     if dtypes.is_float(dtype):
         return [a["min"], a["max"]]
@@ -412,19 +391,11 @@ def _stored_bounds(dtype: str, a) -> list:
 
 
 def _clip(x, min, max):  # noqa: A002 - attribute names
-    lo, hi = _stored_bounds(x.dtype.name, {"min": min, "max": max})
+    lo, hi = clip_bounds(x.dtype.name, {"min": min, "max": max})
     out = x.copy()
     out[out < min] = lo
     out[out > max] = hi  # min(max(x, min), max): max wins when min > max
     return out
-
-
-def _clip_c(dtype, a, lit):
-    if dtypes.is_float(dtype):
-        return f"fc_clip_{{t}}({{0}}, {lit(a['min'], dtype)}, {lit(a['max'], dtype)})"
-    stored = _stored_bounds(dtype, a)
-    bounds = ", ".join(lit(v, "float64") for v in (a["min"], a["max"]))
-    return f"fc_clip_{{t}}({{0}}, {bounds}, {lit(stored[0], dtype)}, {lit(stored[1], dtype)})"
 
 
 def _g_clip(op, gys):
@@ -463,7 +434,6 @@ _unary(
     _g_gelu,
     attrs={"approximate": Attr("str", "none", ("none", "tanh"))},
     doc="x * Phi(x), exact (erf) or tanh approximation",
-    c=CExpr(lambda ins, out, a, lit: f"fc_gelu{'_tanh' if a['approximate'] == 'tanh' else ''}_{{t}}({{0}})"),
 )
 _unary("erf", _erf, _g_erf, doc="the error function")
 _unary(
@@ -473,7 +443,6 @@ _unary(
     dtypes.NUMERIC,
     attrs={"min": Attr("float", -math.inf), "max": Attr("float", math.inf)},
     doc="min(max(x, min), max); NaN stays NaN; max wins when min > max",
-    c=CExpr(lambda ins, out, a, lit: _clip_c(ins[0], a, lit)),
 )
 _unary(
     "logical_not",
@@ -481,7 +450,6 @@ _unary(
     NOT_DIFFERENTIABLE,
     ("bool",),
     doc="not x",
-    c=CExpr(lambda ins, out, a, lit: "(fc_bool)!{0}"),
 )
 
 
@@ -558,17 +526,6 @@ def _cast_ref(xs, attrs):
         return x.astype(to)
 
 
-def _cast_c(src: str, dst: str) -> str:
-    """float -> int truncates (NaN -> 0, saturating at int64, then wrapping); int -> int wraps."""
-    if dst == "bool":
-        return "(fc_bool)({0} != 0)"
-    if dtypes.is_float(dst):
-        return f"({'double' if dst == 'float64' else 'float'})({{0}})"
-    if dtypes.is_float(src):
-        return f"fc_to_{suffix(dst)}(fc_f2i64((double)({{0}})))"
-    return f"fc_to_{suffix(dst)}((int64_t)({{0}}))"
-
-
 def _g_cast(op, gys):
     x = op.inputs[0]
     if dtypes.is_float(x.dtype) and dtypes.is_float(op.attrs["to"]):
@@ -583,8 +540,8 @@ defop(
     _cast_ref,
     _g_cast,
     attrs={"to": Attr("dtype")},
+    kind=ELEMENTWISE,
     doc="convert to dtype 'to'; float -> int truncates toward zero, any -> bool is x != 0",
-    c=CExpr(lambda ins, out, a, lit: _cast_c(ins[0], a["to"])),
 )
 
 

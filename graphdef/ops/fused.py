@@ -10,10 +10,12 @@ instruction gives the output. Each instruction is an ordinary registered element
 from __future__ import annotations
 
 from ..ir import Attrs
-from ..registry import Attr, CExpr, NotDifferentiable, defop, get_op
+from ..registry import ELEMENTWISE, Attr, NotDifferentiable, defop, get_op
 
 
-def _run(program, values, facet):
+def run_program(program, values, facet: str):
+    """The result ("ref": arrays) or type ("infer": TensorTypes) of an elementwise program
+    applied to ``values`` (its inputs)."""
     values = list(values)
     for op, operands, attrs in program:
         opdef = get_op(op)
@@ -33,12 +35,13 @@ def program_of(node):
 defop(
     "fused",
     ("xs*",),
-    lambda ts, a: _run(a["program"], ts, "infer"),
-    lambda xs, a: _run(a["program"], xs, "ref"),
+    lambda ts, a: run_program(a["program"], ts, "infer"),
+    lambda xs, a: run_program(a["program"], xs, "ref"),
     NotDifferentiable(
         "fused nodes exist only inside the compiler; differentiate before compiling", error=True
     ),
+    kind=ELEMENTWISE,
     attrs={"program": Attr("any")},
-    c=CExpr(None),
+    flops=lambda ins, outs, a: outs[0].size * len(a["program"]),
     doc="elementwise ops fused into one loop; see the module docstring",
 )

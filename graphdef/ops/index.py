@@ -27,16 +27,13 @@ from .. import dtypes
 from ..builder import Tensor, apply, constant, fill, operand
 from ..errors import ExecutionError, GradientError, ShapeError
 from ..ir import TensorType
-from ..registry import Attr, CKernel, defop
-from . import _lower as L
+from ..registry import KERNEL, Attr, defop
 from ._util import check_dtype, norm_axis, resolve_axis, same_dtype
 from .elementwise import add, equal, less, where
 from .shape import concat, expand, unsqueeze
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
-_RED_CODE = {name: i for i, name in enumerate(REDUCTIONS)}  # FC_RED_* of kernels/gather_scatter.h
 _AT = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
-_HEADERS = ("kernels/gather_scatter.h",)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -66,11 +63,6 @@ def _check_reduction(dtype: str, reduction: str) -> None:
         raise ShapeError(f"reduction '{reduction}' needs numeric data, got bool")
 
 
-def _kernel_sfx(dtype: str) -> str:
-    """Kernel suffix of the scatters: bool data uses the u8 kernels (same storage)."""
-    return "u8" if dtype == "bool" else L.suffix(dtype)
-
-
 def _zeros(shape, dtype):
     return fill(shape, 0, dtype)
 
@@ -93,22 +85,6 @@ def _elements_coords(data_shape, indices: np.ndarray, axis: int) -> tuple:
     return tuple(np.broadcast_to(c, indices.shape) for c in coords)
 
 
-def _c_elements(data: TensorType, indices: TensorType, axis: int) -> dict:
-    """Merged index dims with their data strides (0 on the indexed axis)."""
-    ds = L.strides(data.shape)
-    base = [0 if d == axis else ds[d] for d in range(data.rank)]
-    dims, (strides,) = L.merge_dims(list(indices.shape), base)
-    return {
-        "rank": max(len(dims), 1),
-        "dims": dims or [1],
-        "strides": strides or [0],
-        "n": indices.size,
-        "axis_dim": data.shape[axis],
-        "axis_stride": ds[axis],
-        "idx": L.suffix(indices.dtype),
-    }
-
-
 def _gather_elements_infer(types, attrs):
     data, indices = types
     _elements_check(data, indices, attrs["axis"])
@@ -126,10 +102,6 @@ def _g_gather_elements(op, gys):
     return scatter_elements(zeros, indices, gys[0], axis=op.attrs["axis"], reduction="add"), None
 
 
-def _c_gather_elements(ins, outs, attrs, lit):
-    return {**_c_elements(ins[0], ins[1], attrs["axis"]), "itemsize": L.itemsize(ins[0].dtype)}
-
-
 defop(
     "gather_elements",
     ("data", "indices"),
@@ -138,7 +110,7 @@ defop(
     _g_gather_elements,
     attrs={"axis": Attr("int", 0)},
     resolve=resolve_axis,
-    c=CKernel("gather_elements", _c_gather_elements, _HEADERS),
+    kind=KERNEL,
     doc="y[i, j, k] = data[i, indices[i, j, k], k] (for axis 1): one index per output element",
 )
 
@@ -204,16 +176,6 @@ def _g_scatter_elements(op, gys):
     )
 
 
-def _c_scatter_elements(ins, outs, attrs, lit):
-    data = ins[0]
-    return {
-        **_c_elements(data, ins[1], attrs["axis"]),
-        "fn": f"fc_scatter_elements_{_kernel_sfx(data.dtype)}_{L.suffix(ins[1].dtype)}",
-        "op": _RED_CODE[attrs["reduction"]],
-        "nbytes": data.nbytes,
-    }
-
-
 defop(
     "scatter_elements",
     ("data", "indices", "updates"),
@@ -222,7 +184,7 @@ defop(
     _g_scatter_elements,
     attrs={"axis": Attr("int", 0), "reduction": Attr("str", "none", REDUCTIONS)},
     resolve=resolve_axis,
-    c=CKernel("scatter_elements", _c_scatter_elements, _HEADERS),
+    kind=KERNEL,
     doc="data with updates[i, j, k] written to (or combined into) [i, indices[i, j, k], k] "
     "(for axis 1), in row-major order of indices",
 )
@@ -305,23 +267,6 @@ def _g_gather_nd(op, gys):
     return scatter_nd(_zeros(data.shape, data.dtype), full, gys[0], reduction="add"), None
 
 
-def _c_gather_nd(ins, outs, attrs, lit):
-    data, indices = ins
-    b = attrs["batch_dims"]
-    k = indices.shape[-1]
-    return {
-        "batches": math.prod(data.shape[:b]),
-        "count": math.prod(indices.shape[b:-1]),
-        "k": k,
-        "dims": list(data.shape[b : b + k]),
-        "strides": L.strides(data.shape)[b : b + k],
-        "batch_stride": math.prod(data.shape[b:]),
-        "slice": math.prod(data.shape[b + k :]),
-        "itemsize": L.itemsize(data.dtype),
-        "idx": L.suffix(indices.dtype),
-    }
-
-
 defop(
     "gather_nd",
     ("data", "indices"),
@@ -329,7 +274,7 @@ defop(
     _gather_nd_ref,
     _g_gather_nd,
     attrs={"batch_dims": Attr("int", 0)},
-    c=CKernel("gather_nd", _c_gather_nd, _HEADERS),
+    kind=KERNEL,
     doc="the slices of data addressed by the index tuples in the last axis of indices, after "
     "batch_dims shared leading axes",
 )
@@ -388,21 +333,6 @@ def _g_scatter_nd(op, gys):
     )
 
 
-def _c_scatter_nd(ins, outs, attrs, lit):
-    data, indices, _ = ins
-    k = indices.shape[-1]
-    return {
-        "fn": f"fc_scatter_nd_{_kernel_sfx(data.dtype)}_{L.suffix(indices.dtype)}",
-        "count": math.prod(indices.shape[:-1]),
-        "k": k,
-        "dims": list(data.shape[:k]),
-        "strides": L.strides(data.shape)[:k],
-        "slice": math.prod(data.shape[k:]),
-        "op": _RED_CODE[attrs["reduction"]],
-        "nbytes": data.nbytes,
-    }
-
-
 defop(
     "scatter_nd",
     ("data", "indices", "updates"),
@@ -410,7 +340,7 @@ defop(
     _scatter_nd_ref,
     _g_scatter_nd,
     attrs={"reduction": Attr("str", "none", REDUCTIONS)},
-    c=CKernel("scatter_nd", _c_scatter_nd, _HEADERS),
+    kind=KERNEL,
     doc="data with each update slice written to (or combined into) the slice its index tuple "
     "addresses, in row-major order of the tuples",
 )
@@ -456,11 +386,6 @@ def _g_topk(op, gys):
     return (scatter_elements(zeros, op.outputs[1], gys[0], axis=op.attrs["axis"], reduction="add"),)
 
 
-def _c_topk(ins, outs, attrs, lit):
-    outer, dim, inner = L.around(ins[0].shape, [attrs["axis"]])
-    return {"outer": outer, "dim": dim, "inner": inner, "k": attrs["k"], "largest": int(attrs["largest"])}
-
-
 def _flops_topk(ins, outs, attrs):
     return ins[0].size * max(1, math.ceil(math.log2(max(attrs["k"], 2))))
 
@@ -478,8 +403,8 @@ defop(
         "sorted": Attr("bool", True),
     },
     resolve=resolve_axis,
-    c=CKernel("topk", _c_topk, ("kernels/topk.h",)),
     flops=_flops_topk,
+    kind=KERNEL,
     doc="the k largest (or smallest) values along axis, best first, and their int64 indices; "
     "equal values by the smaller index, NaN above every number (always sorted, whatever 'sorted')",
 )

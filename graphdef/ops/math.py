@@ -32,8 +32,7 @@ from .. import dtypes
 from ..builder import apply, operand
 from ..errors import ExecutionError
 from ..ir import TensorType
-from ..registry import NOT_DIFFERENTIABLE, Attr, CExpr, CKernel, NotDifferentiable, defop
-from . import _lower as L
+from ..registry import ELEMENTWISE, KERNEL, NOT_DIFFERENTIABLE, Attr, NotDifferentiable, defop
 from ._util import check_dtype, resolve_axis
 from .elementwise import (
     _binary,
@@ -41,7 +40,6 @@ from .elementwise import (
     _pair,
     _unary,
     add,
-    call,
     div,
     mul,
     neg,
@@ -225,7 +223,7 @@ defop(
     _bool_infer,
     lambda xs, a: np.isnan(xs[0]),
     NOT_DIFFERENTIABLE,
-    c=call("fc_isnan"),
+    kind=ELEMENTWISE,
     doc="whether x is NaN (bool)",
 )
 defop(
@@ -235,11 +233,7 @@ defop(
     lambda xs, a: _isinf(xs[0], **a),
     NOT_DIFFERENTIABLE,
     attrs={"detect_positive": Attr("bool", True), "detect_negative": Attr("bool", True)},
-    c=CExpr(
-        lambda ins, out, a, lit: (
-            f"fc_isinf_{{t}}({{0}}, {int(a['detect_positive'])}, {int(a['detect_negative'])})"
-        )
-    ),
+    kind=ELEMENTWISE,
     doc="whether x is +inf (if detect_positive) or -inf (if detect_negative) (bool)",
 )
 
@@ -263,11 +257,6 @@ def _mod_ref(xs, attrs):
         raise ExecutionError("integer modulo by zero")
     out = np.fmod(a, b) if attrs["fmod"] else np.mod(a, b)
     return np.asarray(out).astype(a.dtype, copy=False)
-
-
-def _mod_c(ins, out, a, lit):
-    fn = "fc_fmod" if a["fmod"] else "fc_mod"
-    return f"{fn}_{{t}}({{0}}, {{1}}, {{err}})" if dtypes.is_int(ins[0]) else f"{fn}_{{t}}({{0}}, {{1}})"
 
 
 def _trunc(q):
@@ -296,7 +285,7 @@ defop(
     _mod_ref,
     _g_mod,
     attrs={"fmod": Attr("bool", False)},
-    c=CExpr(_mod_c),
+    kind=ELEMENTWISE,
     doc="remainder of a / b: sign of b (np.mod), or of a if fmod (np.fmod); integer b == 0 is an error",
 )
 
@@ -314,8 +303,16 @@ _binary("bitwise_or", np.bitwise_or, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a | b
 _binary("bitwise_xor", np.bitwise_xor, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a ^ b, bit by bit")
 _unary("bitwise_not", np.invert, NOT_DIFFERENTIABLE, dtypes.INTS, doc="~x, bit by bit")
 
-_UNSIGNED = {"int8": np.uint8, "uint8": np.uint8, "int16": np.uint16, "uint16": np.uint16, "int32": np.uint32,
-             "uint32": np.uint32, "int64": np.uint64, "uint64": np.uint64}
+_UNSIGNED = {
+    "int8": np.uint8,
+    "uint8": np.uint8,
+    "int16": np.uint16,
+    "uint16": np.uint16,
+    "int32": np.uint32,
+    "uint32": np.uint32,
+    "int64": np.uint64,
+    "uint64": np.uint64,
+}
 
 
 def _bitshift(a, b, direction):
@@ -340,7 +337,7 @@ defop(
     lambda xs, a: _bitshift(*xs, a["direction"]),
     NOT_DIFFERENTIABLE,
     attrs={"direction": Attr("str", choices=("left", "right"))},
-    c=CExpr(lambda ins, out, a, lit: f"fc_shift_{a['direction']}_{{t}}({{0}}, {{1}})"),
+    kind=ELEMENTWISE,
     doc="x shifted left or right by y bits (right: arithmetic for signed types); "
     "y < 0 or >= the bit width gives 0, or -1 for a right shift of a negative x",
 )
@@ -395,17 +392,6 @@ def _cum_ref(accumulate, identity):
     return ref
 
 
-def _cum_c(ins, outs, attrs, lit):
-    outer, length, inner = L.around(ins[0].shape, [attrs["axis"]])
-    return {
-        "outer": outer,
-        "len": length,
-        "inner": inner,
-        "exclusive": int(attrs["exclusive"]),
-        "reverse": int(attrs["reverse"]),
-    }
-
-
 def _g_cumsum(op, gys):
     a = op.attrs
     return (cumsum(gys[0], a["axis"], a["exclusive"], not a["reverse"]),)
@@ -419,8 +405,8 @@ defop(
     _g_cumsum,
     attrs=_CUM_ATTRS,
     resolve=resolve_axis,
-    c=CKernel("cumulative", _cum_c, ("kernels/cumulative.h",)),
     flops=lambda ins, outs, a: ins[0].size,
+    kind=KERNEL,
     doc="running sum along axis (exclusive: without the element itself; reverse: from the end)",
 )
 defop(
@@ -433,8 +419,8 @@ defop(
     ),
     attrs=_CUM_ATTRS,
     resolve=resolve_axis,
-    c=CKernel("cumulative", _cum_c, ("kernels/cumulative.h",)),
     flops=lambda ins, outs, a: ins[0].size,
+    kind=KERNEL,
     doc="running product along axis (exclusive: without the element itself; reverse: from the end)",
 )
 

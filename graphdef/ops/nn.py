@@ -12,8 +12,7 @@ from .. import dtypes
 from ..builder import apply, constant, operand
 from ..errors import ShapeError
 from ..ir import TensorType
-from ..registry import Attr, CKernel, NotDifferentiable, defop
-from . import _lower as L
+from ..registry import COMPOSITE, KERNEL, Attr, NotDifferentiable, defop
 from ._util import broadcast_shapes, broadcasts_to, check_dtype, resolve_axis, same_dtype, spatial
 from .elementwise import add, div, exp, mul, neg, sqrt, sub, unbroadcast
 from .reduce import reduce_max, reduce_mean, reduce_sum
@@ -25,157 +24,27 @@ def _acc(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if x.dtype == np.float16 else x
 
 
-# ----------------------------------------------------------------------------- C lowering
-# Plain data for the templates in templates/c/ops/ (see runtime_c/kernels/ for the calls).
-def _mm_shapes(a, b):
+# ----------------------------------------------------------------------------- shapes
+def matmul_shapes(a, b):
     ash = (1,) + a.shape if a.rank == 1 else a.shape
     bsh = b.shape + (1,) if b.rank == 1 else b.shape
     return ash, bsh, broadcast_shapes(ash[:-2], bsh[:-2])
 
 
-def _c_matmul(ins, outs, attrs, lit):
-    ash, bsh, batch = _mm_shapes(*ins)
-    m, k, n = ash[-2], ash[-1], bsh[-1]
-    a_st = [s * m * k for s in L.broadcast_strides(ash[:-2], batch)] if batch else []
-    b_st = [s * k * n for s in L.broadcast_strides(bsh[:-2], batch)] if batch else []
-    y_st = [s * m * n for s in L.strides(batch)]
-    dims, (a_st, b_st, y_st) = L.merge_dims(list(batch), a_st, b_st, y_st)
-    axes = [{"size": d, "a": sa, "b": sb, "y": sy} for d, sa, sb, sy in zip(dims, a_st, b_st, y_st)][::-1]
-    return {"m": m, "n": n, "k": k, "count": math.prod(batch), "axes": axes}
-
-
 def _flops_matmul(ins, outs, attrs):
-    ash, bsh, batch = _mm_shapes(*ins)
+    ash, bsh, batch = matmul_shapes(*ins)
     return 2 * math.prod(batch) * ash[-2] * ash[-1] * bsh[-1]
 
 
-def _gemm_dims(ins, attrs):
+def gemm_dims(ins, attrs):
     a, b = ins[:2]
     m, k = a.shape[::-1] if attrs["trans_a"] else a.shape
     return m, k, b.shape[0] if attrs["trans_b"] else b.shape[1]
 
 
-def _c_gemm(ins, outs, attrs, lit):
-    m, k, n = _gemm_dims(ins, attrs)
-    a_rs, a_cs = (1, m) if attrs["trans_a"] else (k, 1)
-    b_rs, b_cs = (1, k) if attrs["trans_b"] else (n, 1)
-    c_rs, c_cs = L.broadcast_strides(ins[2].shape, (m, n)) if len(ins) == 3 else (0, 0)
-    return {
-        "m": m,
-        "n": n,
-        "k": k,
-        "a_rs": a_rs,
-        "a_cs": a_cs,
-        "b_rs": b_rs,
-        "b_cs": b_cs,
-        "c_rs": c_rs,
-        "c_cs": c_cs,
-        "has_c": len(ins) == 3,
-        "alpha": lit(attrs["alpha"], "float64"),
-        "beta": lit(attrs["beta"], "float64"),
-    }
-
-
 def _flops_gemm(ins, outs, attrs):
-    m, k, n = _gemm_dims(ins, attrs)
+    m, k, n = gemm_dims(ins, attrs)
     return 2 * m * n * k
-
-
-def _decompose_gemm(op):
-    """Integer gemm with alpha or beta other than 1: matmul, scale and add (exact wrap)."""
-    a, b = op.inputs[:2]
-    alpha, beta = op.attrs["alpha"], op.attrs["beta"]
-    if dtypes.is_float(a.dtype) or (alpha == 1.0 and beta == 1.0):
-        return None
-    if not (float(alpha).is_integer() and float(beta).is_integer()):
-        from ..errors import UnsupportedError
-
-        raise UnsupportedError(f"gemm on {a.dtype} with fractional alpha {alpha} or beta {beta}")
-    y = mul(
-        matmul(transpose(a) if op.attrs["trans_a"] else a, transpose(b) if op.attrs["trans_b"] else b),
-        int(alpha),
-    )
-    return (add(y, mul(op.inputs[2], int(beta))) if len(op.inputs) == 3 else y,)
-
-
-def _geom(x_shape, k_spatial, out_spatial, attrs):
-    n = len(k_spatial)
-    return {
-        "in": L.three(x_shape[2:], 1),
-        "k": L.three(k_spatial, 1),
-        "out": L.three(out_spatial, 1),
-        "stride": L.three(attrs["strides"], 1),
-        "pad": L.three(attrs["pads"][:n], 0),
-        "pad_end": L.three(attrs["pads"][n:], 0),
-        "dil": L.three(attrs["dilations"], 1),
-    }
-
-
-def _phase_geom(x_shape, k_spatial, out_spatial, attrs) -> dict:
-    """The windows of a 1-D or 2-D conv or pool as runtime_c's fc_dwconv_geom (less n, c, m):
-    the kernels work on zero- (or -inf-) padded stride-phase planes of rows x cols cells."""
-    g = _geom(x_shape, k_spatial, out_spatial, attrs)
-    (_, h, wd), (_, kh, kw), (_, oh, ow) = g["in"], g["k"], g["out"]
-    (_, sh, sw), (_, ph, pw), (_, dh, dw) = g["stride"], g["pad"], g["dil"]
-    return {
-        "h": h, "w": wd, "oh": oh, "ow": ow, "kh": kh, "kw": kw, "sh": sh, "sw": sw,
-        "ph": ph, "pw": pw, "dh": dh, "dw": dw,
-        "rows": oh + (kh - 1) * dh // sh, "cols": ow + (kw - 1) * dw // sw,
-    }  # fmt: skip
-
-
-def _phase_floats(g: dict) -> int:
-    """fc_dwconv_scratch_floats: the phase planes, then one output plane on their grid."""
-    return g["sh"] * g["sw"] * g["rows"] * g["cols"] + (g["oh"] - 1) * g["cols"] + g["ow"]
-
-
-def _dwconv_geom(ins, outs, attrs):
-    """The fc_dwconv_geom of runtime_c/kernels/conv.h for a float32 conv of at most two spatial
-    axes whose groups are single input channels (depthwise, any channel multiplier), else None."""
-    x, w = ins[:2]
-    if x.dtype != "float32" or x.rank > 4 or attrs["group"] != x.shape[1] or w.shape[1] != 1:
-        return None
-    if not outs[0].size:
-        return None
-    g = _phase_geom(x.shape, w.shape[2:], outs[0].shape[2:], attrs)
-    return {"n": x.shape[0], "c": x.shape[1], "m": w.shape[0], **g}
-
-
-def _conv_scratch(ins, outs, attrs):
-    """Bytes of the depthwise kernel's phase planes and output run (fc_dwconv_scratch_floats)."""
-    g = _dwconv_geom(ins, outs, attrs)
-    return 0 if g is None else 4 * _phase_floats(g)
-
-
-def _c_conv(ins, outs, attrs, lit):
-    x, w = ins[:2]
-    dw = _dwconv_geom(ins, outs, attrs)
-    return {
-        "depthwise": dw,
-        "has_scratch": True,
-        "fn": "fc_conv",
-        "n": x.shape[0],
-        "c": x.shape[1],
-        "m": w.shape[0],
-        "group": attrs["group"],
-        "has_bias": len(ins) == 3,
-        **_geom(x.shape, w.shape[2:], outs[0].shape[2:], attrs),
-    }
-
-
-def _c_conv_t(ins, outs, attrs, lit):
-    x, w = ins[:2]
-    return {
-        "depthwise": None,
-        "has_scratch": False,
-        "fn": "fc_conv_transpose",
-        "n": x.shape[0],
-        "c": x.shape[1],
-        "m": outs[0].shape[1],
-        "group": attrs["group"],
-        "has_bias": len(ins) == 3,
-        **_geom(x.shape, w.shape[2:], outs[0].shape[2:], attrs),
-    }
 
 
 def _flops_conv(ins, outs, attrs):
@@ -186,38 +55,6 @@ def _flops_conv(ins, outs, attrs):
 def _flops_conv_t(ins, outs, attrs):
     x, w = ins[:2]
     return 2 * x.size * math.prod(w.shape[1:])
-
-
-def _pool_fast(ins, outs, attrs):
-    """float32 max or average pooling of at most two spatial axes: the fc_dwconv_geom of the
-    fast path (fc_pool2d_f32 in runtime_c/kernels/pool.h), else None."""
-    x = ins[0]
-    if x.dtype != "float32" or x.rank > 4 or not outs[0].size:
-        return None
-    planes = x.shape[0] * x.shape[1]
-    g = _phase_geom(x.shape, attrs["kernel_shape"], outs[0].shape[2:], attrs)
-    return {"n": 1, "c": planes, "m": planes, **g}
-
-
-def _pool_scratch(ins, outs, attrs):
-    g = _pool_fast(ins, outs, attrs)
-    return 0 if g is None else 4 * (_phase_floats(g) + g["ow"])
-
-
-def _c_pool(fn):
-    def context(ins, outs, attrs, lit):
-        x = TensorType(attrs["shape"], ins[0].dtype) if "shape" in attrs else ins[0]
-        y = ins[-1] if fn.endswith("grad") else outs[0]  # grads: gy has the pooled shape
-        return {
-            "fast": None if fn.endswith("grad") else _pool_fast(ins, outs, attrs),
-            "is_max": int(fn == "fc_max_pool"),
-            "fn": fn,
-            "planes": x.shape[0] * x.shape[1],
-            "count_include_pad": int(attrs.get("count_include_pad", False)),
-            **_geom(x.shape, attrs["kernel_shape"], y.shape[2:], attrs),
-        }
-
-    return context
 
 
 def _flops_pool(ins, outs, attrs):
@@ -272,8 +109,8 @@ defop(
     _matmul_infer,
     _matmul_ref,
     _g_matmul,
-    c=CKernel("matmul", _c_matmul, ("kernels/gemm.h",)),
     flops=_flops_matmul,
+    kind=KERNEL,
     doc="numpy matmul: batched, broadcast over leading axes, 1-D operands promoted",
 )
 
@@ -340,9 +177,8 @@ defop(
         "trans_a": Attr("bool", False),
         "trans_b": Attr("bool", False),
     },
-    c=CKernel("gemm", _c_gemm, ("kernels/gemm.h",)),
-    decompose=_decompose_gemm,
     flops=_flops_gemm,
+    kind=KERNEL,
     doc="alpha * op(a) @ op(b) + beta * c, op = transpose if trans_*",
 )
 
@@ -445,7 +281,7 @@ def _conv_infer(types, attrs):
     return TensorType((x.shape[0], w.shape[0]) + _out_spatial(x.shape[2:], w.shape[2:], attrs), dt)
 
 
-def _conv_ref(xs, attrs):
+def conv_ref(xs, attrs):
     x, w = _acc(xs[0]), _acc(xs[1])
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
@@ -528,13 +364,12 @@ defop(
     "conv",
     ("x", "w", "b?"),
     _conv_infer,
-    _conv_ref,
+    conv_ref,
     _g_conv,
     attrs=_CONV_ATTRS,
     resolve=_window_resolve,
-    c=CKernel("conv", _c_conv, ("kernels/conv.h",)),
-    scratch=_conv_scratch,
     flops=_flops_conv,
+    kind=KERNEL,
     doc="cross-correlation; x (N, C, *I), w (M, C/group, *K), pads = begins then ends",
 )
 
@@ -671,8 +506,8 @@ defop(
     _g_conv_t,
     attrs={**_CONV_ATTRS, "output_padding": Attr("ints", None)},
     resolve=_conv_t_resolve,
-    c=CKernel("conv", _c_conv_t, ("kernels/conv.h",)),
     flops=_flops_conv_t,
+    kind=KERNEL,
     doc="transposed convolution; w (C, M/group, *K); output cropped by pads, grown by output_padding",
 )
 
@@ -795,9 +630,8 @@ defop(
     _g_max_pool,
     attrs=_POOL_ATTRS,
     resolve=_window_resolve,
-    c=CKernel("pool", _c_pool("fc_max_pool"), ("kernels/pool.h",)),
-    scratch=_pool_scratch,
     flops=_flops_pool,
+    kind=KERNEL,
     doc="max over sliding windows; pads never win",
 )
 defop(
@@ -808,9 +642,8 @@ defop(
     _g_avg_pool,
     attrs={**_POOL_ATTRS, "count_include_pad": Attr("bool", False)},
     resolve=_window_resolve,
-    c=CKernel("pool", _c_pool("fc_avg_pool"), ("kernels/pool.h",)),
-    scratch=_pool_scratch,
     flops=_flops_pool,
+    kind=KERNEL,
     doc="mean over sliding windows; pads count only if count_include_pad",
 )
 
@@ -855,7 +688,7 @@ defop(
     NotDifferentiable("second-order gradients of max_pool are not implemented", error=True),
     attrs=_POOL_ATTRS,
     resolve=_window_resolve,
-    c=CKernel("pool_grad", _c_pool("fc_max_pool_grad"), ("kernels/pool.h",)),
+    kind=KERNEL,
     doc="gradient of max_pool: gy routed to the first maximum of each window",
 )
 
@@ -900,7 +733,7 @@ defop(
     _g_avg_pool_grad,
     attrs={**_POOL_ATTRS, "count_include_pad": Attr("bool", False), "shape": Attr("ints")},
     resolve=_avg_pool_grad_resolve,
-    c=CKernel("pool_grad", _c_pool("fc_avg_pool_grad"), ("kernels/pool.h",)),
+    kind=KERNEL,
     doc="gradient of avg_pool: each window's share spread back over its cells",
 )
 
@@ -1045,6 +878,7 @@ defop(
     _g_bn,
     attrs={"epsilon": Attr("float", 1e-5)},
     decompose=_decompose_bn,
+    kind=COMPOSITE,
     doc="inference batch norm over axis 1: (x - mean) / sqrt(var + epsilon) * scale + bias",
 )
 
@@ -1100,30 +934,6 @@ def _g_ln(op, gys):
     return out
 
 
-def _decompose_ln(op):
-    """Scale or bias that broadcast: expand them to the normalized shape the kernel takes."""
-    from .shape import expand
-
-    x = op.inputs[0]
-    norm = x.shape[op.attrs["axis"] :]
-    params = op.inputs[1:]
-    if all(p.shape == norm for p in params):
-        return None
-    full = [p if p.shape == norm else expand(p, norm) for p in params]
-    return (apply("layer_norm", [x, *full], None, **op.attrs),)
-
-
-def _c_layer_norm(ins, outs, attrs, lit):
-    outer, length, _ = L.around(ins[0].shape, range(attrs["axis"], ins[0].rank))
-    return {
-        "fn": "fc_layer_norm_vec" if ins[0].dtype == "float32" else "fc_layer_norm",
-        "outer": outer,
-        "inner": length,
-        "eps": lit(attrs["epsilon"], "float64"),
-        "has_bias": len(ins) == 3,
-    }
-
-
 defop(
     "layer_norm",
     ("x", "scale", "bias?"),
@@ -1132,8 +942,7 @@ defop(
     _g_ln,
     attrs={"axis": Attr("int", -1), "epsilon": Attr("float", 1e-5)},
     resolve=resolve_axis,
-    c=CKernel("layer_norm", _c_layer_norm, ("kernels/norm.h",)),
-    decompose=_decompose_ln,
+    kind=KERNEL,
     doc="normalize over the axes from 'axis' on, then scale and shift",
 )
 
@@ -1174,15 +983,6 @@ def _softmax_infer(types, attrs):
 _SOFTMAX_ATTRS = {"axis": Attr("int", -1)}
 
 
-def _c_softmax(fn):
-    def context(ins, outs, attrs, lit):
-        outer, length, inner = L.around(ins[0].shape, [attrs["axis"]])
-        fast = fn + "_vec" if ins[0].dtype == "float32" else fn  # kernels/norm.h float32 paths
-        return {"fn": fast, "outer": outer, "len": length, "inner": inner}
-
-    return context
-
-
 defop(
     "softmax",
     ("x",),
@@ -1191,7 +991,7 @@ defop(
     _g_softmax,
     attrs=_SOFTMAX_ATTRS,
     resolve=resolve_axis,
-    c=CKernel("softmax", _c_softmax("fc_softmax"), ("kernels/norm.h",)),
+    kind=KERNEL,
     doc="exp(x) / sum(exp(x)) along axis",
 )
 defop(
@@ -1202,7 +1002,7 @@ defop(
     _g_log_softmax,
     attrs=_SOFTMAX_ATTRS,
     resolve=resolve_axis,
-    c=CKernel("softmax", _c_softmax("fc_log_softmax"), ("kernels/norm.h",)),
+    kind=KERNEL,
     doc="log(softmax(x)) along axis, stably",
 )
 
@@ -1337,7 +1137,7 @@ def _antialiased(attrs, scale: float) -> bool:
     return bool(attrs.get("antialias")) and attrs["mode"] != "nearest" and scale < 1
 
 
-def _is_lerp(attrs, scale: float) -> bool:
+def is_lerp(attrs, scale: float) -> bool:
     """Nearest and plain linear: at most two taps, lerp(x[i0], x[i1], w1)."""
     return attrs["mode"] in ("nearest", "linear") and not _antialiased(attrs, scale)
 
@@ -1360,7 +1160,7 @@ def resize_table(in_len: int, out_len: int, scale: float, attrs, roi=(0.0, 1.0))
     ctm = attrs["coordinate_transformation_mode"]
     src = resize_source(in_len, out_len, scale, ctm, roi)
     mode = attrs["mode"]
-    if _is_lerp(attrs, scale):
+    if is_lerp(attrs, scale):
         i0, i1, w1 = _two_taps(src, in_len, mode, attrs.get("nearest_mode", "round_prefer_floor"))
         if mode == "nearest":
             idx, w = i0[:, None], np.ones((out_len, 1))
@@ -1397,28 +1197,28 @@ def resize_table(in_len: int, out_len: int, scale: float, attrs, roi=(0.0, 1.0))
     return idx.astype(np.int64), w
 
 
-def _axis_roi(attrs, a, rank):
+def axis_roi(attrs, a, rank):
     roi = attrs.get("roi") or ()
     return (roi[a], roi[a + rank]) if roi else (0.0, 1.0)
 
 
-def _axis_table(shape, attrs, a):
-    roi = _axis_roi(attrs, a, len(shape))
+def axis_table(shape, attrs, a):
+    roi = axis_roi(attrs, a, len(shape))
     return resize_table(shape[a], attrs["sizes"][a], attrs["scales"][a], attrs, roi)
 
 
-def _resize_axes(shape, attrs):
+def resize_axes(shape, attrs):
     return [
         a
         for a, (d, s) in enumerate(zip(shape, attrs["sizes"]))
-        if d != s or attrs["scales"][a] != 1.0 or _axis_roi(attrs, a, len(shape)) != (0.0, 1.0)
+        if d != s or attrs["scales"][a] != 1.0 or axis_roi(attrs, a, len(shape)) != (0.0, 1.0)
     ]
 
 
 def _resize_ref(xs, attrs):
     y = xs[0].astype(np.float64)
-    for a in _resize_axes(y.shape, attrs):
-        idx, w = _axis_table(y.shape, attrs, a)
+    for a in resize_axes(y.shape, attrs):
+        idx, w = axis_table(y.shape, attrs, a)
         bshape = [1] * y.ndim
         bshape[a] = -1
         taps = np.maximum(idx, 0)  # extrapolated rows (-1) are replaced below
@@ -1433,11 +1233,11 @@ def _g_resize(op, gys):
 
     x, g = op.inputs[0], gys[0]
     shapes = [list(x.shape)]
-    axes = _resize_axes(x.shape, op.attrs)
+    axes = resize_axes(x.shape, op.attrs)
     for a in axes:
         shapes.append(shapes[-1][:a] + [op.attrs["sizes"][a]] + shapes[-1][a + 1 :])
     for a, in_shape in zip(reversed(axes), reversed(shapes[:-1])):
-        idx, w = _axis_table(x.shape, op.attrs, a)
+        idx, w = axis_table(x.shape, op.attrs, a)
         bshape = [1] * x.rank
         bshape[a] = -1
         acc = fill(in_shape, 0, x.dtype)
@@ -1451,55 +1251,6 @@ def _g_resize(op, gys):
 def _resize_infer(types, attrs):
     check_dtype(types[0], dtypes.FLOATS)
     return TensorType(attrs["sizes"], types[0].dtype)
-
-
-def _decompose_resize(op):
-    """More than one axis changes: one resize per axis (the C kernel resizes one axis)."""
-    x = op.inputs[0]
-    axes = _resize_axes(x.shape, op.attrs)
-    if len(axes) <= 1:
-        return None
-    y = x
-    for a in axes:
-        sizes = list(y.shape)
-        sizes[a] = op.attrs["sizes"][a]
-        scales = [1.0] * x.rank
-        scales[a] = op.attrs["scales"][a]
-        roi = ()
-        if op.attrs["roi"]:
-            roi = [0.0] * x.rank + [1.0] * x.rank
-            roi[a], roi[a + x.rank] = _axis_roi(op.attrs, a, x.rank)
-        attrs = {**op.attrs, "sizes": tuple(sizes), "scales": tuple(scales), "roi": tuple(roi)}
-        y = apply("resize", [y], None, **attrs)
-    return (y,)
-
-
-def _c_resize(ins, outs, attrs, lit):
-    """Two-tap tables (nearest, linear) go to fc_resize_axis, wider ones to fc_resize_taps."""
-    x = ins[0]
-    axes = _resize_axes(x.shape, attrs) or [0]
-    a = axes[0]
-    idx, w = _axis_table(x.shape, attrs, a)
-    outer, _, inner = L.around(x.shape, [a])
-    wtype = "float64" if x.dtype == "float64" else "float32"
-    ctype = "double" if wtype == "float64" else "float"
-    n = attrs["sizes"][a]
-    common = [str(outer), str(x.shape[a]), str(n), str(inner)]
-    if _is_lerp(attrs, attrs["scales"][a]) and not (idx < 0).any():
-        i1 = idx[:, -1]
-        w1 = w[:, 1] if w.shape[1] == 2 else np.zeros(n)
-        tables = [
-            {"ctype": "int32_t", "name": "i0", "data": [int(v) for v in idx[:, 0]] or [0]},
-            {"ctype": "int32_t", "name": "i1", "data": [int(v) for v in i1] or [0]},
-            {"ctype": ctype, "name": "w", "data": [lit(float(v), wtype) for v in w1] or [lit(0.0, wtype)]},
-        ]
-        return {"fn": "fc_resize_axis", "tables": tables, "args": [*common, "i0", "i1", "w"]}
-    tables = [
-        {"ctype": "int32_t", "name": "idx", "data": [int(v) for v in idx.ravel()] or [0]},
-        {"ctype": ctype, "name": "w", "data": [lit(float(v), wtype) for v in w.ravel()] or [lit(0.0, wtype)]},
-    ]
-    args = [*common, str(w.shape[1]), "idx", "w", lit(attrs["extrapolation_value"], wtype)]
-    return {"fn": "fc_resize_taps", "tables": tables, "args": args}
 
 
 defop(
@@ -1521,8 +1272,7 @@ defop(
         "extrapolation_value": Attr("float", 0.0),
     },
     resolve=_resize_resolve,
-    c=CKernel("resize", _c_resize, ("kernels/resize.h",)),
-    decompose=_decompose_resize,
+    kind=KERNEL,
     doc="nearest, (multi)linear or cubic resize (antialias, tf_crop_and_resize) with ONNX "
     "coordinate modes; separable per axis",
 )

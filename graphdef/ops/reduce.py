@@ -10,8 +10,7 @@ from .. import dtypes
 from ..builder import apply, operand
 from ..errors import ShapeError
 from ..ir import TensorType
-from ..registry import NOT_DIFFERENTIABLE, Attr, CKernel, defop
-from . import _lower as L
+from ..registry import KERNEL, NOT_DIFFERENTIABLE, Attr, defop
 from ._util import check_dtype, norm_axes, resolve_axis
 
 _REDUCE_ATTRS = {"axes": Attr("ints", None), "keepdims": Attr("bool", False)}
@@ -116,30 +115,11 @@ def runs(shape, axes) -> list[list[int]]:
     return out
 
 
-def _decompose_reduce(op):
-    """Several separate runs of reduced axes: one reduction per run (C kernels take one)."""
-    x = op.inputs[0]
-    groups = runs(x.shape, op.attrs["axes"])
-    if len(groups) <= 1:
-        return None
-    from .shape import reshape
-
-    y = x
-    for g in reversed(groups):
-        y = apply(op.node.op, [y], None, axes=tuple(g), keepdims=True)
-    return (reshape(y, reduced_shape(x.shape, op.attrs["axes"], op.attrs["keepdims"])),)
-
-
-def _c_reduce(ins, outs, attrs, lit):
-    x = ins[0]
-    group = (runs(x.shape, attrs["axes"]) or [[]])[0]
-    outer, length, inner = L.around(x.shape, group) if group else (x.size, 1, 1)
-    return {"outer": outer, "len": length, "inner": inner}
-
-
 def _flops_reduce(ins, outs, attrs):
     return ins[0].size
 
+
+REDUCTIONS = ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod")
 
 for _name, _fn, _grad, _allowed, _nonempty in (
     ("reduce_sum", np.sum, _g_sum, dtypes.NUMERIC, False),
@@ -156,8 +136,7 @@ for _name, _fn, _grad, _allowed, _nonempty in (
         _grad,
         attrs=_REDUCE_ATTRS,
         resolve=_resolve_axes,
-        c=CKernel("reduce", _c_reduce, ("kernels/reduce.h",)),
-        decompose=_decompose_reduce,
+        kind=KERNEL,
         flops=_flops_reduce,
         doc=f"{_name[7:]} over 'axes' (all when absent), keeping reduced axes as 1 if keepdims",
     )
@@ -203,11 +182,6 @@ def _arg_infer(types, attrs):
     return TensorType(reduced_shape(x.shape, (attrs["axis"],), attrs["keepdims"]), "int64")
 
 
-def _c_arg(ins, outs, attrs, lit):
-    outer, length, inner = L.around(ins[0].shape, [attrs["axis"]])
-    return {"outer": outer, "len": length, "inner": inner, "last": int(attrs["select_last_index"])}
-
-
 def _arg_ref(fn):
     def ref(xs, attrs):
         x, axis = xs[0], attrs["axis"]
@@ -230,7 +204,7 @@ defop(
     NOT_DIFFERENTIABLE,
     attrs=_ARG_ATTRS,
     resolve=resolve_axis,
-    c=CKernel("argreduce", _c_arg, ("kernels/reduce.h",)),
+    kind=KERNEL,
     flops=_flops_reduce,
     doc="index of the largest value along axis (first, or last on ties)",
 )
@@ -242,7 +216,7 @@ defop(
     NOT_DIFFERENTIABLE,
     attrs=_ARG_ATTRS,
     resolve=resolve_axis,
-    c=CKernel("argreduce", _c_arg, ("kernels/reduce.h",)),
+    kind=KERNEL,
     flops=_flops_reduce,
     doc="index of the smallest value along axis",
 )

@@ -15,8 +15,7 @@ from .. import dtypes
 from ..builder import Tensor, apply, operand
 from ..errors import ExecutionError, GradientError, ShapeError
 from ..ir import TensorType
-from ..registry import ALIAS, NOT_DIFFERENTIABLE, Attr, CKernel, defop
-from . import _lower as L
+from ..registry import ALIAS, KERNEL, NOT_DIFFERENTIABLE, Attr, defop
 from ._util import broadcast_shapes, check_dtype, norm_axes, norm_axis, resolve_axis, same_dtype
 
 
@@ -26,138 +25,6 @@ def _same(types, attrs):
 
 def _g_reshape_back(op, gys):
     return (reshape(gys[0], op.inputs[0].shape),)
-
-
-# ----------------------------------------------------------------------------- C lowering
-def _c_transpose(ins, outs, attrs, lit):
-    x, perm = ins[0], attrs["perm"]
-    xs = L.strides(x.shape)
-    return L.copy_plan(
-        outs[0].shape, L.strides(outs[0].shape), [xs[p] for p in perm], itemsize=L.itemsize(x.dtype)
-    )
-
-
-def _c_slice(ins, outs, attrs, lit):
-    x, y = ins[0], outs[0]
-    xs = L.strides(x.shape)
-    plan = slice_plan(x.shape, attrs)
-    offset = sum(start * st for (start, _, _), st in zip(plan, xs))
-    return L.copy_plan(
-        y.shape,
-        L.strides(y.shape),
-        [step * st for (_, step, _), st in zip(plan, xs)],
-        x_offset=offset,
-        itemsize=L.itemsize(x.dtype),
-    )
-
-
-def _c_expand(ins, outs, attrs, lit):
-    x, y = ins[0], outs[0]
-    return L.copy_plan(
-        y.shape, L.strides(y.shape), L.broadcast_strides(x.shape, y.shape), itemsize=L.itemsize(x.dtype)
-    )
-
-
-def _c_tile(ins, outs, attrs, lit):
-    x = ins[0]
-    view = [v for r, d in zip(attrs["repeats"], x.shape) for v in (r, d)]
-    xs = [v for s in L.strides(x.shape) for v in (0, s)]
-    return L.copy_plan(view, L.strides(view), xs, itemsize=L.itemsize(x.dtype))
-
-
-def _block_copies(parts, whole, axis, reading):
-    """One copy per part, placed at its offset along axis inside the whole tensor."""
-    ws = L.strides(whole.shape)
-    out, offset = [], 0
-    for part in parts:
-        ps = L.strides(part.shape)
-        at = offset * ws[axis]
-        plan = (
-            L.copy_plan(part.shape, ps, ws, x_offset=at, itemsize=L.itemsize(part.dtype))
-            if reading
-            else L.copy_plan(part.shape, ws, ps, y_offset=at, itemsize=L.itemsize(part.dtype))
-        )
-        out.append(plan)
-        offset += part.shape[axis]
-    return out
-
-
-def _c_concat(ins, outs, attrs, lit):
-    return {
-        "copies": [dict(c, x=i, y=0) for i, c in enumerate(_block_copies(ins, outs[0], attrs["axis"], False))]
-    }
-
-
-def _c_split(ins, outs, attrs, lit):
-    return {
-        "copies": [dict(c, x=0, y=i) for i, c in enumerate(_block_copies(outs, ins[0], attrs["axis"], True))]
-    }
-
-
-def _c_gather(ins, outs, attrs, lit):
-    data, indices = ins
-    axis = attrs["axis"]
-    outer, dim, inner = L.around(data.shape, [axis])
-    return {
-        "outer": outer,
-        "dim": dim,
-        "inner_bytes": inner * L.itemsize(data.dtype),
-        "n_idx": indices.size,
-        "idx": L.suffix(indices.dtype),
-    }
-
-
-def _c_scatter(ins, outs, attrs, lit):
-    data, indices, _ = ins
-    outer, dim, inner = L.around(data.shape, [attrs["axis"]])
-    return {
-        "outer": outer,
-        "dim": dim,
-        "inner": inner,
-        "n_idx": indices.size,
-        "idx": L.suffix(indices.dtype),
-        "nbytes": data.nbytes,
-    }
-
-
-def _pad_sources(dim, begin, end, mode) -> list[int]:
-    """Input index for each output position along one axis, or -1 for fill.
-
-    Negative pads crop first; the positive ones then pad the cropped run (as the reference).
-    """
-    lo, hi = max(-begin, 0), max(-end, 0)
-    inner = dim - lo - hi
-    out = []
-    for o in range(dim + begin + end):
-        i = o - max(begin, 0)
-        if 0 <= i < inner:
-            out.append(lo + i)
-        elif mode == "constant":
-            out.append(-1)
-        elif mode == "edge":
-            out.append(lo + min(max(i, 0), inner - 1))
-        else:  # reflect, without repeating the edge element
-            period = 2 * (inner - 1)
-            j = abs(i) % period if period else 0
-            out.append(lo + (j if j < inner else period - j))
-    return out
-
-
-def _c_pad(ins, outs, attrs, lit):
-    x, y = ins[0], outs[0]
-    r = x.rank
-    pads = attrs["pads"]
-    tables = [_pad_sources(x.shape[d], pads[d], pads[r + d], attrs["mode"]) for d in range(r)]
-    return {
-        "rank": r,
-        "out_dims": list(y.shape),
-        "x_strides": L.strides(x.shape),
-        "tables": tables,
-        "fill": L.stored(lit, attrs["value"], x.dtype),
-        "ctype_fill": x.dtype,
-        "itemsize": L.itemsize(x.dtype),
-        "count": y.size,
-    }
 
 
 # ----------------------------------------------------------------------------- reshape family
@@ -190,7 +57,7 @@ defop(
     _g_reshape_back,
     attrs={"shape": Attr("ints")},
     resolve=_reshape_resolve,
-    c=ALIAS,
+    kind=ALIAS,
     doc="same elements in row-major order, new static shape ('-1' is resolved when built)",
 )
 
@@ -219,7 +86,7 @@ defop(
     _g_reshape_back,
     attrs={"axis": Attr("int", 1)},
     resolve=_flatten_resolve,
-    c=ALIAS,
+    kind=ALIAS,
     doc="2-D view: dims before axis, times dims from axis on",
 )
 
@@ -248,7 +115,7 @@ defop(
     _g_reshape_back,
     attrs={"axes": Attr("ints", None)},
     resolve=_squeeze_resolve,
-    c=ALIAS,
+    kind=ALIAS,
     doc="remove size-1 axes (all of them when axes is absent)",
 )
 
@@ -277,7 +144,7 @@ defop(
     _g_reshape_back,
     attrs={"axes": Attr("ints")},
     resolve=_unsqueeze_resolve,
-    c=ALIAS,
+    kind=ALIAS,
     doc="insert size-1 axes at the given positions of the output",
 )
 
@@ -308,7 +175,7 @@ defop(
     _g_transpose,
     attrs={"perm": Attr("ints", None)},
     resolve=_transpose_resolve,
-    c=CKernel("copy", _c_transpose, ("kernels/copy.h",)),
+    kind=KERNEL,
     doc="permute axes (reverse them when perm is absent)",
 )
 
@@ -346,7 +213,7 @@ defop(
     _g_concat,
     attrs={"axis": Attr("int", 0)},
     resolve=resolve_axis,
-    c=CKernel("copies", _c_concat, ("kernels/copy.h",)),
+    kind=KERNEL,
     doc="join along axis",
 )
 
@@ -386,7 +253,7 @@ defop(
     _g_split,
     attrs={"axis": Attr("int", 0), "sizes": Attr("ints")},
     resolve=resolve_axis,
-    c=CKernel("copies", _c_split, ("kernels/copy.h",)),
+    kind=KERNEL,
     doc="cut along axis into pieces of the given sizes",
 )
 
@@ -488,7 +355,7 @@ defop(
         "steps": Attr("ints", None),
     },
     resolve=_slice_resolve,
-    c=CKernel("copy", _c_slice, ("kernels/copy.h",)),
+    kind=KERNEL,
     doc="strided slice with ONNX/numpy clamping; resolved to start, end, step on every axis",
 )
 
@@ -536,7 +403,7 @@ defop(
     _g_gather,
     attrs={"axis": Attr("int", 0)},
     resolve=resolve_axis,
-    c=CKernel("gather", _c_gather, ("kernels/index.h",)),
+    kind=KERNEL,
     doc="take entries along axis; negative indices count from the end",
 )
 
@@ -582,7 +449,7 @@ defop(
     _g_scatter,
     attrs={"axis": Attr("int", 0)},
     resolve=resolve_axis,
-    c=CKernel("scatter_add", _c_scatter, ("kernels/index.h",)),
+    kind=KERNEL,
     doc="data with updates added at the gathered positions (the transpose of gather)",
 )
 
@@ -641,7 +508,7 @@ defop(
         "mode": Attr("str", "constant", ("constant", "reflect", "edge")),
         "value": Attr("float", 0.0),
     },
-    c=CKernel("pad", _c_pad, ("kernels/copy.h",)),
+    kind=KERNEL,
     doc="pads = begins of every axis, then ends; negative values crop",
 )
 
@@ -664,7 +531,7 @@ defop(
     lambda xs, a: np.broadcast_to(xs[0], broadcast_shapes(xs[0].shape, a["shape"])).copy(),
     _g_expand,
     attrs={"shape": Attr("ints")},
-    c=CKernel("copy", _c_expand, ("kernels/copy.h",)),
+    kind=KERNEL,
     doc="broadcast x against shape (both ways, as in ONNX Expand)",
 )
 
@@ -697,7 +564,7 @@ defop(
     lambda xs, a: np.tile(xs[0], a["repeats"]),
     _g_tile,
     attrs={"repeats": Attr("ints")},
-    c=CKernel("copy", _c_tile, ("kernels/copy.h",)),
+    kind=KERNEL,
     doc="repeat x along each axis",
 )
 
@@ -713,7 +580,7 @@ defop(
     _same,
     lambda xs, a: xs[0].copy(),
     lambda op, gys: (gys[0],),
-    c=ALIAS,
+    kind=ALIAS,
     doc="x unchanged",
 )
 defop(
@@ -722,7 +589,7 @@ defop(
     _same,
     lambda xs, a: xs[0].copy(),
     NOT_DIFFERENTIABLE,
-    c=ALIAS,
+    kind=ALIAS,
     doc="x unchanged; gradients do not flow through it",
 )
 

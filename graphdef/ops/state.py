@@ -16,10 +16,8 @@ from .. import dtypes
 from ..builder import Tensor, apply, operand
 from ..errors import FeedError, GraphError, ShapeError
 from ..ir import TensorType
-from ..registry import NOT_DIFFERENTIABLE, SOURCE, Attr, CExpr, CKernel, defop
-from . import _lower as L
+from ..registry import ELEMENTWISE, KERNEL, NOT_DIFFERENTIABLE, SOURCE, Attr, defop
 from ._util import check_dtype
-from .elementwise import call
 
 _TYPE_ATTRS = {"shape": Attr("ints"), "dtype": Attr("dtype", "float32")}
 
@@ -42,7 +40,7 @@ defop(
     _fed("placeholder"),
     NOT_DIFFERENTIABLE,
     attrs=_TYPE_ATTRS,
-    c=SOURCE,
+    kind=SOURCE,
     doc="an input fed at run time",
 )
 defop(
@@ -52,7 +50,7 @@ defop(
     _fed("constant"),
     NOT_DIFFERENTIABLE,
     attrs=_TYPE_ATTRS,
-    c=SOURCE,
+    kind=SOURCE,
     doc="a constant array stored in graph.constants",
 )
 defop(
@@ -62,21 +60,13 @@ defop(
     _fed("variable"),
     NOT_DIFFERENTIABLE,
     attrs={**_TYPE_ATTRS, "trainable": Attr("bool", True)},
-    c=SOURCE,
+    kind=SOURCE,
     doc="a stateful array; initial value in graph.variables",
 )
 
 
 def _fill_ref(xs, attrs):
     return np.full(attrs["shape"], attrs["value"], dtype=dtypes.np_dtype(attrs["dtype"]))
-
-
-def _c_fill(ins, outs, attrs, lit):
-    return {
-        "count": outs[0].size,
-        "value": L.stored(lit, attrs["value"], attrs["dtype"]),
-        "itemsize": dtypes.itemsize(attrs["dtype"]),
-    }
 
 
 defop(
@@ -86,7 +76,7 @@ defop(
     _fill_ref,
     NOT_DIFFERENTIABLE,
     attrs={**_TYPE_ATTRS, "value": Attr("float", 0.0)},
-    c=CKernel("fill", _c_fill, ("kernels/copy.h",)),
+    kind=KERNEL,
     doc="a tensor of one repeated value",
 )
 
@@ -109,10 +99,10 @@ def _checked(fn):
     return ref
 
 
-for _name, _fn, _allowed, _c, _doc in (
-    ("assign", lambda v, x: x.copy(), dtypes.ALL, CExpr(lambda ins, out, a, lit: "{1}"), "variable := value"),
-    ("assign_add", np.add, dtypes.NUMERIC, call("fc_add"), "variable := variable + value"),
-    ("assign_sub", np.subtract, dtypes.NUMERIC, call("fc_sub"), "variable := variable - value"),
+for _name, _fn, _allowed, _doc in (
+    ("assign", lambda v, x: x.copy(), dtypes.ALL, "variable := value"),
+    ("assign_add", np.add, dtypes.NUMERIC, "variable := variable + value"),
+    ("assign_sub", np.subtract, dtypes.NUMERIC, "variable := variable - value"),
 ):
     defop(
         _name,
@@ -121,7 +111,7 @@ for _name, _fn, _allowed, _c, _doc in (
         _checked(_fn),
         NOT_DIFFERENTIABLE,
         stateful=True,
-        c=_c,
+        kind=ELEMENTWISE,
         doc=_doc + "; the output is the new value (stored when the run ends)",
     )
 

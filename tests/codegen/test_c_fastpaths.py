@@ -157,13 +157,12 @@ def test_fast_path_matches_interpreter(cid, how, built, c_outputs, tol):
 
 def test_depthwise_reaches_fast_kernel():
     """A float32 depthwise conv renders the fc_dwconv_f32 call, a float64 one the generic one."""
-    from codegen import emit
-    from codegen.compiled import program_for
+    from codegen import pipeline
 
     for dt, fn in (("float32", "fc_dwconv_f32"), ("float64", "fc_conv_f64")):
         with gd.Graph("dw") as g:
             x = gd.placeholder("x", (1, 3, 8, 8), dt)
             g.set_outputs(gd.conv(x, gd.constant(arr((3, 1, 3, 3), dtype=dt)), group=3, pads=(1, 1, 1, 1)))
-        sources = emit.emit(program_for(g, None, "best", isa="scalar"), "dw")
+        sources = pipeline.run(g, pipeline.Options(name="dw")).sources
         text = "".join(v for v in sources.files.values() if isinstance(v, str))
         assert f"{fn}(" in text

@@ -88,15 +88,22 @@ def test_c_matches_interpreter(cid, built, c_outputs, tol):
 
 def test_the_tap_kernel_is_used(built):
     """Cubic goes through fc_resize_taps, one call per resized axis; linear keeps fc_resize_axis."""
-    from codegen import emit
-    from codegen.compiled import program_for
+    from codegen import pipeline
 
     graph, _ = built["cubic-up-half_pixel-float32"]
-    text = "".join(v for v in emit.emit(program_for(graph), "m").files.values() if isinstance(v, str))
+    text = "".join(
+        v
+        for v in pipeline.run(graph, pipeline.Options(name="m")).sources.files.values()
+        if isinstance(v, str)
+    )
     assert text.count("fc_resize_taps_f32(") == 2 and "fc_resize_axis_f32(" not in text
     with gd.Graph("lin") as graph:
         gd.resize(gd.placeholder("in0", (2, 3)), scales=(1, 2), mode="linear", name="y")
-    text = "".join(v for v in emit.emit(program_for(graph), "m").files.values() if isinstance(v, str))
+    text = "".join(
+        v
+        for v in pipeline.run(graph, pipeline.Options(name="m")).sources.files.values()
+        if isinstance(v, str)
+    )
     assert "fc_resize_axis_f32(" in text and "fc_resize_taps_f32(" not in text
 
 

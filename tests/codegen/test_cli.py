@@ -60,7 +60,7 @@ def test_inspect_shows_ops_schedule_peaks_and_plan(tmp_path):
     for text in (
         "ops: ",
         "unsupported ops: none",
-        "passes: ",
+        "stages: ",
         "critical path",
         "peak live bytes: topological order",
         "chosen order",
@@ -69,6 +69,57 @@ def test_inspect_shows_ops_schedule_peaks_and_plan(tmp_path):
     ):
         assert text in out, text
     assert "<svg" in (tmp_path / "plan.svg").read_text()
+
+
+def _small_onnx(path: Path) -> None:
+    """A conv -> relu -> flatten -> gemm model in ONNX, as an exporter writes it."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
+        numpy_helper.from_array(rng.standard_normal((10, 8 * 8 * 8)).astype(np.float32), "fc_w"),
+        numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "fc_b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+
+
+@pytest.mark.c
+@pytest.mark.parametrize("threads", [1, 2])
+def test_inspect_shows_what_compile_builds(tmp_path, threads):
+    """The schedule and the arena flowc inspect prints are those of the compiled model,
+    lowering (packed GEMM, epilogues, thread split) included."""
+    _small_onnx(tmp_path / "m.onnx")
+    res = flowc("compile", tmp_path / "m.onnx", "-o", tmp_path / "out", "--name", "net", "--threads", threads)
+    assert res.returncode == 0, res.stderr
+    meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    res = flowc("inspect", tmp_path / "m.onnx", "--threads", threads)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    start = lines.index("schedule (step, op, node, ASAP us, ALAP us, slack us, flops):") + 1
+    shown = [ln.split()[:3] for ln in lines[start : start + len(meta["schedule"]) + 1]]
+    built = [[str(s["step"]), s["op"], s["node"]] for s in meta["schedule"]]
+    assert shown[: len(built)] == built and not shown[len(built)][0].isdigit()
+    assert {"conv_gemm", "sgemm"} <= {s["op"] for s in meta["schedule"]}
+    assert f"arena {meta['arena_bytes']} B, lower bound {meta['arena_lower_bound']} B" in res.stdout
+    res = flowc("inspect", tmp_path / "m.onnx", "--stage", "schedule")
+    assert res.returncode == 0 and res.stdout.startswith("schedule (memory)"), res.stderr
 
 
 @pytest.mark.parametrize(

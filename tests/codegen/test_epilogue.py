@@ -10,6 +10,7 @@ import pytest
 import codegen
 import graphdef as gd
 from codegen import passes
+from codegen.backends.c.lowering import lower_products
 
 RNG = np.random.default_rng(7)
 
@@ -42,8 +43,9 @@ def attention(batch=2, heads=3, seq=7, dim=8):
     return g
 
 
-def optimized(g, threads=1):
-    return passes.run(g, isa="avx512", threads=threads)
+def optimized(g, outputs=None, threads=1):
+    """The graph after the target-neutral passes and the C backend's lowering for AVX-512."""
+    return lower_products(passes.run(g, outputs), "avx512", threads)
 
 
 def test_pass_merges_bias_activation_and_residual():
@@ -75,7 +77,7 @@ def test_pass_leaves_products_that_are_outputs_or_shared():
         p2 = gd.matmul(x, gd.constant(f32(32, 16)))
         gd.relu(p2, name="r2")
         gd.softmax(p2, name="s2")  # p2 has a second, non-elementwise consumer
-    opt = passes.run(g, outputs=["p", "r", "r2", "s2"], isa="avx512")
+    opt = optimized(g, outputs=["p", "r", "r2", "s2"])
     products = [n for n in opt.nodes if n.op == "sgemm"]
     assert len(products) == 2 and not any(n.attrs["epilogue"] for n in products)
 
@@ -87,7 +89,7 @@ def test_layout_refuses_a_broadcast_no_stride_can_express():
         other = gd.placeholder("o", (2, 3, 1))  # rows regrouped: fits (6, 1) only through reshape
         p = gd.reshape(gd.matmul(x, gd.constant(f32(32, 4))), (2, 3, 4))
         gd.identity(p + other, name="y")
-    opt = passes.run(g, isa="avx512")
+    opt = optimized(g)
     (feed_x, feed_o) = f32(6, 32), f32(2, 3, 1)
     (want,) = gd.run(g, {"x": feed_x, "o": feed_o}, ["y"])
     (got,) = gd.run(opt, {"x": feed_x, "o": feed_o}, ["y"])
@@ -117,7 +119,7 @@ def test_c_batched_products_with_mask(threads):
     }
     feeds["mask"] = feeds["mask"].astype(np.float32)
     (want,) = gd.run(g, feeds, ["p"])
-    opt = passes.run(g, isa="avx512")
+    opt = optimized(g)
     assert any(n.op == "sgemm" and n.attrs["epilogue"] for n in opt.nodes)
     got = codegen.compile(g, threads=threads)(**feeds)["p"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -130,7 +132,7 @@ def test_big_products_are_split_and_binary_runs_threaded(tmp_path):
         x = gd.placeholder("x", (1, 32, 24, 24))
         h = gd.relu(gd.conv2d(x, gd.constant(f32(64, 32, 3, 3, scale=0.1)), gd.constant(f32(64)), padding=1))
         gd.identity(gd.matmul(gd.reshape(h, (16, 2304)), gd.constant(f32(2304, 64, scale=0.02))), name="y")
-    opt = passes.run(g, isa="avx512", threads=2)
+    opt = optimized(g, threads=2)
     assert [n.attrs["parts"] for n in opt.nodes if n.op in ("sgemm", "conv_gemm")] == [2, 2]
     out = codegen.export(g, tmp_path / "out", name="big", threads=2)
     header = (tmp_path / "out" / "big.h").read_text()
@@ -153,16 +155,16 @@ def test_big_products_are_split_and_binary_runs_threaded(tmp_path):
 
 @pytest.mark.c
 @pytest.mark.parametrize(
-    "portable, flags, isa",
+    "portable, flags, kernel",
     [(True, (), "v128"), (True, ("-march=x86-64",), "v128"), (False, ("-DFC_NO_VECTOR",), "scalar")],
 )
-def test_generic_builds_without_avx(portable, flags, isa):
+def test_generic_builds_without_avx(portable, flags, kernel):
     """A portable build (no -march: SSE2 on x86-64), an explicit generic -march, and the plain
     C kernel all give the interpreter's results; weights are packed for the kernel the flags pick."""
-    from codegen.build import find_cc
+    from codegen.backends.c.toolchain import find_cc, isa
     from codegen.target import Target
 
-    assert Target("host", portable=portable).isa(find_cc(), flags) == isa
+    assert isa(Target("host", portable=portable), find_cc(), flags) == kernel
     g = conv_net(batch=1)
     xv = f32(1, 8, 10, 10)
     (want,) = gd.run(g, {"x": xv}, ["y"])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import graphdef as gd
-from graphdef.ops import _sgemm_pack as SP
+from codegen.backends.c import sgemm as SP
 
 OPS_TESTED = {"sgemm", "conv_gemm"}
 

@@ -34,7 +34,7 @@ def compile_graphs():
         import codegen
 
         try:
-            codegen.build.find_cc()
+            codegen.backends.c.toolchain.find_cc()
         except FlowcError as e:
             pytest.skip(str(e))
         return dict(zip(graphs, codegen.compile_many(list(graphs.items()))))

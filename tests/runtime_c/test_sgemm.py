@@ -3,7 +3,7 @@
 Every case runs on several builds of the same header: the machine's widest vectors
 (-march=native), AVX2+FMA and AVX-512 alone where the CPU has them, the compiler's default
 target (SSE2 on x86-64: 16-byte vectors) and the portable C fallback (-DFC_NO_VECTOR).
-Plans come from graphdef/ops/_sgemm_pack.make_plan for the ISA the build reports, so the
+Plans come from codegen/backends/c/sgemm.make_plan for the ISA the build reports, so the
 Python packers (pack_a / pack_b) feed the C kernel directly; a separate test checks them bit
 for bit against the C packers. Results are checked against a float64 product with the
 rigorous float32 summation bound (k + 4) * 2^-23 * (|alpha| |A||B| + |beta C| + |bias|).
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphdef.ops import _sgemm_pack as sp
+from codegen.backends.c import sgemm as sp
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 HEADER = (RUNTIME / "kernels" / "sgemm.h").read_text()

@@ -1,6 +1,6 @@
-/* Thread pool: see pool.h. */
+/* Thread pool: see threadpool.h. */
 #define _POSIX_C_SOURCE 200809L
-#include "pool.h"
+#include "threadpool.h"
 
 #include <string.h>
 

@@ -1,4 +1,4 @@
-"""Helpers for the ``c`` facet of op records: plain-data geometry for the C kernels.
+"""Plain-data geometry for the C kernels: strides, merged loops, copy plans.
 
 Nothing here emits C; these functions turn shapes and attributes into the sizes, strides
 and tables that the templates in templates/c/ops/ pass to runtime_c kernels.
@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .. import dtypes
+from graphdef import dtypes
 
 MAX_RANK = 8
 
@@ -90,23 +90,6 @@ def stored(lit, value, dtype: str) -> str:
     if dtype == "float16":
         return f"0x{int(np.float16(value).view(np.uint16)):04x}"
     return lit(value, dtype)
-
-
-def suffix(dtype: str) -> str:
-    return {
-        "float16": "f16",
-        "float32": "f32",
-        "float64": "f64",
-        "int8": "i8",
-        "uint8": "u8",
-        "int16": "i16",
-        "uint16": "u16",
-        "int32": "i32",
-        "uint32": "u32",
-        "uint64": "u64",
-        "int64": "i64",
-        "bool": "b",
-    }[dtype]
 
 
 def itemsize(dtype: str) -> int:

@@ -42,9 +42,9 @@ from graphdef.errors import ExecutionError, FlowcError, ToolchainError
 from graphdef.interpret import feed_value
 from graphdef.ir import TensorType
 
-from . import build, emit
+from ...target import Target
+from . import emit, toolchain
 from .cnames import PUBLIC
-from .target import Target
 
 # Symbols the model library must not need: allocation, stdio, process and OS services.
 FORBIDDEN = frozenset(
@@ -117,10 +117,10 @@ def _kib(n: int) -> str:
 def link_firmware(folder: Path, name: str, target: Target, cc: str | None = None, flags=()) -> Path:
     """Link folder/firmware.elf (and firmware.map) from firmware.c, the start-up file and
     lib<name>.a, as the Makefile's ``firmware.elf`` rule does."""
-    cc = build.find_cc(cc, target)
+    cc = toolchain.find_cc(cc, target)
     cmd = [
         *shlex.split(cc),
-        *build.STRICT,
+        *toolchain.STRICT,
         *target.cflags(),
         *flags,
         "-I.",
@@ -135,7 +135,7 @@ def link_firmware(folder: Path, name: str, target: Target, cc: str | None = None
         f"lib{name}.a",
         "-lm",
     ]
-    build.run(cmd, cwd=folder)
+    toolchain.run(cmd, cwd=folder)
     return folder / "firmware.elf"
 
 
@@ -143,8 +143,8 @@ def imports(folder: Path, name: str, target: Target) -> list[str]:
     """The symbols the model library needs from elsewhere (undefined in it, not defined by
     another of its objects)."""
     nm = target.tool("nm")
-    undefined = build.run([nm, "-u", f"lib{name}.a"], cwd=folder)
-    defined = build.run([nm, "--defined-only", f"lib{name}.a"], cwd=folder)
+    undefined = toolchain.run([nm, "-u", f"lib{name}.a"], cwd=folder)
+    defined = toolchain.run([nm, "--defined-only", f"lib{name}.a"], cwd=folder)
     need = {ln.split()[-1] for ln in undefined.splitlines() if ln.strip().startswith("U ")}
     return sorted(need - {ln.split()[-1] for ln in defined.splitlines() if len(ln.split()) == 3})
 
@@ -318,7 +318,9 @@ def footprint(folder: Path, name: str, target: Target, metadata: dict) -> Footpr
             sums[("ram", kind)] = sums.get(("ram", kind), 0) + sec.size
     flash = {k: sums.get(("flash", k), 0) for k in ("weights", "kernels", "glue", "library", "harness")}
     ram = {k: sums.get(("ram", k), 0) for k in ("weights", "kernels", "glue", "library", "harness")}
-    disassembly = build.run([target.tool("objdump"), "-d", "--no-show-raw-insn", "firmware.elf"], cwd=folder)
+    disassembly = toolchain.run(
+        [target.tool("objdump"), "-d", "--no-show-raw-insn", "firmware.elf"], cwd=folder
+    )
     stack, exact = stack_bound(disassembly, f"{name}_run")
     if not exact:
         raise FlowcError(
@@ -368,7 +370,7 @@ def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0) -> d
     folder = Path(folder)
     meta = json.loads((folder / "metadata.json").read_text())
     target = Target(meta["arch"])
-    if target.kind != "mcu":
+    if target.spec.product != "library":
         raise FlowcError(f"{folder} holds a {meta['arch']} build, not a microcontroller one")
     ins = []
     values = {}

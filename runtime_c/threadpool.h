@@ -23,7 +23,7 @@ typedef struct fc_pool {
     fc_task_fn fn;
     void *ctx;
     int parts, next, stop;
-    unsigned long remaining, generation; /* also polled while spinning (pool.c) */
+    unsigned long remaining, generation; /* also polled while spinning (threadpool.c) */
 } fc_pool;
 
 /* Start threads - 1 workers. Returns 0, or -1 if threads is out of range or a thread could

@@ -13,7 +13,7 @@ RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 
 PROGRAM = r"""
 #include <stdio.h>
-#include "pool.h"
+#include "threadpool.h"
 
 typedef struct { int hits[64]; long sum; pthread_mutex_t mu; } acc;
 
@@ -53,9 +53,25 @@ def test_every_part_runs_once(tmp_path, threads, sanitize):
     src = tmp_path / "pool_test.c"
     src.write_text(PROGRAM)
     exe = tmp_path / "pool_test"
-    build = subprocess.run([cc, "-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", *sanitize, f"-I{RUNTIME}",
-                            str(src), str(RUNTIME / "pool.c"), "-o", str(exe), "-pthread"],
-                           capture_output=True, text=True)
+    build = subprocess.run(
+        [
+            cc,
+            "-std=c99",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            *sanitize,
+            f"-I{RUNTIME}",
+            str(src),
+            str(RUNTIME / "threadpool.c"),
+            "-o",
+            str(exe),
+            "-pthread",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if build.returncode and sanitize:
         pytest.skip(f"no thread sanitizer here: {build.stderr[:200]}")
     assert build.returncode == 0, build.stderr

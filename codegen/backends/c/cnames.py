@@ -31,6 +31,21 @@ STORAGE = {
     "bool": "fc_bool",
 }
 COMPUTE = {**STORAGE, "float16": "float"}
+# the type suffix of runtime_c kernels (fc_add_f32, fc_gather_i64, ...)
+SUFFIX = {
+    "float16": "f16",
+    "float32": "f32",
+    "float64": "f64",
+    "int8": "i8",
+    "uint8": "u8",
+    "int16": "i16",
+    "uint16": "u16",
+    "int32": "i32",
+    "uint32": "u32",
+    "int64": "i64",
+    "uint64": "u64",
+    "bool": "b",
+}
 # types in the public header, which must not need flowc_rt.h (same representation)
 PUBLIC = {**STORAGE, "float16": "uint16_t", "bool": "uint8_t"}
 

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from graphdef.errors import ToolchainError
 
+from ...target import Target
 from .emit import RUNTIME, Sources
-from .target import Target
+from .sgemm import isa_from_macros
 
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
-RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "timing.h", "pool.c", "pool.h")
+RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "timing.h", "threadpool.c", "threadpool.h")
 
 
 def find_cc(cc: str | None = None, target: Target | None = None) -> str:
@@ -60,7 +61,7 @@ def run(cmd: list[str], cwd: Path | None = None) -> str:
 def copy_runtime(dest: Path, target: Target | None = None) -> None:
     """runtime_c headers and driver sources into dest/runtime (kernels/ too); for a
     microcontroller the start-up files of mcu/ instead of the .npy driver."""
-    mcu = target is not None and target.kind == "mcu"
+    mcu = target is not None and target.spec.product == "library"
     (dest / "runtime" / "kernels").mkdir(parents=True, exist_ok=True)
     for name in ("flowc_rt.h",) if mcu else RUNTIME_FILES:
         shutil.copyfile(RUNTIME / name, dest / "runtime" / name)
@@ -105,7 +106,7 @@ def compile_command(cc: str, target: Target, flags=()) -> list[str]:
 
 def libraries(target: Target) -> list[str]:
     """What a program or shared library of generated C links: libm, and POSIX threads when the
-    target has more than one (the model then runs runtime/pool.c, listed in Sources.c_files)."""
+    target has more than one (the model then runs runtime/threadpool.c, listed in Sources.c_files)."""
     return ["-pthread", "-lm"] if target.threads > 1 else ["-lm"]
 
 
@@ -149,3 +150,27 @@ def build_library(
     lib.unlink(missing_ok=True)
     run([ar, "rcs", lib.name, *objects], cwd=folder)
     return lib
+
+
+_ISA: dict = {}
+
+
+def isa(target: Target, cc: str, flags=()) -> str:
+    """The float32 GEMM micro-kernel ``cc`` selects with the target's flags and the caller's
+    extra ``flags`` (avx512, avx2, aarch64, v128, scalar): ``cc`` must be the target's
+    compiler, since the weights are packed for the tile it picks."""
+    key = (cc, target.cflags(), tuple(flags))
+    if key not in _ISA:
+        cmd = [*shlex.split(cc), *target.cflags(), *flags, "-dM", "-E", "-x", "c", "-"]
+        try:
+            res = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=60)
+            _ISA[key] = isa_from_macros(res.stdout) if res.returncode == 0 else "scalar"
+        except (OSError, subprocess.TimeoutExpired):
+            _ISA[key] = "scalar"
+    return _ISA[key]
+
+
+def gemm_isa(target: Target, cc: str, flags=()) -> str | None:
+    """The ISA float32 products are lowered to the packed GEMM for (lowering.lower_linear), or
+    None to keep the plain gemm/conv kernels (targets without ``packed_gemm``)."""
+    return isa(target, cc, flags) if target.spec.packed_gemm else None

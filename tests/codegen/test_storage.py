@@ -1,4 +1,5 @@
-"""Storage decisions: aliases, in-place steps, outputs written directly, copies, state."""
+"""The storage and plan stages: aliases, in-place steps, outputs written directly, copies,
+state, and an arena plan that is sound."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import numpy as np
 import pytest
 
 import graphdef as gd
-from codegen import lower, memory, passes
+from codegen import memory, passes, program, schedule, storage
 
 
 def _program(g, outputs=None, optimize=False):
     g = passes.run(g, outputs) if optimize else passes.select_outputs(g, outputs)
-    return lower.lower(g, [str(r) for r in g.declared_outputs])
+    st = storage.assign(schedule.make(g), [str(r) for r in g.declared_outputs])
+    return program.place(st)
 
 
 def test_reshape_family_aliases_its_input():
@@ -44,7 +46,7 @@ def test_no_in_place_over_a_value_read_later():
         gd.add(a, b, name="y")
     p = _program(g)
     assert "b" not in p.inplace
-    memory.check(p.buffers, p.plan, alignment=lower.ALIGN)
+    memory.check(p.buffers, p.plan, alignment=storage.ALIGN)
 
 
 def test_outputs_are_written_directly_or_copied():
@@ -54,7 +56,7 @@ def test_outputs_are_written_directly_or_copied():
         y = gd.relu(x, name="y")
         g.set_outputs(y, x, c, y, gd.reshape(y, (1, 3)))
     p = _program(g)
-    assert p.loc[g.node("y").ref()] == lower.Loc("output", 0)
+    assert p.loc[g.node("y").ref()] == storage.Loc("output", 0)
     assert [k for k, _ in p.output_copies] == [1, 2, 3, 4]
 
 
@@ -72,6 +74,6 @@ def test_assigned_values_are_stored_at_the_end():
 @pytest.mark.parametrize("outputs", [None, ["logp", "loss", "step"]])
 def test_the_zoo_plan_is_sound(zoo, outputs):
     p = _program(zoo, outputs, optimize=True)
-    memory.check(p.buffers, p.plan, alignment=lower.ALIGN)
+    memory.check(p.buffers, p.plan, alignment=storage.ALIGN)
     assert p.lower_bound <= p.arena_bytes
-    assert all(loc.offset % lower.ALIGN == 0 for loc in p.loc.values() if loc.kind == "arena")
+    assert all(loc.offset % storage.ALIGN == 0 for loc in p.loc.values() if loc.kind == "arena")

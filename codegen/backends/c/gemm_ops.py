@@ -1,16 +1,17 @@
-"""Compiler-internal products on the fast float32 GEMM (runtime_c/kernels/sgemm.h).
+"""The C backend's own ops: products on the fast float32 GEMM (runtime_c/kernels/sgemm.h).
 
-``codegen.passes.lower_linear`` rewrites float32 matmul, gemm and conv into these ops for a
+``lowering.lower_linear`` rewrites float32 matmul, gemm and conv into these ops for a
 given instruction set, packing constant operands at compile time in the exact layout of the
-kernel's micro-tile (graphdef/ops/_sgemm_pack.py). Their references rebuild the logical
-operands from the packed data, so the interpreter and ``verify`` still check every rewrite.
+kernel's micro-tile (sgemm.py). They are registered in graphdef's registry like any op, with
+references that rebuild the logical operands from the packed data, so the interpreter and
+``verify`` still check every rewrite; their kernel lowering is below.
 
 - ``sgemm(a, b, bias?)``: one product per batch entry, C = alpha * A @ B (+ bias), with A and
   B raw (strided) or packed, as the ``plan`` (the fields of fc_sgemm_plan) says.
 - ``conv_gemm(x, w, bias?)``: a convolution as one product per image and group, weights
   packed, the input read directly (1x1 kernels) or through im2col into step scratch memory.
 
-Both may carry an elementwise ``epilogue`` (``codegen.passes.fuse_epilogues`` moves the one
+Both may carry an elementwise ``epilogue`` (``lowering.fuse_epilogues`` moves the one
 elementwise consumer of a product into it): ``(program, slot, layouts)`` where ``program`` is
 that consumer's instructions (see ``fused``), ``slot`` the position of the product among its
 inputs, and the other inputs follow bias as extra inputs of the node, each read at matrix
@@ -26,11 +27,17 @@ import math
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..ir import TensorType
-from ..registry import Attr, CKernel, NotDifferentiable, defop
-from ._sgemm_pack import SgemmPlan, unpack_a, unpack_b
-from ._util import check_dtype
+from graphdef.errors import ShapeError
+from graphdef.ir import TensorType
+from graphdef.ops._util import check_dtype
+from graphdef.ops.fused import run_program
+from graphdef.ops.nn import conv_ref
+from graphdef.registry import KERNEL, Attr, NotDifferentiable, defop
+
+from .ops.elementwise import program_locals
+from .ops.nn import geom
+from .sgemm import SgemmPlan, make_plan, unpack_a, unpack_b
+from .table import Call, kernel
 
 _INTERNAL = NotDifferentiable("compiler-internal op: differentiate the graph before compiling", error=True)
 
@@ -62,14 +69,12 @@ def split_inputs(xs, attrs):
 
 def _epilogue(c, extras, attrs, facet: str):
     """The epilogue's result (``facet`` "ref") or type ("infer") for product ``c``."""
-    from .fused import _run
-
     if not attrs["epilogue"]:
         return c
     program, slot = attrs["epilogue"][:2]
     values = list(extras)
     values.insert(slot, c)
-    return _run(program, values, facet)
+    return run_program(program, values, facet)
 
 
 def _check_epilogue(out: TensorType, extras, attrs) -> TensorType:
@@ -131,25 +136,6 @@ def _sgemm_ref(xs, attrs):
     return _epilogue(out.astype(np.float32).reshape(attrs["shape"]), extras, attrs, "ref")
 
 
-def _sgemm_context(ins, outs, attrs, lit):
-    p = plan_of(attrs)
-    layouts = attrs["epilogue"][2] if attrs["epilogue"] else ()
-    axes = [
-        {"size": s, "a": a, "b": b, "c": c, "e": [lay[2][ax] for lay in layouts]}
-        for ax, (s, a, b, c) in enumerate(attrs["batch"])
-    ]
-    count = math.prod(ax["size"] for ax in axes)
-    return {
-        "plan": p.c_init(),
-        "axes": axes,
-        "count": count,
-        "has_bias": bool(p.bias),
-        "parts": attrs["parts"],
-        "split_batch": count >= attrs["parts"] > 1,
-        "part_scratch": part_scratch(p, attrs["isa"]),
-    }
-
-
 def _sgemm_scratch(ins, outs, attrs):
     return part_scratch(plan_of(attrs), attrs["isa"]) * attrs["parts"]
 
@@ -174,8 +160,7 @@ defop(
         "shape": Attr("ints"),
         **EPILOGUE_ATTRS,
     },
-    c=CKernel("sgemm", _sgemm_context, ("kernels/sgemm.h",)),
-    scratch=_sgemm_scratch,
+    kind=KERNEL,
     flops=_sgemm_flops,
     doc="float32 products C = alpha * A @ B (+ bias) per batch entry on the fast GEMM; A, B raw or "
     "packed; inputs a, b, then bias if the plan has one, then epilogue inputs",
@@ -207,45 +192,13 @@ def _conv_gemm_infer(types, attrs):
 
 
 def _conv_gemm_ref(xs, attrs):
-    from .nn import _conv_ref
-
     p = plan_of(attrs)
     g = attrs["group"]
     w = np.concatenate([unpack_a(part, p) for part in np.split(np.asarray(xs[1]).reshape(-1), g)])
     w = w.reshape((p.m * g, xs[0].shape[1] // g) + tuple(attrs["kernel"]))
     bias, extras = split_inputs(xs, attrs)
-    y = _conv_ref([xs[0], w] + ([] if bias is None else [bias]), _conv_attrs(attrs))
+    y = conv_ref([xs[0], w] + ([] if bias is None else [bias]), _conv_attrs(attrs))
     return _epilogue(y, extras, attrs, "ref")
-
-
-def _conv_gemm_context(ins, outs, attrs, lit):
-    from .nn import _geom
-
-    x = ins[0]
-    p = plan_of(attrs)
-    geom = _geom(x.shape, attrs["kernel"], attrs["out"], attrs)
-    g = attrs["group"]
-    layouts = attrs["epilogue"][2] if attrs["epilogue"] else ()
-    return {
-        "plan": p.c_init(),
-        "parts": attrs["parts"],
-        "part_scratch": part_scratch(p, attrs["isa"]),
-        "e_strides": [{"n": lay[2][1], "g": lay[2][0]} for lay in layouts],
-        "kk": math.prod(attrs["kernel"]),
-        "n": x.shape[0],
-        "group": g,
-        "cg": x.shape[1] // g,
-        "mg": p.m,
-        "hw": math.prod(x.shape[2:]),
-        "p": p.n,
-        "packed": p.packed_a_floats(),
-        "direct": attrs["direct"],
-        "chunk": _chunk_context(chunking(p, attrs)),
-        "has_bias": bool(p.bias),
-        "m_total": p.m * g,
-        "c_total": x.shape[1],
-        **geom,
-    }
 
 
 CHUNK_BYTES = 196608
@@ -258,8 +211,6 @@ def chunking(p: SgemmPlan, attrs) -> dict | None:
     positions), im2col'd into scratch and multiplied while in cache; ``plan`` for a full slice,
     ``tail`` for the last, shorter one (or None). A thread works on whole slices, with
     ``part_bytes`` of its own scratch. None for a direct (1x1) convolution."""
-    from ._sgemm_pack import make_plan
-
     if attrs["direct"]:
         return None
     out = list(attrs["out"])
@@ -297,12 +248,6 @@ def chunking(p: SgemmPlan, attrs) -> dict | None:
     }
 
 
-def _chunk_context(ch):
-    if ch is None:
-        return None
-    return {**ch, "plan": ch["plan"].c_init(), "tail": ch["tail"].c_init() if ch["tail"] else None}
-
-
 def _conv_gemm_scratch(ins, outs, attrs):
     p = plan_of(attrs)
     ch = chunking(p, attrs)
@@ -329,8 +274,132 @@ defop(
         "direct": Attr("bool"),
         **EPILOGUE_ATTRS,
     },
-    c=CKernel("conv_gemm", _conv_gemm_context, ("kernels/sgemm.h", "kernels/im2col.h")),
-    scratch=_conv_gemm_scratch,
+    kind=KERNEL,
     flops=lambda ins, outs, attrs: 2 * outs[0].size * plan_of(attrs).k,
     doc="float32 convolution as packed-weight products per image and group (im2col unless 1x1)",
 )
+
+
+# ----------------------------------------------------------------------------- C lowering
+def epilogue_context(node, ins) -> dict | None:
+    """The per-element code of a product's epilogue: the product's value is ``cr[j]`` in a tile
+    row, epilogue input q is read through pointer ``e<q>`` (templates/c/ops/epilogue.c.j2)."""
+    if not node.attrs["epilogue"]:
+        return None
+    program, slot, layouts = node.attrs["epilogue"]
+    first = 3 if plan_of(node.attrs).bias else 2
+    extras = []
+    for q, (rs, cs, strides) in enumerate(layouts):
+        load = f"e{q}[j]" if cs == 1 else f"e{q}[j * {cs}]" if cs else f"e{q}[0]"
+        extras.append({"i": q, "rs": rs, "cs": cs, "strides": strides, "load": load})
+    loads = [e["load"] for e in extras]
+    loads.insert(slot, "cr[j]")
+    types = list(ins[first:])
+    types.insert(slot, node.outputs[0])
+    values = [{"ctype": "float", "name": f"a{j}", "expr": load} for j, load in enumerate(loads)]
+    program_locals(program, types, values)
+    return {
+        "extras": extras,
+        "locals": values,
+        "may_fail": any("&err" in v["expr"] for v in values),
+        "store": values[-1]["name"],
+        "first": first,
+        "unused": [] if extras else ["arg", "i0", "j0"],
+    }
+
+
+def _product(s, p: SgemmPlan) -> dict:
+    """What both products tell their templates: the plan, the epilogue and how the step's C
+    call names it (function, per-input pointers ``ep`` and the step inputs they start from),
+    the bias pointer and how the parts are run (on the pool, or in this thread)."""
+    epi = epilogue_context(s.node, s.ins)
+    extras = epi["extras"] if epi else []
+    parts = s.attrs["parts"]
+    return {
+        "plan": p.c_init(),
+        "epi": epi,
+        "epi_extras": extras,
+        "epi_fn": f"{s.func}_epi" if epi else "NULL",
+        "epi_ptrs": "ep" if extras else "NULL",
+        "epi_inputs": ", ".join(s.x[epi["first"] + q["i"]] for q in extras) or "NULL",
+        "bias": s.x[2] if p.bias else "NULL",
+        "parts": parts,
+        "part_scratch": part_scratch(p, s.attrs["isa"]),
+        "run_parts": (
+            f"fc_pool_run((fc_pool *)pool, {s.func}_part, &args, {parts})"
+            if parts > 1
+            else f"{s.func}_part(&args, 0, 1)"
+        ),
+    }
+
+
+def _sgemm_scratch(ins, outs, attrs):
+    return part_scratch(plan_of(attrs), attrs["isa"]) * attrs["parts"]
+
+
+@kernel("sgemm", scratch=_sgemm_scratch)
+def _sgemm(s):
+    """One product split into parts (``sgemm``), or a batch of them (``sgemm_batched``): whole
+    products per part when there are at least as many as parts, else each product split."""
+    p = plan_of(s.attrs)
+    k = _product(s, p)
+    layouts = s.attrs["epilogue"][2] if s.attrs["epilogue"] else ()
+    axes = [
+        {"size": size, "a": a, "b": b, "c": c, "e": [lay[2][ax] for lay in layouts]}
+        for ax, (size, a, b, c) in enumerate(s.attrs["batch"])
+    ]
+    headers = ("kernels/sgemm.h",)
+    if not axes:
+        k["epi_arg"] = "A->e" if k["epi_extras"] else "NULL"
+        return Call("sgemm", k, headers, prelude="sgemm", parallel=k["parts"] > 1)
+    count = math.prod(ax["size"] for ax in axes)
+    whole = count >= k["parts"] > 1
+    k.update(
+        axes=axes,
+        count=count,
+        first="part" if whole else "0",
+        step="parts" if whole else "1",
+        split="0, 1" if whole else "part, parts",
+        unused=["parts"] if whole else [],
+    )
+    return Call("sgemm", k, headers, prelude="sgemm_batched", parallel=k["parts"] > 1)
+
+
+def _conv_gemm_scratch(ins, outs, attrs):
+    p = plan_of(attrs)
+    ch = chunking(p, attrs)
+    if ch is None:
+        return part_scratch(p, attrs["isa"]) * attrs["parts"]
+    return ch["part_bytes"] * min(attrs["parts"], ch["count"])
+
+
+@kernel("conv_gemm", scratch=_conv_gemm_scratch)
+def _conv_gemm(s):
+    """Per image and group: a 1x1 convolution reads the input as B directly
+    (``conv_gemm_direct``); others im2col slices of output rows into scratch and multiply them
+    while they are in cache (``conv_gemm_im2col``)."""
+    x, attrs = s.ins[0], s.attrs
+    p = plan_of(attrs)
+    g = attrs["group"]
+    layouts = attrs["epilogue"][2] if attrs["epilogue"] else ()
+    k = {
+        **_product(s, p),
+        "e_strides": [{"n": lay[2][1], "g": lay[2][0]} for lay in layouts],
+        "kk": math.prod(attrs["kernel"]),
+        "n": x.shape[0],
+        "group": g,
+        "cg": x.shape[1] // g,
+        "mg": p.m,
+        "hw": math.prod(x.shape[2:]),
+        "p": p.n,
+        "packed": p.packed_a_floats(),
+        "m_total": p.m * g,
+        "c_total": x.shape[1],
+        **geom(x.shape, attrs["kernel"], attrs["out"], attrs),
+    }
+    headers = ("kernels/sgemm.h", "kernels/im2col.h")
+    ch = chunking(p, attrs)
+    if ch is None:
+        return Call("conv_gemm", k, headers, prelude="conv_gemm_direct", parallel=k["parts"] > 1)
+    k["chunk"] = {**ch, "plan": ch["plan"].c_init(), "tail": ch["tail"].c_init() if ch["tail"] else None}
+    return Call("conv_gemm", k, headers, prelude="conv_gemm_im2col", parallel=k["parts"] > 1)

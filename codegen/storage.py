@@ -1,18 +1,23 @@
-"""From an optimized graph to a Program: schedule, storage of every value, arena plan.
+"""The storage stage: where every value of a scheduled graph lives.
 
-Storage rules, in order:
+Rules, in order:
 - placeholders, constants and variables live where the caller / the weights / the state
   put them; aliases (reshape and friends) share their input's memory;
 - an elementwise step may write over an input that dies at that step (same bytes, same
   shape), so the two values share one buffer;
 - a computed value that is a graph output is written straight into the caller's output
-  buffer; everything else gets an arena buffer, placed by ``codegen.memory.plan``;
+  buffer; everything else gets an arena buffer, a ``memory.BufferReq`` (size, first step,
+  last step) that the memory plan places;
+- a step's scratch memory (the backend says how much) is one more buffer, live at that step;
 - outputs that are inputs, constants, state or a second name of another output are copied
   at the end of the run; assign ops store their new values into the state at the end.
+
+Offsets inside the arena are the next stage's business (``program.place``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from graphdef.ir import Graph, Node, TensorType, ValueRef
@@ -25,7 +30,8 @@ ALIGN = 64
 
 @dataclass(frozen=True)
 class Loc:
-    """Where a value lives: ``kind`` in input/output/const/state/arena, which one, at what offset."""
+    """Where a value lives: ``kind`` in input/output/const/state/arena, which one (for the
+    arena: which buffer), at what byte offset (state and, once placed, arena)."""
 
     kind: str
     index: int
@@ -33,7 +39,7 @@ class Loc:
 
 
 @dataclass
-class Program:
+class Storage:
     graph: Graph
     order: list[Node]  # every node, in schedule order
     steps: list[Node]  # the nodes that become code, in order
@@ -45,20 +51,29 @@ class Program:
     variables: list[str]  # state variable node names, in Loc index order
     state_offsets: list[int]
     state_bytes: int
-    buffers: list[memory.BufferReq]
-    plan: memory.Plan
-    lower_bound: int
+    buffers: list[memory.BufferReq]  # arena buffers, then the steps' scratch buffers
     output_copies: list[tuple[int, ValueRef]] = field(default_factory=list)  # (output index, value)
     state_updates: list[tuple[str, ValueRef]] = field(default_factory=list)  # (variable, new value)
-    scratch: dict[str, int] = field(default_factory=dict)  # step -> arena offset of its scratch memory
-
-    @property
-    def arena_bytes(self) -> int:
-        return self.plan.arena_bytes
+    scratch_buffer: dict[str, int] = field(default_factory=dict)  # step -> its scratch buffer
 
     @property
     def weight_bytes(self) -> int:
         return sum(self.graph.node(c).outputs[0].nbytes for c in self.constants)
+
+    def describe(self) -> str:
+        """One line per value that is not a source: where it lives."""
+        lines = [
+            f"storage: {len(self.buffers)} arena buffers ({len(self.scratch_buffer)} scratch), "
+            f"state {self.state_bytes} B, weights {self.weight_bytes} B, "
+            f"{len(self.inplace)} steps in place, {len(self.output_copies)} output copies"
+        ]
+        for n in self.steps:
+            for i in range(len(n.outputs)):
+                place = self.loc[n.ref(i)]
+                what = f"buffer {place.index}" if place.kind == "arena" else f"{place.kind} {place.index}"
+                extra = " (in place)" if n.name in self.inplace and i == 0 else ""
+                lines.append(f"  {str(n.ref(i)):40s} {what}{extra}")
+        return "\n".join(lines)
 
 
 class _Groups:
@@ -82,16 +97,16 @@ def _round(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def lower(
-    graph: Graph,
+def assign(
+    sched: schedule.Schedule,
     output_names: list[str],
-    algorithm: str = "best",
-    time_limit: float = 5.0,
-    schedule_algorithm: str = "memory",
-) -> Program:
-    """Schedule ``graph`` and decide the storage of every value (see the module docstring)."""
-    order = schedule.schedule(graph, schedule_algorithm)
-    steps = [n for n in order if schedule.is_step(n)]
+    scratch: Callable[[Node, list[TensorType]], int] = lambda node, ins: 0,
+) -> Storage:
+    """The storage of every value of ``sched.graph`` (see the module docstring); ``scratch``
+    gives the bytes of step-local memory a step needs (the backend's ``scratch_bytes``)."""
+    graph = sched.graph
+    order = list(sched.order)
+    steps = list(sched.steps)
     pos = {n.name: i for i, n in enumerate(steps)}
     end = len(steps)  # output copies and state updates happen after the last step
 
@@ -99,7 +114,7 @@ def lower(
     for n in order:
         for i in range(len(n.outputs)):
             groups.find(n.ref(i))
-        if get_op(n.op).c is ALIAS:
+        if get_op(n.op).kind == ALIAS:
             groups.union(n.inputs[0], n.ref())
 
     outputs_of: dict[ValueRef, list[int]] = {}
@@ -152,24 +167,30 @@ def lower(
     inputs = [(name, graph.node(name).ref(), graph.node(name).outputs[0]) for name in graph.inputs]
     input_index = {r: k for k, (_, r, _) in enumerate(inputs)}
     constants = [n.name for n in graph.nodes if n.op == "constant"]
+    constant_index = {name: k for k, name in enumerate(constants)}
     variables = [n.name for n in graph.nodes if n.op == "variable"]
+    variable_index = {name: k for k, name in enumerate(variables)}
     loc: dict[ValueRef, Loc] = {}
     claimed: set[int] = set()
     buffers: list[memory.BufferReq] = []
-    buffer_groups: list[ValueRef] = []
     first_write = {}
     for n in steps:
         for i in range(len(n.outputs)):
             g = groups.find(n.ref(i))
             first_write.setdefault(g, pos[n.name])
+    state_offsets, off = [], 0
+    for name in variables:
+        state_offsets.append(off)
+        off += _round(graph.node(name).outputs[0].nbytes)
     for g, vs in sorted(members.items(), key=lambda kv: (first_write.get(kv[0], -1), kv[0])):
         src = root_node(g)
         if src.op == "placeholder":
             place = Loc("input", input_index[g])
         elif src.op == "constant":
-            place = Loc("const", constants.index(src.name))
+            place = Loc("const", constant_index[src.name])
         elif src.op == "variable":
-            place = Loc("state", variables.index(src.name))
+            index = variable_index[src.name]
+            place = Loc("state", index, state_offsets[index])
         else:
             outs = sorted(k for v in vs for k in outputs_of.get(v, []) if k not in claimed)
             if outs:
@@ -181,33 +202,19 @@ def lower(
                 buffers.append(
                     memory.BufferReq(size, first_write[g], max(last.get(g, first_write[g]), first_write[g]))
                 )
-                buffer_groups.append(g)
         for v in vs:
             loc[v] = place
 
     output_copies = [(k, r) for k, r in enumerate(graph.declared_outputs) if loc[r] != Loc("output", k)]
-    scratch_buffer: dict[str, int] = {}  # step -> buffer of the memory only that step uses
+    scratch_buffer: dict[str, int] = {}
     for n in steps:
-        fn = get_op(n.op).scratch
-        size = fn([graph.type_of(r) for r in n.inputs], n.outputs, n.attrs) if fn else 0
+        size = scratch(n, [graph.type_of(r) for r in n.inputs])
         if size:
             scratch_buffer[n.name] = len(buffers)
             buffers.append(memory.BufferReq(size, pos[n.name], pos[n.name]))
-    plan = memory.plan(buffers, algorithm=algorithm, alignment=ALIGN, time_limit=time_limit)
-    scratch = {name: plan.offsets[b] for name, b in scratch_buffer.items()}
-    for v, place in list(loc.items()):
-        if place.kind == "arena":
-            loc[v] = Loc("arena", place.index, plan.offsets[place.index])
-    state_offsets, off = [], 0
-    for name in variables:
-        state_offsets.append(off)
-        off += _round(graph.node(name).outputs[0].nbytes)
-    for v, place in list(loc.items()):
-        if place.kind == "state":
-            loc[v] = Loc("state", place.index, state_offsets[place.index])
 
     outputs = [(name, r, graph.type_of(r)) for name, r in zip(output_names, graph.declared_outputs)]
-    return Program(
+    return Storage(
         graph,
         order,
         steps,
@@ -220,9 +227,7 @@ def lower(
         state_offsets,
         off,
         buffers,
-        plan,
-        memory.lower_bound(buffers, alignment=ALIGN),
         output_copies,
         updates,
-        scratch,
+        scratch_buffer,
     )

@@ -1,0 +1,30 @@
+"""Backends: how a Program becomes sources and built code for one kind of target.
+
+A backend is a module with:
+
+- ``NAME``;
+- ``LEGALIZE``: op -> rewrite into the forms its kernels take (applied by the shared
+  ``decompose`` pass);
+- ``lower(graph, options) -> Graph``: its own graph passes (the pipeline's "lower" stage);
+- ``scratch_bytes(node, in_types) -> int``: step-local memory its kernel for a node needs
+  (the storage stage plans it into the arena);
+- ``render(program, options) -> Sources`` and ``build(sources, folder, options) -> Built``.
+
+Passes, partition, schedule and memory planning are shared (codegen/*.py); each backend
+keeps its op table, templates (templates/<name>/) and runtime. Today: ``c``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from graphdef.errors import UnsupportedError
+
+KNOWN = ("c",)
+
+
+def get(name: str):
+    """The backend module called ``name``."""
+    if name not in KNOWN:
+        raise UnsupportedError(f"--target {name} is not available in this version (use {', '.join(KNOWN)})")
+    return importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,79 @@
+"""The C backend: C99 sources for the host, Linux phones and boards, and microcontrollers.
+
+- table.py and ops/: how each op becomes C (expressions, kernel calls, legalizations);
+- gemm_ops.py, sgemm.py, lowering.py: the backend's own products on the packed float32
+  GEMM, their plans and packing, and the passes that put products on them;
+- emit.py, api.py, cnames.py, layout.py: rendering a Program through templates/c and
+  templates/build;
+- build.py, mcu.py: compilers, and the microcontroller firmware and footprint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graphdef.ir import Graph
+
+from . import emit, gemm_ops, ops, toolchain  # noqa: F401  (fill the op table)
+from .emit import Sources
+from .lowering import lower_products
+from .table import LEGALIZE, scratch_bytes  # noqa: F401
+
+NAME = "c"
+
+
+def lower(graph: Graph, options) -> Graph:
+    """Float32 products onto the packed GEMM of the target's compiler (split over the
+    target's threads where big enough), their elementwise consumers into them as epilogues;
+    nothing on targets without ``packed_gemm``."""
+    target = options.target
+    isa = toolchain.gemm_isa(target, toolchain.find_cc(options.cc, target), options.flags)
+    if isa is None:
+        return graph
+    return lower_products(graph, isa, target.threads)
+
+
+def render(program, options) -> Sources:
+    return emit.emit(program, options.name, options.weights, options.target)
+
+
+@dataclass
+class Built:
+    """What the build stage made in its folder: ``product`` (shared, program, library or
+    none), the file, and for a microcontroller library its footprint."""
+
+    folder: Path
+    product: str
+    path: Path | None = None
+    footprint: object | None = None
+    extra: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        what = f"{self.product} {self.path}" if self.path else "sources only"
+        return f"build: {what}" + (f"\n  {self.footprint.line()}" if self.footprint else "")
+
+
+def build(sources: Sources, folder: Path, options) -> Built:
+    """Write ``sources`` (and the runtime) into ``folder`` and build ``options.product``:
+    "shared" (lib<name>.so for cffi), "program" (the standalone binary), "library"
+    (lib<name>.a, a test firmware and the footprint) or "none"."""
+    from . import mcu
+
+    target, name, product = options.target, options.name, options.product
+    toolchain.write_sources(sources, folder, target)
+    cc = toolchain.find_cc(options.cc, target)
+    if product == "shared":
+        return Built(
+            folder, product, toolchain.build_shared(folder, name, sources, cc, options.flags, target)
+        )
+    if product == "program":
+        return Built(
+            folder, product, toolchain.build_binary(folder, name, sources, cc, options.flags, target)
+        )
+    if product == "library":
+        lib = toolchain.build_library(folder, name, sources, cc, options.flags, target)
+        mcu.check_imports(mcu.imports(folder, name, target), lib.name)
+        mcu.link_firmware(folder, name, target, cc, options.flags)
+        return Built(folder, product, lib, mcu.footprint(folder, name, target, sources.metadata))
+    return Built(folder, "none")

@@ -1,0 +1,131 @@
+"""The generated C API, decided once: the entry points of a model and their parameters.
+
+``entry_points(name, inputs, outputs, stateful, threads)`` describes every function the
+model's header declares. The header (templates/c/header.h.j2), the model's C file, the drivers
+(main.c, firmware.c), the cffi declarations of ``CompiledModel`` and metadata.json all read
+this one description, so an argument added here (a communicator for MPI, a stream for CUDA)
+reaches every caller.
+
+>>> api = entry_points("net", [("in_x", "float")], [("out_y", "float")], stateful=False, threads=1)
+>>> api.run.declaration()
+'int net_run(const float *in_x, float *out_y, void *arena)'
+>>> api.run.call({"input": lambda p: p.name, "output": lambda p: p.name, "arena": "mem"})
+'net_run(in_x, out_y, mem)'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: its C name and type, its ``role`` (input, output, arena, state, pool)
+    and, for inputs and outputs, which one."""
+
+    name: str
+    ctype: str
+    role: str
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    returns: str
+    params: tuple[Param, ...]
+    doc: str = ""
+
+    def declaration(self) -> str:
+        params = ", ".join(f"{p.ctype}{'' if p.ctype.endswith('*') else ' '}{p.name}" for p in self.params)
+        return f"{self.returns} {self.name}({params or 'void'})"
+
+    def cdef(self) -> str:
+        """The declaration for cffi: pointers as ``void *`` (same ABI; cffi passes buffers)."""
+        params = ", ".join("void *" if "*" in p.ctype else p.ctype for p in self.params)
+        return f"{self.returns} {self.name}({params or 'void'});"
+
+    def call(self, args: dict[str, str | Callable[[Param], str]]) -> str:
+        """A call expression; ``args`` maps a role to the argument (text, or a function of
+        the parameter, e.g. for inputs by index)."""
+        out = []
+        for p in self.params:
+            a = args[p.role]
+            out.append(a(p) if callable(a) else a)
+        return f"{self.name}({', '.join(out)})"
+
+    def roles(self) -> list[str]:
+        return [p.role for p in self.params]
+
+
+@dataclass(frozen=True)
+class EntryPoints:
+    """Every function of a generated model: ``run`` and the optional state and thread-pool
+    functions (None / empty when the model has no state or one thread)."""
+
+    name: str
+    run: Function
+    status_string: Function
+    state_init: Function | None
+    pool: tuple[Function, ...]
+
+    def functions(self) -> list[Function]:
+        return [self.run, *([self.state_init] if self.state_init else []), *self.pool, self.status_string]
+
+    def cdef(self) -> str:
+        return "\n".join(f.cdef() for f in self.functions())
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> EntryPoints:
+        def fn(d):
+            return (
+                None
+                if d is None
+                else Function(d["name"], d["returns"], tuple(Param(**p) for p in d["params"]), d["doc"])
+            )
+
+        return cls(doc["name"], fn(doc["run"]), fn(doc["status_string"]), fn(doc["state_init"]),
+                   tuple(fn(f) for f in doc["pool"]))  # fmt: skip
+
+
+def entry_points(name: str, inputs, outputs, stateful: bool, threads: int) -> EntryPoints:
+    """``inputs`` / ``outputs``: (C parameter name, C element type) per tensor, in order."""
+    params = [Param(c, f"const {t} *", "input", k) for k, (c, t) in enumerate(inputs)]
+    params += [Param(c, f"{t} *", "output", k) for k, (c, t) in enumerate(outputs)]
+    params.append(Param("arena", "void *", "arena"))
+    if stateful:
+        params.append(Param("state", "void *", "state"))
+    if threads > 1:
+        params.append(Param("pool", "void *", "pool"))
+    run = Function(
+        f"{name}_run",
+        "int",
+        tuple(params),
+        "computes every output from the inputs using only the caller's memory: no malloc, "
+        "no global state, re-entrant",
+    )
+    state_init = (
+        Function(
+            f"{name}_state_init",
+            "int",
+            (Param("state", "void *", "state"),),
+            f"Write the initial values of the variables into state ({name.upper()}_STATE_BYTES bytes).",
+        )
+        if stateful
+        else None
+    )
+    pool = ()
+    if threads > 1:
+        pool = (
+            Function(f"{name}_pool_bytes", "size_t", ()),
+            Function(f"{name}_pool_start", "int", (Param("pool", "void *", "pool"),),
+                     "0, or -1 if a thread could not start"),
+            Function(f"{name}_pool_stop", "void", (Param("pool", "void *", "pool"),)),
+        )  # fmt: skip
+    status = Function(f"{name}_status_string", "const char *", (Param("status", "int", "status"),),
+                      "A short English description of a status code.")  # fmt: skip
+    return EntryPoints(name, run, status, state_init, pool)

@@ -1,0 +1,476 @@
+"""Render C sources from a Program: Python builds the contexts, Jinja2 templates print them.
+
+Every name, type, size, offset and loop bound is decided here or in the op table
+(table.py, ops/); the templates in templates/c/ and templates/build/ only loop over these
+contexts (StrictUndefined). The parts, in order: the tensors of the interface (``io``), the
+entry points (api.py), the weights (C arrays or one blob), where each value lives
+(``Pointers``), one step function per step, the run function, and the project files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from graphdef import dtypes
+from graphdef.ir import ValueRef
+from graphdef.registry import ELEMENTWISE, get_op
+
+from ... import schedule
+from ...program import Program
+from ...storage import ALIGN, Loc
+from ...target import Target
+from .api import EntryPoints, entry_points
+from .cnames import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
+from .ops.elementwise import elementwise_step
+from .table import Call, Step, TensorCtx, kernel_of
+
+VERSION = "0.1.0"
+ROOT = Path(__file__).resolve().parents[3]
+TEMPLATES = ROOT / "templates"
+RUNTIME = ROOT / "runtime_c"
+BLOB_THRESHOLD = 64 * 1024  # weights above this go into a binary blob pulled in by the assembler
+THREADPOOL = "runtime/threadpool.c"
+
+
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+@dataclass
+class Sources:
+    """Generated files (name -> text or bytes) and the metadata written as metadata.json."""
+
+    files: dict[str, str | bytes] = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+    c_files: list[str] = field(default_factory=list)  # what the model's build compiles (not main.c)
+    api: EntryPoints | None = None
+
+    def describe(self) -> str:
+        sizes = ", ".join(f"{n} ({len(c)} B)" for n, c in self.files.items())
+        return f"sources: {sizes}"
+
+
+# ----------------------------------------------------------------------------- interface
+def io_tensors(program: Program, name: str, names: Names) -> tuple[list[dict], list[dict]]:
+    """The inputs and outputs as the templates see them: C name, size macro, string literal
+    of the model's (untrusted) name, shape, sizes, .npy file name."""
+    macros = Names()
+    out = {}
+    for kind, items in (("in", program.inputs), ("out", program.outputs)):
+        out[kind] = []
+        for k, (label, _, t) in enumerate(items):
+            cname = names(f"{kind}_{label}", "t")
+            out[kind].append(
+                {
+                    "index": k,
+                    "label": label,
+                    "cname": cname,
+                    "literal": c_string(label),
+                    "comment": c_comment(label),
+                    "macro": macros(f"{name.upper()}_{cname.upper()}"),
+                    "dtype": t.dtype,
+                    "ctype": PUBLIC[t.dtype],
+                    "rank": t.rank,
+                    "shape": list(t.shape),
+                    "shape8": (list(t.shape) + [0] * 8)[:8],
+                    "size": t.size,
+                    "nbytes": t.nbytes,
+                    "file": _file_name(label, cname),
+                }
+            )
+    return out["in"], out["out"]
+
+
+def _file_name(label: str, cname: str) -> str:
+    ok = label and all(ch.isalnum() or ch in "_-." for ch in label) and not label.startswith(".")
+    return label if ok else cname
+
+
+# ----------------------------------------------------------------------------- weights
+def _value_lines(array: np.ndarray, per_line: int = 8) -> list[str]:
+    dtype = dtypes.as_dtype(array.dtype)
+    flat = array.reshape(-1)
+    if dtype == "float16":
+        items = [f"0x{v:04x}" for v in flat.view(np.uint16).tolist()]
+    elif dtype == "bool":
+        items = ["1" if v else "0" for v in flat.tolist()]
+    else:
+        items = [c_literal(v, dtype) for v in flat.tolist()]
+    items = items or ["0"]
+    return [", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]
+
+
+def _align(n: int, to: int = ALIGN) -> int:
+    return -(-n // to) * to
+
+
+@dataclass
+class Weights:
+    """Every constant and the initial values of state variables (key ``init:<variable>``):
+    as C arrays (``consts``), or as one blob of bytes; ``expr`` gives each one's C pointer."""
+
+    expr: dict[str, str]
+    consts: list[dict]
+    blob: bytes | None
+    align: int
+
+
+def weights(program: Program, name: str, names: Names, mode: str, align: int) -> Weights:
+    """``mode``: "c" (arrays), "blob", or "auto" (a blob above BLOB_THRESHOLD bytes);
+    ``align``: bytes between tensors (the target's ``weight_align``)."""
+    g = program.graph
+    arrays = [(c, g.constants[c]) for c in program.constants]
+    arrays += [(f"init:{v}", g.variables[v]) for v in program.variables]
+    total = sum(_align(a.nbytes) for _, a in arrays)
+    blob_mode = mode == "blob" or (mode == "auto" and total > BLOB_THRESHOLD)
+    consts, expr, blob, offset = [], {}, bytearray(), 0
+    for key, array in arrays:
+        dt = dtypes.as_dtype(array.dtype)
+        ctype = STORAGE[dt]
+        if blob_mode:
+            expr[key] = f"((const {ctype} *)({name}_weights + {offset}))"
+            data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+            blob += data + bytes(_align(len(data), align) - len(data))
+            offset += _align(len(data), align)
+        else:
+            cname = names(f"{name}_w_{key}", "w")
+            expr[key] = cname
+            consts.append(
+                {
+                    "cname": cname,
+                    "ctype": ctype,
+                    "count": max(array.size, 1),
+                    "lines": _value_lines(array),
+                    "comment": c_comment(f"{key}: {dt}{list(array.shape)}"),
+                }
+            )
+    return Weights(expr, consts, bytes(blob) if blob_mode else None, align)
+
+
+# ----------------------------------------------------------------------------- values
+@dataclass
+class Pointers:
+    """The C pointer expression of every value, inside the run function: inputs and outputs
+    by parameter name, weights by ``Weights.expr``, state and arena values at their offsets
+    (``st``, ``mem``: the run function's byte pointers)."""
+
+    program: Program
+    ins: list[dict]
+    outs: list[dict]
+    weights: Weights
+
+    def __call__(self, ref: ValueRef) -> str:
+        loc = self.program.loc[ref]
+        dtype = self.program.graph.type_of(ref).dtype
+        ctype = STORAGE[dtype]
+        if loc.kind == "input":
+            return self.ins[loc.index]["cname"]
+        if loc.kind == "output":  # an in-place step may keep another dtype of the same size there
+            o = self.outs[loc.index]
+            return o["cname"] if o["dtype"] == dtype else f"(({ctype} *){o['cname']})"
+        if loc.kind == "const":
+            return self.weights.expr[self.program.constants[loc.index]]
+        if loc.kind == "state":
+            return f"(({ctype} *)(st + {loc.offset}))"
+        return f"(({ctype} *)(mem + {loc.offset}))"
+
+
+# ----------------------------------------------------------------------------- steps
+@dataclass
+class Steps:
+    steps: list[dict]  # step functions: name, parameters, body, prelude
+    calls: list[str]  # their calls in the run function, in order
+    headers: set[str]
+    uses_pool: bool
+
+
+def lower_step(node, index: int, name: str, graph) -> tuple[Step, Call]:
+    """The Step a lowering sees and the Call it makes (elementwise steps share one loop)."""
+    in_t = [graph.type_of(r) for r in node.inputs]
+    step = Step(
+        node=node,
+        ins=[TensorCtx.of(t) for t in in_t],
+        outs=[TensorCtx.of(t) for t in node.outputs],
+        x=[f"x{j}" for j in range(len(in_t))],
+        y=[f"y{j}" for j in range(len(node.outputs))],
+        func=f"{name}_step_{index}",
+    )
+    if get_op(node.op).kind == ELEMENTWISE:
+        return step, elementwise_step(step)
+    return step, kernel_of(node.op).lower(step)
+
+
+def steps(env: jinja2.Environment, program: Program, name: str, ptr: Pointers, threads: int) -> Steps:
+    out = Steps([], [], {"kernels/scalar.h"}, False)
+    g = program.graph
+    for index, node in enumerate(program.steps):
+        if all(t.size == 0 for t in node.outputs):
+            continue  # nothing to compute
+        step, call = lower_step(node, index, name, g)
+        takes_scratch = get_op(node.op).kind != ELEMENTWISE and kernel_of(node.op).scratch is not None
+        parallel = call.parallel and threads > 1
+        out.headers.update(call.headers)
+        args = {"x": step.x, "y": step.y, "k": call.k, "func": step.func, "ins": step.ins, "outs": step.outs}
+        body = env.get_template(f"c/ops/{call.template}.c.j2").render(**args)
+        prelude = (
+            env.get_template(f"c/ops/{call.prelude}.prelude.c.j2").render(**args) if call.prelude else ""
+        )
+        params = [f"const {t.ctype} *{v}" for t, v in zip(step.ins, step.x)]
+        params += [f"{t.ctype} *{v}" for t, v in zip(step.outs, step.y)]
+        params += ["void *scratch"] if takes_scratch else []
+        params += ["void *pool"] if parallel else []
+        out.steps.append(
+            {
+                "index": index,
+                "func": step.func,
+                "op": node.op,
+                "comment": c_comment(repr(node.name)[1:-1]),
+                "types": ", ".join(str(t) for t in node.outputs),
+                "params": params,
+                "unused": call.k.get("unused", []),
+                "body": body,
+                "prelude": prelude,
+            }
+        )
+        call_args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
+        if takes_scratch:
+            off = program.scratch.get(node.name)
+            call_args.append("NULL" if off is None else f"(void *)(mem + {off})")
+        if parallel:
+            call_args.append("pool")
+            out.uses_pool = True
+        out.calls.append(f"{step.func}({', '.join(call_args)})")
+    if threads > 1:
+        out.headers.add("threadpool.h")
+    return out
+
+
+# ----------------------------------------------------------------------------- the model
+def emit(program: Program, name: str, weights_mode: str = "auto", target: Target | None = None) -> Sources:
+    """All generated files of one model called ``name`` (already a valid C identifier)."""
+    target = target or Target()
+    g = program.graph
+    env = environment()
+    names = Names(reserved={"mem", "st", "status", "arena", "state", "pool", "i", name})
+    ins, outs = io_tensors(program, name, names)
+    api = entry_points(
+        name,
+        [(t["cname"], t["ctype"]) for t in ins],
+        [(t["cname"], t["ctype"]) for t in outs],
+        stateful=bool(program.variables),
+        threads=target.threads,
+    )
+    w = weights(program, name, names, weights_mode, target.spec.weight_align)
+    ptr = Pointers(program, ins, outs, w)
+    st = steps(env, program, name, ptr, target.threads)
+
+    copies = [
+        {"dst": outs[k]["cname"], "src": ptr(ref), "nbytes": outs[k]["nbytes"],
+         "comment": f"output {k} is another value's copy"}
+        for k, ref in program.output_copies
+    ]  # fmt: skip
+    var_index = {v: i for i, v in enumerate(program.variables)}
+    copies += [
+        {"dst": f"(st + {program.state_offsets[var_index[var]]})", "src": ptr(ref),
+         "nbytes": g.type_of(ref).nbytes, "comment": "store the assigned value"}
+        for var, ref in program.state_updates
+    ]  # fmt: skip
+    state_init = [
+        {"offset": program.state_offsets[i], "src": w.expr[f"init:{v}"],
+         "nbytes": g.node(v).outputs[0].nbytes, "comment": c_comment(v)}
+        for i, v in enumerate(program.variables)
+    ]  # fmt: skip
+
+    has_state = bool(program.variables)
+    uses_arena = any("mem +" in c for c in st.calls) or any("mem +" in c["src"] for c in copies)
+    read = {program.loc[r] for n in program.steps for r in n.inputs} | {
+        program.loc[r] for _, r in program.output_copies
+    }
+    unused = [t["cname"] for k, t in enumerate(ins) if Loc("input", k) not in read]
+    if not uses_arena:
+        unused.append("arena")
+    if target.threads > 1 and not st.uses_pool:
+        unused.append("pool")
+    null_checks = [f"!{t['cname']}" for t in ins + outs] + (["!arena"] if uses_arena else [])
+    null_checks += ["!state"] if has_state else []
+    m = {
+        "name": name,
+        "NAME": name.upper(),
+        "version": VERSION,
+        "source_comment": c_comment(repr(g.name)),
+        "arena_bytes": program.arena_bytes,
+        "lower_bound": program.lower_bound,
+        "align": ALIGN,
+        "weight_bytes": program.weight_bytes,
+        "state_bytes": program.state_bytes,
+        "has_state": has_state,
+        "inputs": ins,
+        "outputs": outs,
+        "api": api,
+        "run_decl": api.run.declaration(),
+        "decl": {
+            "run": api.run.declaration(),
+            "run_args": ", ".join(p.name for p in api.run.params),
+            "state_init": _decl(api.state_init),
+            "pool": [_decl(f) for f in api.pool],
+            "status": _decl(api.status_string),
+        },
+        # how the drivers call the model: main.c with its .npy buffers, firmware.c with static arrays
+        "main_call": api.run.call(
+            {
+                "input": lambda p: f"(const {ins[p.index]['ctype']} *)in[{p.index}].data",
+                "output": lambda p: f"({outs[p.index]['ctype']} *)out[{p.index}]",
+                "arena": "arena",
+                "state": "state",
+                "pool": "pool",
+            }
+        ),
+        "firmware_call": api.run.call(
+            {
+                "input": lambda p: f"fw_{ins[p.index]['cname']}",
+                "output": lambda p: f"fw_{outs[p.index]['cname']}",
+                "arena": "fw_arena",
+                "state": "fw_state",
+                "pool": "NULL",
+            }
+        ),
+        "headers": sorted(st.headers),
+        "consts": w.consts,
+        "blob": f"{name}_weights.bin" if w.blob is not None else None,
+        "steps": st.steps,
+        "calls": st.calls,
+        "copies": copies,
+        "state_init": state_init,
+        "uses_arena": uses_arena,
+        "null_checks": null_checks or ["0"],
+        "unused": unused,
+        "cflags": " ".join(target.cflags()),
+        "threads": target.threads,
+        # the Makefile's compiler: the host's unless set, a cross target's own
+        "cc_line": f"CC = {target.compiler}" if target.compiler else "CC ?= cc",
+        "ldflags": " ".join(target.ldflags()),
+        "arch": target.arch,
+        # steps kept out of line (microcontrollers: the stack bound and the footprint split see them)
+        "step_storage": "static FC_NOINLINE" if target.spec.outlined_steps else "static",
+        "const_align": w.align,
+        "program": target.spec.product == "program",
+        "cmake_hint": (
+            f"cross build: cmake -DCMAKE_C_COMPILER={target.compiler} -DCMAKE_SYSTEM_NAME="
+            + (
+                "Linux"
+                if target.spec.product == "program"
+                else "Generic -DCMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY"
+            )
+            if target.compiler
+            else ""
+        ),
+    }
+    src = Sources(api=api)
+    src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
+    src.files[f"{name}.c"] = env.get_template("c/model.c.j2").render(m=m)
+    if w.blob is not None:
+        src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
+        src.files[f"{name}_weights.bin"] = w.blob
+    src.c_files = [f"{name}.c"] + ([f"{name}_weights.c"] if w.blob is not None else [])
+    src.c_files += [THREADPOOL] if target.threads > 1 else []
+    if target.spec.product == "library":  # a static library, and a firmware that runs it on a QEMU board
+        mcu = {
+            "board": target.spec.board,
+            "ar": f"{target.spec.prefix}ar",
+            "ldflags": " ".join(FIRMWARE_LDFLAGS),
+        }
+        src.files["firmware.c"] = env.get_template("build/firmware.c.j2").render(m=m)
+        src.files["firmware_data.h"] = firmware_data(env, ins, None)
+        src.files["Makefile"] = env.get_template("build/Makefile.mcu.j2").render(
+            m=m, mcu=mcu, sources=src.c_files
+        )
+    else:
+        src.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
+        src.files["Makefile"] = env.get_template("build/Makefile.j2").render(m=m, sources=src.c_files)
+    src.files["CMakeLists.txt"] = env.get_template("build/CMakeLists.txt.j2").render(m=m, sources=src.c_files)
+    src.metadata = _metadata(program, name, ins, outs, w.blob is not None, api)
+    src.metadata["arch"] = target.arch
+    src.metadata["threads"] = target.threads
+    src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
+    return src
+
+
+def _decl(f) -> dict | None:
+    return None if f is None else {"text": f.declaration(), "doc": c_comment(f.doc, limit=200)}
+
+
+# How the firmware is linked (the Makefile's `firmware.elf` rule and codegen.mcu run the same):
+# flowc's start-up and linker script, newlib-nano for memcpy and libm, unused sections dropped.
+FIRMWARE_LDFLAGS = ("-T", "runtime/mcu/mps2.ld", "-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections")
+
+
+def firmware_data(env: jinja2.Environment, ins: list[dict], feeds: dict | None) -> str:
+    """firmware_data.h: the inputs the firmware runs on, as const arrays (in flash), or zeroed
+    arrays (in RAM) when ``feeds`` is None. ``ins``: the input contexts (cname, ctype, size)."""
+    arrays = []
+    for t in ins:
+        value = None if feeds is None else feeds[t["label"]]
+        arrays.append(
+            {
+                "cname": t["cname"],
+                "ctype": t["ctype"],
+                "count": max(t["size"], 1),
+                "lines": None if value is None else _value_lines(np.asarray(value).reshape(-1)),
+            }
+        )
+    return env.get_template("build/firmware_data.h.j2").render(arrays=arrays, version=VERSION)
+
+
+def _metadata(program: Program, name: str, ins, outs, blob_mode: bool, api: EntryPoints) -> dict:
+    g = program.graph
+
+    def io(items):
+        return [
+            {
+                "name": t["label"],
+                "c_name": t["cname"],
+                "dtype": t["dtype"],
+                "shape": t["shape"],
+                "file": t["file"] + ".npy",
+            }
+            for t in items
+        ]
+
+    return {
+        "flowc": VERSION,
+        "name": name,
+        "graph": g.name,
+        "inputs": io(ins),
+        "outputs": io(outs),
+        "arena_bytes": program.arena_bytes,
+        "arena_lower_bound": program.lower_bound,
+        "weight_bytes": program.weight_bytes,
+        "state_bytes": program.state_bytes,
+        "weights": "blob" if blob_mode else "c",
+        "state": [
+            {
+                "name": v,
+                "dtype": g.node(v).outputs[0].dtype,
+                "shape": list(g.node(v).outputs[0].shape),
+                "offset": off,
+            }
+            for v, off in zip(program.variables, program.state_offsets)
+        ],
+        "schedule": [
+            {"step": i, "node": n.name, "op": n.op, "flops": schedule.cost(g, n).flops}
+            for i, n in enumerate(program.steps)
+        ],
+        "api": api.to_json(),
+    }

@@ -1,0 +1,286 @@
+"""The C backend's graph lowering: float32 products onto the fast GEMM, then their
+elementwise consumers into them as epilogues. Both are Graph -> Graph passes like the shared
+ones (codegen/passes.py), run by the pipeline's "lower" stage for a target's instruction set.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import graphdef as gd
+from graphdef.builder import Tensor, control_dependencies, default_graph_scope, device
+from graphdef.ir import Attrs, Graph, Node, ValueRef
+from graphdef.ops.fused import program_of
+from graphdef.registry import get_op
+
+from ...passes import Rebuild
+from . import layout as L
+from . import sgemm as SP
+from .gemm_ops import plan_of
+
+
+def lower_products(graph: Graph, isa: str, threads: int = 1) -> Graph:
+    """The C backend's "lower" stage for instruction set ``isa``: ``lower_linear``, then
+    ``fuse_epilogues``, then ``prune`` (what the products absorbed)."""
+    from ...passes import prune
+
+    return prune(fuse_epilogues(lower_linear(graph, isa, threads)))
+
+
+# ----------------------------------------------------------------------------- fast float32 products
+def _const_array(graph: Graph, ref: ValueRef):
+    node = graph.node(ref.node)
+    return graph.constants[node.name] if node.op == "constant" else None
+
+
+PARALLEL_FLOPS = 200_000
+"""A product is split over the model's threads from this many floating-point operations on
+(handing work to the pool costs about a microsecond)."""
+
+
+def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
+    """Put float32 matmul, gemm and conv on the fast GEMM of ``isa`` (runtime_c/kernels/sgemm.h).
+
+    Constant operands are packed now for the ISA's micro-tile (a weight matrix becomes a
+    packed constant), so the C code never packs them. Rewritten:
+    - matmul: a 2-D constant right operand (dense layers; leading axes of the left operand
+      fold into its rows), or any batched product of raw operands;
+    - gemm with a constant b and a bias per column (or none);
+    - conv with constant weights (and bias), except depthwise ones (group == channels, one
+      input channel per group), which keep their direct kernel.
+    Everything else (other dtypes, conv_transpose, ...) is left as it is. Products of at
+    least ``PARALLEL_FLOPS`` get ``parts = threads``.
+    """
+
+    def f32(*refs):
+        return all(graph.type_of(r).dtype == "float32" for r in refs)
+
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        op, a = node.op, node.attrs
+        ins = [graph.type_of(r) for r in node.inputs]
+        new = None
+        if op == "matmul" and f32(*node.inputs) and node.outputs[0].size:
+            new = _lower_matmul(graph, node, ins, isa)
+        elif op == "gemm" and f32(*node.inputs) and node.outputs[0].size:
+            new = _lower_gemm(graph, node, ins, isa)
+        elif (
+            op == "conv"
+            and f32(*node.inputs)
+            and node.outputs[0].size
+            and _const_array(graph, node.inputs[1]) is not None
+        ):
+            cg = ins[1].shape[1]
+            depthwise = a["group"] == ins[0].shape[1] and cg == 1 and a["group"] > 1
+            if not depthwise and (len(node.inputs) < 3 or _const_array(graph, node.inputs[2]) is not None):
+                new = _lower_conv(graph, node, ins, isa)
+        if new is None:
+            rb.keep(node)
+            continue
+        op_name, operands, attrs = new
+        if threads > 1 and get_op(op_name).flops(ins, node.outputs, Attrs(attrs)) >= PARALLEL_FLOPS:
+            attrs["parts"] = threads
+        with default_graph_scope(rb.new), device(node.device), control_dependencies(rb.controls(node)):
+            inputs = [
+                Tensor(rb.new, rb.refs[r]) if isinstance(r, ValueRef) else gd.constant(r) for r in operands
+            ]
+            out = gd.apply(op_name, inputs, None, **attrs)
+        rb.bind(node, [out.ref])
+    return rb.finish()
+
+
+def fuse_epilogues(graph: Graph) -> Graph:
+    """Fold the elementwise consumer of a fast-GEMM product into the product as its epilogue.
+
+    Legal when the product (sgemm or conv_gemm, float32) has that one consumer and is not a
+    graph output, the consumer is float32 throughout and has the product's shape, and every
+    other input of the consumer is read with a fixed stride per matrix row, column and batch
+    entry (full tensors such as a residual, per-channel or per-column vectors, scalars). The
+    merged node keeps the consumer's name and place (all its inputs exist there).
+    """
+    consumers: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
+    for n in graph.nodes:
+        for r in n.inputs:
+            consumers[r.node].append(n.name)
+    controlled = {c for n in graph.nodes for c in n.control_inputs}
+    outputs = set(graph.declared_outputs)
+    merge, absorbed = {}, set()
+    for e in graph.nodes:
+        opdef = get_op(e.op)
+        if not opdef.elementwise or opdef.stateful or len(e.outputs) != 1:
+            continue
+        if any(t.dtype != "float32" for t in [*e.outputs, *(graph.type_of(r) for r in e.inputs)]):
+            continue
+        for slot, r in enumerate(e.inputs):
+            prod = graph.node(r.node)
+            if (
+                prod.op not in ("sgemm", "conv_gemm")
+                or prod.attrs["epilogue"]
+                or consumers[prod.name] != [e.name]
+                or r in outputs
+                or prod.name in controlled
+                or prod.device != e.device
+                or prod.outputs[0].shape != e.outputs[0].shape
+            ):
+                continue
+            extras = [x for x in e.inputs if x != r]
+            layouts = [_epilogue_layout(prod, graph.type_of(x).shape) for x in extras]
+            if any(lay is None for lay in layouts):
+                continue
+            merge[e.name] = (prod, slot, extras, tuple(layouts))
+            absorbed.add(prod.name)
+            break
+    if not merge:
+        return graph
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        if node.name in absorbed:
+            continue
+        if node.name not in merge:
+            rb.keep(node)
+            continue
+        prod, slot, extras, layouts = merge[node.name]
+        attrs = dict(prod.attrs.items())
+        attrs["epilogue"] = (program_of(node), slot, layouts)
+        merged = Node(
+            node.name,
+            prod.op,
+            tuple(rb.refs[r] for r in (*prod.inputs, *extras)),
+            Attrs(attrs),
+            node.outputs,
+            node.device,
+            tuple(dict.fromkeys(rb.controls(prod) + rb.controls(node))),
+        )
+        rb.new.add(merged)
+        rb.bind(node, [merged.ref()])
+    return rb.finish()
+
+
+def _product_geometry(node: Node):
+    """(batch axes innermost first as (size, output stride), m, n, ldc) of a product node."""
+    p = plan_of(node.attrs)
+    if node.op == "sgemm":
+        return [(size, c) for size, _, _, c in node.attrs["batch"]], p.m, p.n, p.ldc
+    out = node.outputs[0].shape
+    g = node.attrs["group"]
+    return [(g, p.m * p.n), (out[0], p.m * g * p.n)], p.m, p.n, p.n
+
+
+def _epilogue_layout(node: Node, shape: tuple[int, ...]):
+    """(rs, cs, batch strides) reading a tensor of ``shape``, broadcast to the product's
+    output, at matrix position (i, j) of every batch entry; None if no fixed strides do."""
+    out = node.outputs[0].shape
+    axes, m, n, ldc = _product_geometry(node)
+    if len(shape) > len(out):
+        return None
+    index = np.broadcast_to(np.arange(math.prod(shape)).reshape(shape), out).reshape(-1)
+    i, j = np.ix_(np.arange(m), np.arange(n))
+    rs = int(index[ldc]) if m > 1 else 0
+    cs = int(index[1]) if n > 1 else 0
+    strides = [int(index[c]) if size > 1 else 0 for size, c in axes]
+    local = i * rs + j * cs
+    for entry in np.ndindex(*[size for size, _ in reversed(axes)]):
+        entry = entry[::-1]  # innermost first, like ``axes``
+        c_off = sum(k * c for k, (_, c) in zip(entry, axes))
+        e_off = sum(k * s for k, s in zip(entry, strides))
+        if not np.array_equal(index[c_off + i * ldc + j], e_off + local):
+            return None
+    return rs, cs, tuple(strides)
+
+
+def _lower_matmul(graph, node, ins, isa):
+    a_t, b_t = ins
+    if a_t.rank == 0 or b_t.rank == 0:
+        return None
+    b_const = _const_array(graph, node.inputs[1])
+    if b_const is not None and b_t.rank == 2:
+        k, n = b_t.shape
+        m = a_t.size // k
+        plan = SP.make_plan(m, n, k, isa=isa, b="packed")
+        attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
+        return "sgemm", [node.inputs[0], SP.pack_b(b_const.astype(np.float32), plan)], attrs
+    # raw operands, batched over the broadcast leading axes
+    ash = (1,) + a_t.shape if a_t.rank == 1 else a_t.shape
+    bsh = b_t.shape + (1,) if b_t.rank == 1 else b_t.shape
+    batch = tuple(np.broadcast_shapes(ash[:-2], bsh[:-2]))
+    m, k, n = ash[-2], ash[-1], bsh[-1]
+    a_st = [s * m * k for s in L.broadcast_strides(ash[:-2], batch)] if batch else []
+    b_st = [s * k * n for s in L.broadcast_strides(bsh[:-2], batch)] if batch else []
+    c_st = [s * m * n for s in L.strides(batch)]
+    plan = SP.make_plan(m, n, k, isa=isa)
+    # one batch axis per leading output axis (not merged: an epilogue input may broadcast
+    # along some of them), innermost first
+    axes = tuple((d, sa, sb, sc) for d, sa, sb, sc in zip(batch, a_st, b_st, c_st) if d > 1)[::-1]
+    attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": axes, "shape": node.outputs[0].shape}
+    return "sgemm", list(node.inputs), attrs
+
+
+def _lower_gemm(graph, node, ins, isa):
+    a = node.attrs
+    b_const = _const_array(graph, node.inputs[1])
+    if b_const is None:
+        return None
+    m, n = node.outputs[0].shape
+    k = ins[0].shape[0] if a["trans_a"] else ins[0].shape[1]
+    logical_b = b_const.T if a["trans_b"] else b_const
+    bias = None
+    if len(node.inputs) == 3:
+        c = _const_array(graph, node.inputs[2])
+        if c is None or c.size not in (1, n) or (c.ndim == 2 and c.shape[0] != 1 and c.size != 1):
+            return None
+        bias = (np.broadcast_to(c.reshape(-1), (n,)) * a["beta"]).astype(np.float32)
+    plan = SP.make_plan(
+        m,
+        n,
+        k,
+        isa=isa,
+        a="trans" if a["trans_a"] else "row",
+        b="packed",
+        alpha=a["alpha"],
+        bias="col" if bias is not None else "none",
+    )
+    attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
+    operands = [node.inputs[0], SP.pack_b(logical_b.astype(np.float32), plan)]
+    return "sgemm", operands + ([bias] if bias is not None else []), attrs
+
+
+def _lower_conv(graph, node, ins, isa):
+    a = node.attrs
+    x_t, w_t = ins[:2]
+    w = _const_array(graph, node.inputs[1]).astype(np.float32)
+    g = a["group"]
+    m, cg = w_t.shape[:2]
+    kernel = w_t.shape[2:]
+    out_sp = node.outputs[0].shape[2:]
+    kg, p = cg * math.prod(kernel), math.prod(out_sp)
+    plan = SP.make_plan(m // g, p, kg, isa=isa, a="packed", bias="row" if len(node.inputs) == 3 else "none")
+    packed = np.concatenate(
+        [SP.pack_a(w[i * (m // g) : (i + 1) * (m // g)].reshape(m // g, kg), plan) for i in range(g)]
+    )
+    direct = (
+        all(k == 1 for k in kernel)
+        and all(s == 1 for s in a["strides"])
+        and not any(a["pads"])
+        and tuple(out_sp) == tuple(x_t.shape[2:])
+    )
+    attrs = {
+        "plan": _plan_tuple(plan),
+        "isa": isa,
+        "kernel": kernel,
+        "out": out_sp,
+        "strides": a["strides"],
+        "pads": a["pads"],
+        "dilations": a["dilations"],
+        "group": g,
+        "direct": direct,
+    }
+    operands = [node.inputs[0], packed]
+    if len(node.inputs) == 3:
+        operands.append(_const_array(graph, node.inputs[2]).astype(np.float32))
+    return "conv_gemm", operands, attrs
+
+
+def _plan_tuple(plan) -> tuple:
+    return tuple(getattr(plan, f) for f in SP.FIELDS)

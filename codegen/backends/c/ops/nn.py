@@ -1,0 +1,291 @@
+"""C lowering of the neural-network ops: products, convolution, pooling, normalization,
+softmax and resize (runtime_c/kernels/gemm.h, conv.h, pool.h, norm.h, resize.h).
+
+The algorithm of each step is chosen here: a float32 convolution whose groups are single
+input channels runs the direct depthwise kernel, others the generic one; float32 2-D pooling
+runs on stride-phase planes, others the generic loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from graphdef import dtypes
+from graphdef.builder import apply
+from graphdef.errors import UnsupportedError
+from graphdef.ir import TensorType
+from graphdef.ops.elementwise import add, mul
+from graphdef.ops.nn import axis_roi, axis_table, gemm_dims, is_lerp, matmul, matmul_shapes, resize_axes
+from graphdef.ops.shape import expand, transpose
+
+from .. import layout as L
+from ..table import Call, kernel, legalize
+
+GEMM_H = ("kernels/gemm.h",)
+
+
+# ----------------------------------------------------------------------------- products
+@kernel("matmul")
+def _matmul(s):
+    ash, bsh, batch = matmul_shapes(*s.ins)
+    m, k, n = ash[-2], ash[-1], bsh[-1]
+    a_st = [st * m * k for st in L.broadcast_strides(ash[:-2], batch)] if batch else []
+    b_st = [st * k * n for st in L.broadcast_strides(bsh[:-2], batch)] if batch else []
+    y_st = [st * m * n for st in L.strides(batch)]
+    dims, (a_st, b_st, y_st) = L.merge_dims(list(batch), a_st, b_st, y_st)
+    product = {"fn": s.fn("fc_gemm"), "m": m, "n": n, "k": k, "a_rs": k, "a_cs": 1, "b_rs": n, "b_cs": 1,
+               "c": "NULL", "c_rs": 0, "c_cs": 0, "alpha": "1.0", "beta": "0.0"}  # fmt: skip
+    if not dims:  # one product: the gemm kernel as it is
+        return Call("gemm", {**product, "a": s.x[0], "b": s.x[1]}, GEMM_H)
+    axes = [{"size": d, "a": sa, "b": sb, "y": sy} for d, sa, sb, sy in zip(dims, a_st, b_st, y_st)][::-1]
+    return Call("matmul_batched", {**product, "count": math.prod(batch), "axes": axes}, GEMM_H)
+
+
+@kernel("gemm")
+def _gemm(s):
+    m, k, n = gemm_dims(s.ins, s.attrs)
+    a_rs, a_cs = (1, m) if s.attrs["trans_a"] else (k, 1)
+    b_rs, b_cs = (1, k) if s.attrs["trans_b"] else (n, 1)
+    c_rs, c_cs = L.broadcast_strides(s.ins[2].shape, (m, n)) if len(s.ins) == 3 else (0, 0)
+    return Call(
+        "gemm",
+        {"fn": s.fn("fc_gemm"), "m": m, "n": n, "k": k, "a": s.x[0], "a_rs": a_rs, "a_cs": a_cs,
+         "b": s.x[1], "b_rs": b_rs, "b_cs": b_cs, "c": s.arg(2), "c_rs": c_rs, "c_cs": c_cs,
+         "alpha": s.lit(s.attrs["alpha"], "float64"), "beta": s.lit(s.attrs["beta"], "float64")},
+        GEMM_H,
+    )  # fmt: skip
+
+
+@legalize("gemm")
+def _integer_gemm(op):
+    """Integer gemm with alpha or beta other than 1: matmul, scale and add (the kernel's
+    alpha and beta are doubles; this keeps the integer wrap exact)."""
+    a, b = op.inputs[:2]
+    alpha, beta = op.attrs["alpha"], op.attrs["beta"]
+    if dtypes.is_float(a.dtype) or (alpha == 1.0 and beta == 1.0):
+        return None
+    if not (float(alpha).is_integer() and float(beta).is_integer()):
+        raise UnsupportedError(f"gemm on {a.dtype} with fractional alpha {alpha} or beta {beta}")
+    y = mul(
+        matmul(transpose(a) if op.attrs["trans_a"] else a, transpose(b) if op.attrs["trans_b"] else b),
+        int(alpha),
+    )
+    return (add(y, mul(op.inputs[2], int(beta))) if len(op.inputs) == 3 else y,)
+
+
+# ----------------------------------------------------------------------------- windows
+def geom(x_shape, k_spatial, out_spatial, attrs) -> dict:
+    """fc_conv_geom / fc_pool_geom fields: spatial sizes padded at the front to three axes."""
+    n = len(k_spatial)
+    return {
+        "in": L.three(x_shape[2:], 1),
+        "k": L.three(k_spatial, 1),
+        "out": L.three(out_spatial, 1),
+        "stride": L.three(attrs["strides"], 1),
+        "pad": L.three(attrs["pads"][:n], 0),
+        "pad_end": L.three(attrs["pads"][n:], 0),
+        "dil": L.three(attrs["dilations"], 1),
+    }
+
+
+def phase_geom(x_shape, k_spatial, out_spatial, attrs) -> dict:
+    """The windows of a 1-D or 2-D conv or pool as runtime_c's fc_dwconv_geom (less n, c, m):
+    the kernels work on zero- (or -inf-) padded stride-phase planes of rows x cols cells."""
+    g = geom(x_shape, k_spatial, out_spatial, attrs)
+    (_, h, wd), (_, kh, kw), (_, oh, ow) = g["in"], g["k"], g["out"]
+    (_, sh, sw), (_, ph, pw), (_, dh, dw) = g["stride"], g["pad"], g["dil"]
+    return {
+        "h": h, "w": wd, "oh": oh, "ow": ow, "kh": kh, "kw": kw, "sh": sh, "sw": sw,
+        "ph": ph, "pw": pw, "dh": dh, "dw": dw,
+        "rows": oh + (kh - 1) * dh // sh, "cols": ow + (kw - 1) * dw // sw,
+    }  # fmt: skip
+
+
+def phase_floats(g: dict) -> int:
+    """fc_dwconv_scratch_floats: the phase planes, then one output plane on their grid."""
+    return g["sh"] * g["sw"] * g["rows"] * g["cols"] + (g["oh"] - 1) * g["cols"] + g["ow"]
+
+
+def depthwise_geom(ins, outs, attrs):
+    """The fc_dwconv_geom of runtime_c/kernels/conv.h for a float32 conv of at most two spatial
+    axes whose groups are single input channels (depthwise, any channel multiplier), else None."""
+    x, w = ins[:2]
+    if x.dtype != "float32" or x.rank > 4 or attrs["group"] != x.shape[1] or w.shape[1] != 1:
+        return None
+    if not outs[0].size:
+        return None
+    g = phase_geom(x.shape, w.shape[2:], outs[0].shape[2:], attrs)
+    return {"n": x.shape[0], "c": x.shape[1], "m": w.shape[0], **g}
+
+
+def _conv_scratch(ins, outs, attrs):
+    """Bytes of the depthwise kernel's phase planes and output run (fc_dwconv_scratch_floats)."""
+    g = depthwise_geom(ins, outs, attrs)
+    return 0 if g is None else 4 * phase_floats(g)
+
+
+def _conv_call(s, fn: str, m: int, unused=()):
+    x, w = s.ins[:2]
+    k = {
+        "fn": s.fn(fn),
+        "n": x.shape[0],
+        "c": x.shape[1],
+        "m": m,
+        "group": s.attrs["group"],
+        "bias": s.arg(2),
+        "unused": list(unused),
+        **geom(x.shape, w.shape[2:], s.outs[0].shape[2:], s.attrs),
+    }
+    return Call("conv", k, ("kernels/conv.h",))
+
+
+@kernel("conv", scratch=_conv_scratch)
+def _conv(s):
+    dw = depthwise_geom(s.ins, s.outs, s.attrs)
+    if dw is not None:
+        return Call("dwconv", {"g": dw, "bias": s.arg(2)}, ("kernels/conv.h",))
+    return _conv_call(s, "fc_conv", s.ins[1].shape[0], unused=["scratch"])
+
+
+@kernel("conv_transpose")
+def _conv_transpose(s):
+    return _conv_call(s, "fc_conv_transpose", s.outs[0].shape[1])
+
+
+def pool_phases(ins, outs, attrs):
+    """float32 max or average pooling of at most two spatial axes: the fc_dwconv_geom of the
+    phase-plane kernel (fc_pool2d_f32 in runtime_c/kernels/pool.h), else None."""
+    x = ins[0]
+    if x.dtype != "float32" or x.rank > 4 or not outs[0].size:
+        return None
+    planes = x.shape[0] * x.shape[1]
+    g = phase_geom(x.shape, attrs["kernel_shape"], outs[0].shape[2:], attrs)
+    return {"n": 1, "c": planes, "m": planes, **g}
+
+
+def _pool_scratch(ins, outs, attrs):
+    g = pool_phases(ins, outs, attrs)
+    return 0 if g is None else 4 * (phase_floats(g) + g["ow"])
+
+
+def _pool_geom(x: TensorType, y: TensorType, attrs) -> dict:
+    return {
+        "planes": x.shape[0] * x.shape[1],
+        "count_include_pad": int(attrs.get("count_include_pad", False)),
+        **geom(x.shape, attrs["kernel_shape"], y.shape[2:], attrs),
+    }
+
+
+@kernel("max_pool", "avg_pool", scratch=_pool_scratch)
+def _pool(s):
+    k = _pool_geom(s.ins[0], s.outs[0], s.attrs)
+    phases = pool_phases(s.ins, s.outs, s.attrs)
+    if phases is not None:
+        k.update(d=phases, fn="fc_pool2d_f32", is_max=int(s.node.op == "max_pool"))
+        return Call("pool2d", k, ("kernels/pool.h",))
+    k.update(fn=s.fn(f"fc_{s.node.op}"), unused=["scratch"])
+    return Call("pool", k, ("kernels/pool.h",))
+
+
+@kernel("max_pool_grad", "avg_pool_grad")
+def _pool_grad(s):
+    x = TensorType(s.attrs["shape"], s.ins[0].dtype) if "shape" in s.attrs else s.ins[0]
+    k = _pool_geom(x, s.ins[-1], s.attrs)  # gy has the pooled shape
+    k.update(fn=s.fn(f"fc_{s.node.op}"), args=[*s.x, s.y[0]])
+    return Call("pool_grad", k, ("kernels/pool.h",))
+
+
+# ----------------------------------------------------------------------------- normalization
+@kernel("layer_norm")
+def _layer_norm(s):
+    x = s.ins[0]
+    outer, length, _ = L.around(x.shape, range(s.attrs["axis"], x.rank))
+    fn = "fc_layer_norm_vec" if x.dtype == "float32" else "fc_layer_norm"  # norm.h float32 path
+    return Call(
+        "layer_norm",
+        {"fn": s.fn(fn), "outer": outer, "inner": length, "eps": s.lit(s.attrs["epsilon"], "float64"),
+         "bias": s.arg(2)},
+        ("kernels/norm.h",),
+    )  # fmt: skip
+
+
+@legalize("layer_norm")
+def _layer_norm_params(op):
+    """Scale or bias that broadcast: expand them to the normalized shape the kernel takes."""
+    x = op.inputs[0]
+    norm = x.shape[op.attrs["axis"] :]
+    params = op.inputs[1:]
+    if all(p.shape == norm for p in params):
+        return None
+    full = [p if p.shape == norm else expand(p, norm) for p in params]
+    return (apply("layer_norm", [x, *full], None, **op.attrs),)
+
+
+@kernel("softmax", "log_softmax")
+def _softmax(s):
+    outer, length, inner = L.around(s.ins[0].shape, [s.attrs["axis"]])
+    fn = f"fc_{s.node.op}" + ("_vec" if s.ins[0].dtype == "float32" else "")  # norm.h float32 paths
+    return Call(
+        "softmax", {"fn": s.fn(fn), "outer": outer, "len": length, "inner": inner}, ("kernels/norm.h",)
+    )
+
+
+# ----------------------------------------------------------------------------- resize
+@kernel("resize")
+def _resize(s):
+    """Two-tap tables (nearest, linear) go to fc_resize_axis, wider ones to fc_resize_taps."""
+    x, attrs = s.ins[0], s.attrs
+    axes = resize_axes(x.shape, attrs) or [0]
+    a = axes[0]
+    idx, w = axis_table(x.shape, attrs, a)
+    outer, _, inner = L.around(x.shape, [a])
+    wtype = "float64" if x.dtype == "float64" else "float32"
+    ctype = "double" if wtype == "float64" else "float"
+    n = attrs["sizes"][a]
+    common = [str(outer), str(x.shape[a]), str(n), str(inner)]
+    if is_lerp(attrs, attrs["scales"][a]) and not (idx < 0).any():
+        i1 = idx[:, -1]
+        w1 = w[:, 1] if w.shape[1] == 2 else np.zeros(n)
+        tables = [
+            {"ctype": "int32_t", "name": "i0", "data": [int(v) for v in idx[:, 0]] or [0]},
+            {"ctype": "int32_t", "name": "i1", "data": [int(v) for v in i1] or [0]},
+            {
+                "ctype": ctype,
+                "name": "w",
+                "data": [s.lit(float(v), wtype) for v in w1] or [s.lit(0.0, wtype)],
+            },
+        ]
+        k = {"fn": s.fn("fc_resize_axis"), "tables": tables, "args": [*common, "i0", "i1", "w"]}
+    else:
+        tables = [
+            {"ctype": "int32_t", "name": "idx", "data": [int(v) for v in idx.ravel()] or [0]},
+            {"ctype": ctype, "name": "w",
+             "data": [s.lit(float(v), wtype) for v in w.ravel()] or [s.lit(0.0, wtype)]},
+        ]  # fmt: skip
+        args = [*common, str(w.shape[1]), "idx", "w", s.lit(attrs["extrapolation_value"], wtype)]
+        k = {"fn": s.fn("fc_resize_taps"), "tables": tables, "args": args}
+    return Call("resize", k, ("kernels/resize.h",))
+
+
+@legalize("resize")
+def _resize_per_axis(op):
+    """More than one axis changes: one resize per axis (the kernel resizes one axis)."""
+    x = op.inputs[0]
+    axes = resize_axes(x.shape, op.attrs)
+    if len(axes) <= 1:
+        return None
+    y = x
+    for a in axes:
+        sizes = list(y.shape)
+        sizes[a] = op.attrs["sizes"][a]
+        scales = [1.0] * x.rank
+        scales[a] = op.attrs["scales"][a]
+        roi = ()
+        if op.attrs["roi"]:
+            roi = [0.0] * x.rank + [1.0] * x.rank
+            roi[a], roi[a + x.rank] = axis_roi(op.attrs, a, x.rank)
+        attrs = {**op.attrs, "sizes": tuple(sizes), "scales": tuple(scales), "roi": tuple(roi)}
+        y = apply("resize", [y], None, **attrs)
+    return (y,)

@@ -1,0 +1,58 @@
+"""C lowering of reductions, arg reductions and running sums/products
+(runtime_c/kernels/reduce.h, cumulative.h): each kernel walks one run of axes of a tensor
+seen as (outer, len, inner)."""
+
+from __future__ import annotations
+
+from graphdef.builder import apply
+from graphdef.ops.reduce import REDUCTIONS, reduced_shape, runs
+from graphdef.ops.shape import reshape
+
+from .. import layout as L
+from ..table import Call, kernel, legalize
+
+
+@kernel(*REDUCTIONS)
+def _reduce(s):
+    x = s.ins[0]
+    group = (runs(x.shape, s.attrs["axes"]) or [[]])[0]
+    outer, length, inner = L.around(x.shape, group) if group else (x.size, 1, 1)
+    return Call(
+        "reduce", {"fn": s.fn(f"fc_{s.node.op}"), "outer": outer, "len": length, "inner": inner},
+        ("kernels/reduce.h",),
+    )  # fmt: skip
+
+
+@legalize(*REDUCTIONS)
+def _one_run(op):
+    """Several separate runs of reduced axes: one reduction per run (the kernel takes one)."""
+    x = op.inputs[0]
+    groups = runs(x.shape, op.attrs["axes"])
+    if len(groups) <= 1:
+        return None
+    y = x
+    for g in reversed(groups):
+        y = apply(op.node.op, [y], None, axes=tuple(g), keepdims=True)
+    return (reshape(y, reduced_shape(x.shape, op.attrs["axes"], op.attrs["keepdims"])),)
+
+
+@kernel("argmax", "argmin")
+def _arg(s):
+    outer, length, inner = L.around(s.ins[0].shape, [s.attrs["axis"]])
+    return Call(
+        "argreduce",
+        {"fn": s.fn(f"fc_{s.node.op}"), "outer": outer, "len": length, "inner": inner,
+         "last": int(s.attrs["select_last_index"])},
+        ("kernels/reduce.h",),
+    )  # fmt: skip
+
+
+@kernel("cumsum", "cumprod")
+def _cumulative(s):
+    outer, length, inner = L.around(s.ins[0].shape, [s.attrs["axis"]])
+    return Call(
+        "cumulative",
+        {"fn": s.fn(f"fc_{s.node.op}"), "outer": outer, "len": length, "inner": inner,
+         "exclusive": int(s.attrs["exclusive"]), "reverse": int(s.attrs["reverse"])},
+        ("kernels/cumulative.h",),
+    )  # fmt: skip

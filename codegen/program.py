@@ -4,41 +4,25 @@ every backend renders (ordered steps, where each value lives, buffer offsets, co
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-
-from graphdef.ir import Graph, Node, TensorType, ValueRef
 
 from . import memory
 from .storage import ALIGN, Loc, Storage
 
 
 @dataclass
-class Program:
-    graph: Graph
-    order: list[Node]  # every node, in schedule order
-    steps: list[Node]  # the nodes that become code, in order
-    inplace: set[str]  # steps that write over one of their inputs
-    loc: dict[ValueRef, Loc]  # arena values with their offsets
-    inputs: list[tuple[str, ValueRef, TensorType]]  # (name, ref, type) per graph input
-    outputs: list[tuple[str, ValueRef, TensorType]]  # (name, ref, type) per graph output
-    constants: list[str]  # constant node names, in Loc index order
-    variables: list[str]  # state variable node names, in Loc index order
-    state_offsets: list[int]
-    state_bytes: int
-    buffers: list[memory.BufferReq]
-    plan: memory.Plan
-    lower_bound: int
-    output_copies: list[tuple[int, ValueRef]] = field(default_factory=list)  # (output index, value)
-    state_updates: list[tuple[str, ValueRef]] = field(default_factory=list)  # (variable, new value)
+class Program(Storage):
+    """A Storage whose arena values carry their offsets (``loc``), with the ``plan``, its
+    lower bound, and the arena offset of each step's scratch memory."""
+
+    plan: memory.Plan | None = None
+    lower_bound: int = 0
     scratch: dict[str, int] = field(default_factory=dict)  # step -> arena offset of its scratch memory
 
     @property
     def arena_bytes(self) -> int:
         return self.plan.arena_bytes
-
-    @property
-    def weight_bytes(self) -> int:
-        return sum(self.graph.node(c).outputs[0].nbytes for c in self.constants)
 
     def describe(self) -> str:
         p = self.plan
@@ -57,22 +41,10 @@ def place(storage: Storage, algorithm: str = "best", time_limit: float = 5.0) ->
         v: Loc("arena", p.index, plan.offsets[p.index]) if p.kind == "arena" else p
         for v, p in storage.loc.items()
     }
+    parts = {f.name: getattr(storage, f.name) for f in dataclasses.fields(Storage)}
     return Program(
-        storage.graph,
-        storage.order,
-        storage.steps,
-        storage.inplace,
-        loc,
-        storage.inputs,
-        storage.outputs,
-        storage.constants,
-        storage.variables,
-        storage.state_offsets,
-        storage.state_bytes,
-        storage.buffers,
-        plan,
-        memory.lower_bound(storage.buffers, alignment=ALIGN),
-        storage.output_copies,
-        storage.state_updates,
-        {name: plan.offsets[b] for name, b in storage.scratch_buffer.items()},
+        **{**parts, "loc": loc},
+        plan=plan,
+        lower_bound=memory.lower_bound(storage.buffers, alignment=ALIGN),
+        scratch={name: plan.offsets[b] for name, b in storage.scratch_buffer.items()},
     )

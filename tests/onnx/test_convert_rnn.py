@@ -53,16 +53,9 @@ class Spec:
         rng = np.random.default_rng(zlib.crc32(self.key.encode()))
         d, g, h, b = self.dirs, GATES[self.op], self.hidden, self.batch
         f32 = lambda *s: (rng.standard_normal(s) * 0.6).astype(np.float32)  # noqa: E731
-        v = {
-            "X": f32(self.seq, b, self.inp) * 2,
-            "W": f32(d, g * h, self.inp),
-            "R": f32(d, g * h, h),
-            "B": f32(d, 2 * g * h),
-            "sequence_lens": np.full(b, self.seq, np.int32),
-            "initial_h": f32(d, b, h),
-            "initial_c": f32(d, b, h),
-            "P": f32(d, 3 * h),
-        }
+        v = {"X": f32(self.seq, b, self.inp) * 2, "W": f32(d, g * h, self.inp), "R": f32(d, g * h, h),
+             "B": f32(d, 2 * g * h), "sequence_lens": np.full(b, self.seq, np.int32),
+             "initial_h": f32(d, b, h), "initial_c": f32(d, b, h), "P": f32(d, 3 * h)}
         if self.layout == 1:  # batch-major X and states
             v["X"] = v["X"].transpose(1, 0, 2).copy()
             for k in ("initial_h", "initial_c"):
@@ -83,8 +76,7 @@ class Spec:
         elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32}
         fed = [k for k in present if k in self.fed]
         graph = helper.make_graph(
-            [node],
-            self.key,
+            [node], self.key,
             [helper.make_tensor_value_info(k, elem[values[k].dtype], values[k].shape) for k in fed],
             [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs if o],
             [numpy_helper.from_array(values[k], k) for k in present if k not in self.fed],
@@ -97,103 +89,40 @@ class Spec:
 SPECS = [
     Spec("lstm_fwd", "LSTM"),
     Spec("lstm_rev_states", "LSTM", "reverse", optional=("B", "initial_h", "initial_c")),
-    Spec(
-        "lstm_bidir_all",
-        "LSTM",
-        "bidirectional",
-        attrs={"clip": 0.9},
-        optional=("B", "sequence_lens", "initial_h", "initial_c", "P"),
-    ),
+    Spec("lstm_bidir_all", "LSTM", "bidirectional", attrs={"clip": 0.9},
+         optional=("B", "sequence_lens", "initial_h", "initial_c", "P")),
     Spec("lstm_batchwise", "LSTM", "bidirectional", layout=1, optional=("B", "initial_h", "initial_c")),
-    Spec(
-        "lstm_acts",
-        "LSTM",
-        attrs={
-            "activations": ["HardSigmoid", "LeakyRelu", "Softsign"],
-            "activation_alpha": [0.3, 0.05],
-            "activation_beta": [0.4],
-        },
-        optional=("B",),
-    ),
-    Spec(
-        "lstm_acts_bidir",
-        "LSTM",
-        "bidirectional",
-        attrs={
-            "activations": ["Sigmoid", "Elu", "Softplus", "HardSigmoid", "ScaledTanh", "Relu"],
-            "activation_alpha": [1.5, 0.25, 0.8],
-            "activation_beta": [0.45, 1.2],
-        },
-    ),
+    Spec("lstm_acts", "LSTM", attrs={"activations": ["HardSigmoid", "LeakyRelu", "Softsign"],
+                                     "activation_alpha": [0.3, 0.05], "activation_beta": [0.4]},
+         optional=("B",)),
+    Spec("lstm_acts_bidir", "LSTM", "bidirectional",
+         attrs={"activations": ["Sigmoid", "Elu", "Softplus", "HardSigmoid", "ScaledTanh", "Relu"],
+                "activation_alpha": [1.5, 0.25, 0.8], "activation_beta": [0.45, 1.2]}),
     Spec("lstm_coupled_peep", "LSTM", attrs={"input_forget": 1}, optional=("B", "initial_c", "P")),
-    Spec(
-        "lstm_fed_weights",
-        "LSTM",
-        "bidirectional",
-        seq=2,
-        optional=("B", "initial_h", "initial_c", "P"),
-        fed=("X", "W", "R", "B", "initial_h", "initial_c", "P"),
-        outputs=("", "Y_h", "Y_c"),
-    ),
+    Spec("lstm_fed_weights", "LSTM", "bidirectional", seq=2, optional=("B", "initial_h", "initial_c", "P"),
+         fed=("X", "W", "R", "B", "initial_h", "initial_c", "P"), outputs=("", "Y_h", "Y_c")),
     Spec("lstm_no_bias", "LSTM", "reverse", seq=4, optional=("initial_h",), outputs=("Y", "Y_h")),
     Spec("gru_fwd", "GRU"),
-    Spec(
-        "gru_lbr_bidir", "GRU", "bidirectional", attrs={"linear_before_reset": 1}, optional=("B", "initial_h")
-    ),
+    Spec("gru_lbr_bidir", "GRU", "bidirectional", attrs={"linear_before_reset": 1},
+         optional=("B", "initial_h")),
     Spec("gru_lbr_no_bias", "GRU", "reverse", attrs={"linear_before_reset": 1}, optional=("initial_h",)),
     Spec("gru_batchwise", "GRU", "reverse", layout=1, optional=("B", "initial_h")),
-    Spec(
-        "gru_acts_clip",
-        "GRU",
-        attrs={
-            "activations": ["HardSigmoid", "Affine"],
-            "clip": 1.1,
-            "activation_alpha": [0.3, 0.9],
-            "activation_beta": [0.45, 0.1],
-        },
-        optional=("B", "initial_h"),
-    ),
-    Spec(
-        "gru_fed_lbr",
-        "GRU",
-        "bidirectional",
-        attrs={"linear_before_reset": 1},
-        optional=("B", "initial_h"),
-        fed=("X", "W", "R", "B", "initial_h"),
-        outputs=("", "Y_h"),
-    ),
+    Spec("gru_acts_clip", "GRU", attrs={"activations": ["HardSigmoid", "Affine"], "clip": 1.1,
+                                        "activation_alpha": [0.3, 0.9], "activation_beta": [0.45, 0.1]},
+         optional=("B", "initial_h")),
+    Spec("gru_fed_lbr", "GRU", "bidirectional", attrs={"linear_before_reset": 1},
+         optional=("B", "initial_h"), fed=("X", "W", "R", "B", "initial_h"), outputs=("", "Y_h")),
     Spec("gru_fed", "GRU", optional=("B",), fed=("X", "W", "R", "B")),
     Spec("rnn_fwd", "RNN", seq=1),
-    Spec(
-        "rnn_bidir_relu",
-        "RNN",
-        "bidirectional",
-        attrs={"activations": ["Relu", "Tanh"]},
-        optional=("B", "initial_h"),
-    ),
-    Spec(
-        "rnn_affine_clip",
-        "RNN",
-        "reverse",
-        attrs={"activations": ["Affine"], "activation_alpha": [0.7], "activation_beta": [0.1], "clip": 0.5},
-        optional=("B",),
-    ),
+    Spec("rnn_bidir_relu", "RNN", "bidirectional", attrs={"activations": ["Relu", "Tanh"]},
+         optional=("B", "initial_h")),
+    Spec("rnn_affine_clip", "RNN", "reverse", attrs={"activations": ["Affine"], "activation_alpha": [0.7],
+                                                     "activation_beta": [0.1], "clip": 0.5}, optional=("B",)),
     Spec("rnn_thresholded", "RNN", attrs={"activations": ["ThresholdedRelu"], "activation_alpha": [0.2]}),
-    Spec(
-        "rnn_softsign_bidir",
-        "RNN",
-        "bidirectional",
-        attrs={"activations": ["Softsign", "Softplus"]},
-        optional=("initial_h",),
-    ),
-    Spec(
-        "rnn_batchwise_fed",
-        "RNN",
-        "bidirectional",
-        layout=1,
-        optional=("B", "initial_h"),
-        fed=("X", "W", "R", "B", "initial_h"),
-    ),
+    Spec("rnn_softsign_bidir", "RNN", "bidirectional", attrs={"activations": ["Softsign", "Softplus"]},
+         optional=("initial_h",)),
+    Spec("rnn_batchwise_fed", "RNN", "bidirectional", layout=1, optional=("B", "initial_h"),
+         fed=("X", "W", "R", "B", "initial_h")),
 ]
 
 
@@ -213,10 +142,8 @@ class Case:
         """onnxruntime's outputs; batch-major cases run the seq-major model on transposed data."""
         spec = self.spec
         if spec.layout == 1:
-            values = {
-                k: (v.transpose(1, 0, 2).copy() if k in ("X", "initial_h", "initial_c") else v)
-                for k, v in values.items()
-            }
+            values = {k: (v.transpose(1, 0, 2).copy() if k in ("X", "initial_h", "initial_c") else v)
+                      for k, v in values.items()}
         model, feeds = spec.model(layout=0, values=values)
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
@@ -230,9 +157,8 @@ def assert_close(got: dict, expected: dict, what: str) -> None:
     assert sorted(got) == sorted(expected), f"{what}: outputs {sorted(got)} != {sorted(expected)}"
     for name, want in expected.items():
         have = got[name]
-        assert have.shape == want.shape and have.dtype == want.dtype, (
+        assert have.shape == want.shape and have.dtype == want.dtype, \
             f"{what} output '{name}': {have.dtype}{have.shape} != {want.dtype}{want.shape}"
-        )
         scale = max(float(np.abs(want).max()), 1e-6)
         err = float(np.abs(have.astype(np.float64) - want).max())
         assert err <= TOL * scale, f"{what} output '{name}': max abs error {err:.3g} (scale {scale:.3g})"
@@ -272,9 +198,8 @@ def test_input_projection_is_one_gemm(cases):
     g = cases["lstm_bidir_all"].graph
     gemms = [n for n in g.nodes if n.op == "gemm"]
     rows = spec.seq * spec.batch
-    assert [n.outputs[0].shape for n in gemms if n.outputs[0].shape[0] == rows] == [
-        (rows, spec.dirs * 4 * spec.hidden)
-    ]
+    assert [n.outputs[0].shape for n in gemms if n.outputs[0].shape[0] == rows] == \
+        [(rows, spec.dirs * 4 * spec.hidden)]
     # one recurrent gemm per step and direction (initial_h given, so step 0 has one too)
     assert sum(n.outputs[0].shape == (spec.batch, 4 * spec.hidden) for n in gemms) == spec.seq * spec.dirs
 
@@ -312,19 +237,12 @@ def test_fed_sequence_lens_refused(tmp_path):
     assert "sequence_lens" in msg and "must be a constant" in msg
 
 
-@pytest.mark.parametrize(
-    "direction, attrs, words",
-    [
-        ("forward", {"activations": ["Gelu"]}, "activation 'Gelu'"),
-        ("forward", {"activations": ["ScaledTanh"], "activation_alpha": [2.0]}, "explicit activation_beta"),
-        ("bidirectional", {"activations": ["Tanh", "Tanh", "Tanh"]}, "3 activations given"),
-        (
-            "bidirectional",
-            {"activations": ["Tanh"]},
-            "1 activations given; RNN needs 1 per direction (2 for 2",
-        ),
-    ],
-)
+@pytest.mark.parametrize("direction, attrs, words", [
+    ("forward", {"activations": ["Gelu"]}, "activation 'Gelu'"),
+    ("forward", {"activations": ["ScaledTanh"], "activation_alpha": [2.0]}, "explicit activation_beta"),
+    ("bidirectional", {"activations": ["Tanh", "Tanh", "Tanh"]}, "3 activations given"),
+    ("bidirectional", {"activations": ["Tanh"]}, "1 activations given; RNN needs 1 per direction (2 for 2"),
+])
 def test_bad_activations_refused(tmp_path, direction, attrs, words):
     assert words in _import_error(tmp_path, Spec("acts", "RNN", direction, attrs=attrs))
 

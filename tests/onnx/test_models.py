@@ -41,9 +41,8 @@ ORT_MAX_IR = 13  # the newest IR version onnxruntime 1.31 reads; onnx 1.23 may w
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 48), nn.GELU(), nn.Linear(48, 10)
-        )
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 48), nn.GELU(),
+                                 nn.Linear(48, 10))
 
     def forward(self, x):
         return torch.softmax(self.net(x), dim=-1)
@@ -84,9 +83,8 @@ class ResNet(nn.Module):
     def __init__(self):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
-        self.blocks = nn.Sequential(
-            BasicBlock(16, 16, 1), BasicBlock(16, 32, 2), BasicBlock(32, 32, 1), BasicBlock(32, 64, 2)
-        )
+        self.blocks = nn.Sequential(BasicBlock(16, 16, 1), BasicBlock(16, 32, 2), BasicBlock(32, 32, 1),
+                                    BasicBlock(32, 64, 2))
         self.final_bn = nn.BatchNorm2d(64)  # after a ReLU: exporters cannot fold it into a Conv
         self.fc = nn.Linear(64, 10)
 
@@ -158,9 +156,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.1)
-        layer = nn.TransformerEncoderLayer(
-            d, nhead=4, dim_feedforward=64, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
-        )
+        layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=64, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d)
         self.out = nn.Linear(d, vocab)
@@ -179,9 +176,8 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x):
         b, t, d = x.shape
-        q, k, v = (
-            z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.qkv(x).chunk(3, dim=-1)
-        )
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for z in self.qkv(x).chunk(3, dim=-1))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
@@ -194,16 +190,10 @@ class GPT(nn.Module):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(seq, d)
         self.blocks = nn.ModuleList(
-            nn.ModuleDict(
-                {
-                    "ln1": nn.LayerNorm(d),
-                    "attn": CausalSelfAttention(d, heads),
-                    "ln2": nn.LayerNorm(d),
-                    "mlp": nn.Sequential(nn.Linear(d, 4 * d), nn.GELU("tanh"), nn.Linear(4 * d, d)),
-                }
-            )
-            for _ in range(layers)
-        )
+            nn.ModuleDict({"ln1": nn.LayerNorm(d), "attn": CausalSelfAttention(d, heads),
+                           "ln2": nn.LayerNorm(d),
+                           "mlp": nn.Sequential(nn.Linear(d, 4 * d), nn.GELU("tanh"), nn.Linear(4 * d, d))})
+            for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
 
     def forward(self, ids):
@@ -219,13 +209,8 @@ class UNet(nn.Module):
         super().__init__()
 
         def block(cin, cout):
-            return nn.Sequential(
-                nn.Conv2d(cin, cout, 3, padding=1),
-                nn.BatchNorm2d(cout),
-                nn.ReLU(),
-                nn.Conv2d(cout, cout, 3, padding=1),
-                nn.ReLU(),
-            )
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+                                 nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU())
 
         self.enc1, self.enc2, self.mid = block(3, 8), block(8, 16), block(16, 32)
         self.up2 = nn.ConvTranspose2d(32, 16, 2, stride=2)
@@ -330,18 +315,10 @@ def export(model, feeds: dict, folder, name: str) -> dict:
         # the fused inference kernel (aten::_transformer_encoder_layer_fwd) has no ONNX export
         torch.backends.mha.set_fastpath_enabled(False)
         try:
-            dynamic = {
-                k: {0: "batch"} if v.dtype == np.float32 else {0: "batch", 1: "seq"} for k, v in feeds.items()
-            }
-            torch.onnx.export(
-                model,
-                args,
-                str(paths["torchscript"]),
-                opset_version=17,
-                dynamic_axes=dynamic,
-                dynamo=False,
-                **names,
-            )
+            dynamic = {k: {0: "batch"} if v.dtype == np.float32 else {0: "batch", 1: "seq"}
+                       for k, v in feeds.items()}
+            torch.onnx.export(model, args, str(paths["torchscript"]), opset_version=17, dynamic_axes=dynamic,
+                              dynamo=False, **names)
             program = torch.onnx.export(model, args, dynamo=True, optimize=False, **names)
             program.save(str(paths["dynamo_unoptimized"]))
             program.optimize()  # what optimize=True (the default) does
@@ -392,14 +369,12 @@ def assert_close(got: dict, expected: dict, what: str) -> float:
     worst = 0.0
     for name, want in expected.items():
         have = got[name]
-        assert have.shape == want.shape and have.dtype == want.dtype, (
+        assert have.shape == want.shape and have.dtype == want.dtype, \
             f"{what} output '{name}': {have.dtype}{have.shape} != {want.dtype}{want.shape}"
-        )
         scale = max(float(np.abs(want).max()), 1e-30)
         err = float(np.abs(have.astype(np.float64) - want.astype(np.float64)).max()) / scale
-        assert err <= RTOL, (
+        assert err <= RTOL, \
             f"{what} output '{name}': max abs error {err * scale:.3g} = {err:.3g} x its scale {scale:.3g}"
-        )
         worst = max(worst, err)
     return worst
 
@@ -499,13 +474,9 @@ def _pattern_model(path, nodes, inputs: dict, inits: dict, opset: int):
     def info(name, a):
         return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
 
-    graph = helper.make_graph(
-        nodes,
-        "pattern",
-        [info(k, v) for k, v in inputs.items()],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
-    )
+    graph = helper.make_graph(nodes, "pattern", [info(k, v) for k, v in inputs.items()],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -527,82 +498,34 @@ def _patterns():
             if auto != "NOTSET":
                 attrs["auto_pad"] = auto
             out[f"conv_transpose_{auto}_{shape[0]}x{shape[1]}"] = (
-                [n("ConvTranspose", ["x", "w"], ["y"], **attrs)],
-                {"x": x},
-                {"w": w},
-                17,
-            )
+                [n("ConvTranspose", ["x", "w"], ["y"], **attrs)], {"x": x}, {"w": w}, 17)
     for scales in ((1, 1, 0.6, 0.4), (1, 1, 2.5, 0.6), (1, 1, 0.7, 1.5), (1, 1, 1.7, 2.5)):
         for mode in ("nearest", "linear"):  # nearest: floor on enlarged axes, ceil on shrunk ones
             out[f"resize10_{mode}_{scales[2]}_{scales[3]}"] = (
-                [n("Resize", ["x", "s"], ["y"], mode=mode)],
-                {"x": x},
-                {"s": np.float32(scales)},
-                10,
-            )
+                [n("Resize", ["x", "s"], ["y"], mode=mode)], {"x": x}, {"s": np.float32(scales)}, 10)
     small = rng.standard_normal((1, 2, 2, 4)).astype(np.float32)
     for mode in ("nearest", "linear"):  # sizes (1, 3), not smaller: scale 0.75, sizes rounded to (2, 3)
         out[f"resize18_{mode}_keep_aspect_not_smaller"] = (
-            [
-                n(
-                    "Resize",
-                    ["x", "", "", "sizes"],
-                    ["y"],
-                    mode=mode,
-                    axes=[2, 3],
-                    keep_aspect_ratio_policy="not_smaller",
-                )
-            ],
-            {"x": small},
-            {"sizes": i64([1, 3])},
-            18,
-        )
+            [n("Resize", ["x", "", "", "sizes"], ["y"], mode=mode, axes=[2, 3],
+               keep_aspect_ratio_policy="not_smaller")], {"x": small}, {"sizes": i64([1, 3])}, 18)
     out["unsqueeze_scalar_axes"] = (  # 0-d axes where the spec says 1-D, as ONNX's AffineGrid function
-        [n("Unsqueeze", ["x", "one"], ["y"])],
-        {"x": seq},
-        {"one": i64(1)},
-        17,
-    )
+        [n("Unsqueeze", ["x", "one"], ["y"])], {"x": seq}, {"one": i64(1)}, 17)
     out["split_to_sequence_chunks"] = (  # one split size: equal chunks, a shorter last one
         [n("SplitToSequence", ["x", "k"], ["s"], axis=1), n("SequenceAt", ["s", "p"], ["y"])],
-        {"x": seq},
-        {"k": i64(3), "p": i64(-1)},
-        17,
-    )
+        {"x": seq}, {"k": i64(3), "p": i64(-1)}, 17)
     out["split_to_sequence_stack"] = (
-        [
-            n("SplitToSequence", ["x"], ["s"], axis=1, keepdims=0),
-            n("ConcatFromSequence", ["s"], ["y"], axis=-1, new_axis=1),
-        ],
-        {"x": seq},
-        {},
-        17,
-    )
+        [n("SplitToSequence", ["x"], ["s"], axis=1, keepdims=0),
+         n("ConcatFromSequence", ["s"], ["y"], axis=-1, new_axis=1)], {"x": seq}, {}, 17)
     out["sequence_construct_insert_erase"] = (
-        [
-            n("Relu", ["x"], ["r"]),
-            n("SequenceConstruct", ["x", "r"], ["s"]),
-            n("SequenceInsert", ["s", "c", "p"], ["s2"]),
-            n("SequenceErase", ["s2"], ["s3"]),
-            n("SequenceLength", ["s3"], ["len"]),
-            n("Cast", ["len"], ["f"], to=1),
-            n("ConcatFromSequence", ["s3"], ["cat"], axis=1),
-            n("Mul", ["cat", "f"], ["y"]),
-        ],
-        {"x": seq},
-        {"c": np.ones((2, 7, 3), np.float32), "p": i64(0)},
-        17,
-    )
+        [n("Relu", ["x"], ["r"]), n("SequenceConstruct", ["x", "r"], ["s"]),
+         n("SequenceInsert", ["s", "c", "p"], ["s2"]), n("SequenceErase", ["s2"], ["s3"]),
+         n("SequenceLength", ["s3"], ["len"]), n("Cast", ["len"], ["f"], to=1),
+         n("ConcatFromSequence", ["s3"], ["cat"], axis=1), n("Mul", ["cat", "f"], ["y"])],
+        {"x": seq}, {"c": np.ones((2, 7, 3), np.float32), "p": i64(0)}, 17)
     out["cast_like_constant_clip"] = (  # dynamo's relu6: Clip(x, CastLike(0, x), CastLike(6, x))
-        [
-            n("CastLike", ["lo", "x"], ["a"]),
-            n("CastLike", ["hi", "x"], ["b"]),
-            n("Clip", ["x", "a", "b"], ["y"]),
-        ],
-        {"x": x * 8},
-        {"lo": np.float64(0), "hi": np.float64(6)},
-        17,
-    )
+        [n("CastLike", ["lo", "x"], ["a"]), n("CastLike", ["hi", "x"], ["b"]),
+         n("Clip", ["x", "a", "b"], ["y"])],
+        {"x": x * 8}, {"lo": np.float64(0), "hi": np.float64(6)}, 17)
     return out
 
 

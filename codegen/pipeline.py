@@ -87,7 +87,9 @@ def _schedule(graph: Graph, c: Compilation) -> schedule.Schedule:
 
 
 def _storage(sched: schedule.Schedule, c: Compilation) -> storage.Storage:
-    return storage.assign(sched, c.output_names, c.backend.scratch_bytes)
+    return storage.assign(
+        sched, c.output_names, lambda node, ins: c.backend.scratch_bytes(node, ins, c.options)
+    )
 
 
 def _plan(st: storage.Storage, c: Compilation) -> program.Program:

@@ -5,8 +5,9 @@ kernel or composite: what every backend needs to know), and gives the shape/dtyp
 (``infer``), the numpy reference (``ref``), the gradient rule (``grad``, or an explicit
 ``NotDifferentiable``), an optional ``resolve`` hook that fills attribute defaults that
 depend on input shapes (so a node's attributes are always complete), an optional
-decomposition into other ops (``decompose``) and a FLOP count for the cost model. How a
-backend lowers an op is the backend's business (codegen/backends/<name>/).
+decomposition into other ops (``decompose``), a FLOP count for the cost model, and its test
+cases (``examples``: every op-wide test is built from them). How a backend lowers an op is
+the backend's business (codegen/backends/<name>/).
 """
 
 from __future__ import annotations
@@ -103,6 +104,44 @@ class NotDifferentiable:
 NOT_DIFFERENTIABLE = NotDifferentiable("derivative is zero or undefined")
 
 
+@dataclass(frozen=True)
+class Sample:
+    """A random input of an example: ``shape``, ``dtype`` and the range it is drawn from
+    (uniform; integers from ``low`` to ``high`` inclusive; bool: half true). Values are
+    reproducible: the generator is seeded by the op and the example."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    low: float = -3.0
+    high: float = 3.0
+
+
+@dataclass(frozen=True)
+class Var:
+    """An input of an example that is a variable (the first input of an assign op)."""
+
+    value: object
+
+
+@dataclass(frozen=True)
+class Example:
+    """One test case of an op, kept with its record; every test that needs cases of every
+    op (the reference checks, gradient checks, the C backend's checks, the zoo graph) builds
+    them from here (``graphdef.examples``).
+
+    ``inputs``: arrays, ``Sample``s or a ``Var``, fed as placeholders (variables for Var);
+    ``attrs``: the node's attributes; ``expect``: an independent reference computed from the
+    input arrays (for elementwise ops, per-element Python math), or None where the op's family
+    test module checks the values; ``grad``: check the gradient on this case by finite
+    differences (for differentiable ops; off where the case sits on a kink).
+    """
+
+    inputs: tuple
+    attrs: Mapping = field(default_factory=dict)
+    expect: Callable | None = None
+    grad: bool = True
+
+
 # What kind of computation an op is, for every backend alike (graphdef says nothing about how
 # a backend lowers it: each backend keeps its own table, see codegen/backends/).
 SOURCE = "source"  # data, not computed: placeholder, constant, variable
@@ -117,10 +156,11 @@ KINDS = (SOURCE, ALIAS, ELEMENTWISE, KERNEL, COMPOSITE)
 class OpDef:
     """Every facet of one op that does not depend on a target.
 
-    ``kind`` is one of ``KINDS``; ``decompose`` (given a ``_Rewrite``-like view of the node:
-    ``.node``, ``.inputs`` as builder Tensors, ``.attrs``) returns the op rebuilt from other
-    ops, or None when the node stays as it is; ``flops`` counts floating-point operations for
-    the cost model (default: one per output element).
+    ``kind`` is one of ``KINDS``; ``examples`` its test cases (see ``Example``);
+    ``decompose`` (given a view of the node: ``.node``, ``.inputs`` as builder Tensors,
+    ``.attrs``) returns the op rebuilt from other ops, or None when the node stays as it is;
+    ``flops`` counts floating-point operations for the cost model (default: one per output
+    element).
     """
 
     name: str
@@ -135,6 +175,7 @@ class OpDef:
     flops: Callable | None = None
     stateful: bool = False
     doc: str = ""
+    examples: tuple[Example, ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:

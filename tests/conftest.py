@@ -7,10 +7,13 @@ import pytest
 
 import codegen  # noqa: F401  (the C backend registers its own ops: sgemm, conv_gemm)
 import graphdef as gd
+from graphdef.examples import add_example
 
 
-def build_zoo() -> gd.Graph:
-    """One graph that uses every registered op at least once (checked by a test)."""
+def build_zoo() -> tuple[gd.Graph, dict]:
+    """One graph that uses every registered op at least once (checked by a test), and the
+    feeds of its placeholders: a small network written by hand, then the first example of
+    every op the network does not use (graphdef/examples.py), so a new op joins by itself."""
     rng = np.random.default_rng(7)
     f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     g = gd.Graph("zoo")
@@ -100,18 +103,30 @@ def build_zoo() -> gd.Graph:
         gd.global_avg_pool(x, name="gap")
         gd.fill((2,), 1.0, name="filled")
         gd.apply("fused", [probs, logits], program=(("mul", (0, 1), ()), ("exp", (2,), ())), name="fused")
-    return g
+    rng = np.random.default_rng(3)
+    feeds = {
+        "x": rng.standard_normal((2, 3, 6, 6)).astype(np.float32),
+        "ids": rng.integers(0, 10, (2, 3)).astype(np.int64),
+    }
+    used = {n.op for n in g.nodes}
+    with g:
+        for op, opdef in sorted(gd.all_ops().items()):
+            if op not in used and opdef.examples:
+                with gd.name_scope(f"examples/{op}"):
+                    feeds.update(add_example(op, 0)[1])
+    return g, feeds
 
 
 @pytest.fixture(scope="session")
-def zoo() -> gd.Graph:
+def _zoo() -> tuple[gd.Graph, dict]:
     return build_zoo()
 
 
 @pytest.fixture(scope="session")
-def zoo_feeds() -> dict:
-    rng = np.random.default_rng(3)
-    return {
-        "x": rng.standard_normal((2, 3, 6, 6)).astype(np.float32),
-        "ids": rng.integers(0, 10, (2, 3)).astype(np.int64),
-    }
+def zoo(_zoo) -> gd.Graph:
+    return _zoo[0]
+
+
+@pytest.fixture(scope="session")
+def zoo_feeds(_zoo) -> dict:
+    return _zoo[1]

@@ -6,8 +6,8 @@ A backend is a module with:
 - ``LEGALIZE``: op -> rewrite into the forms its kernels take (applied by the shared
   ``decompose`` pass);
 - ``lower(graph, options) -> Graph``: its own graph passes (the pipeline's "lower" stage);
-- ``scratch_bytes(node, in_types) -> int``: step-local memory its kernel for a node needs
-  (the storage stage plans it into the arena);
+- ``scratch_bytes(node, in_types, options) -> int``: step-local memory its kernel for a node
+  needs (the storage stage plans it into the arena);
 - ``render(program, options) -> Sources`` and ``build(sources, folder, options) -> Built``.
 
 Passes, partition, schedule and memory planning are shared (codegen/*.py); each backend

@@ -28,7 +28,7 @@ from .. import dtypes
 from ..builder import apply, operand
 from ..errors import ShapeError
 from ..ir import TensorType
-from ..registry import KERNEL, Attr, NotDifferentiable, defop
+from ..registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop
 
 _TARGETS = tuple(d for d in dtypes.ALL if d != "bool")
 
@@ -62,6 +62,12 @@ def _ref(xs, attrs):
     )
 
 
+def _bytes_as(x, dtype):
+    """Expectation of the examples: the bytes of x, read back as dtype (little endian)."""
+    out = np.frombuffer(x.astype(x.dtype.newbyteorder("<")).tobytes(), np.dtype(dtype).newbyteorder("<"))
+    return out.reshape(x.shape[:-1] + (-1,)).astype(dtype)
+
+
 defop(
     "bitcast",
     ("x",),
@@ -72,6 +78,12 @@ defop(
     kind=KERNEL,
     doc="the bytes of x viewed as dtype 'to' (numpy .view): same shape between equal sizes, "
     "else the last axis is rescaled; never bool",
+    examples=(
+        Example((Sample((2, 3)),), {"to": "int32"}, lambda x: _bytes_as(x, "int32")),
+        Example((Sample((2, 2)),), {"to": "uint8"}, lambda x: _bytes_as(x, "uint8")),
+        Example((Sample((3, 8), "uint8", 0, 255),), {"to": "float32"}, lambda x: _bytes_as(x, "float32")),
+        Example((Sample((2, 4), "uint8", 0, 255),), {"to": "int16"}, lambda x: _bytes_as(x, "int16")),
+    ),
 )
 
 

@@ -8,6 +8,7 @@ the tensor they meet. Integer division truncates toward zero, as in C.
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from .. import dtypes
 from ..builder import Tensor, apply, operand
 from ..errors import ExecutionError
 from ..ir import TensorType
-from ..registry import ELEMENTWISE, NOT_DIFFERENTIABLE, Attr, defop
+from ..registry import ELEMENTWISE, NOT_DIFFERENTIABLE, Attr, Example, Sample, defop
 from ._util import broadcast_shapes, check_dtype, same_dtype
 
 SIGNED = dtypes.FLOATS + dtypes.SIGNED_INTS
@@ -66,7 +67,61 @@ def _as(dtype_like, value):
     return np.asarray(value).astype(dtype_like.dtype, copy=False)
 
 
-def _unary(name, fn, grad, allowed=dtypes.FLOATS, attrs=None, doc=""):
+# ----------------------------------------------------------------------------- examples
+def per_element(fn, **attrs):
+    """An example's expectation from a scalar Python function of the (broadcast) input
+    elements: independent of the numpy reference it checks."""
+
+    def expect(*arrays):
+        bs = np.broadcast_arrays(*arrays)
+        out = np.empty(bs[0].shape, object)
+        for idx in np.ndindex(out.shape):
+            out[idx] = fn(*(b[idx].item() for b in bs), **attrs)
+        return out
+
+    return expect
+
+
+def _typed_cases(allowed, domain, int_domain) -> list[str]:
+    """The dtypes an elementwise op's examples cover: its float types, one signed integer
+    type, and bool, as far as the op takes them."""
+    out = [d for d in ("float32", "float64", "float16") if d in allowed]
+    out += [d for d in ("int32",) if d in allowed and int_domain is not None]
+    out += ["bool"] if allowed == ("bool",) else []
+    return out
+
+
+def unary_examples(allowed, scalar, domain=(-3.0, 3.0), int_domain=(-9, 9), attrs=None, shape=(2, 5)):
+    """One example per dtype of ``_typed_cases``, drawn from ``domain`` (ints from
+    ``int_domain``), checked against ``scalar`` (None: no expectation)."""
+    attrs = attrs or {}
+    out = []
+    for dt in _typed_cases(allowed, domain, int_domain):
+        lo, hi = int_domain if dtypes.is_int(dt) else domain
+        expect = per_element(scalar, **attrs) if scalar else None
+        out.append(Example((Sample(shape, dt, lo, hi),), attrs, expect, grad=dt == "float32"))
+    return tuple(out)
+
+
+def binary_examples(allowed, scalar, a=(-3.0, 3.0), b=(-3.0, 3.0), ints_a=(-9, 9), ints_b=(-9, 9)):
+    """Examples with broadcasting ((2, 3) against (3,) and (4, 1) against (1, 3)) in float32,
+    one in float64 and one per integer or bool type the op takes."""
+    expect = per_element(scalar) if scalar else None
+    out = []
+    for dt in _typed_cases(allowed, a, ints_a):
+        if dt == "float16":
+            continue
+        ra, rb = (ints_a, ints_b) if dtypes.is_int(dt) else (a, b)
+        shapes = [((2, 3), (3,)), ((4, 1), (1, 3))] if dt == "float32" else [((2, 3), (2, 3))]
+        for sa, sb in shapes:
+            ex = Example((Sample(sa, dt, *ra), Sample(sb, dt, *rb)), {}, expect, grad=dt == "float32")
+            out.append(ex)
+    return tuple(out)
+
+
+def _unary(name, fn, grad, allowed=dtypes.FLOATS, attrs=None, doc="", scalar=None, examples=None, **cases):
+    """An elementwise op of one input; ``scalar``: its per-element Python definition (the
+    examples' expectation); ``cases``: the ranges of ``unary_examples``."""
     defop(
         name,
         ("x",),
@@ -76,10 +131,12 @@ def _unary(name, fn, grad, allowed=dtypes.FLOATS, attrs=None, doc=""):
         kind=ELEMENTWISE,
         attrs=attrs or {},
         doc=doc,
+        examples=examples if examples is not None else unary_examples(allowed, scalar, **cases),
     )
 
 
-def _binary(name, fn, grad, allowed=dtypes.NUMERIC, out_dtype=None, doc=""):
+def _binary(name, fn, grad, allowed=dtypes.NUMERIC, out_dtype=None, doc="", scalar=None, **cases):
+    """An elementwise op of two broadcast inputs; see ``_unary``."""
     defop(
         name,
         ("a", "b"),
@@ -88,6 +145,7 @@ def _binary(name, fn, grad, allowed=dtypes.NUMERIC, out_dtype=None, doc=""):
         grad,
         kind=ELEMENTWISE,
         doc=doc,
+        examples=binary_examples(allowed, scalar, **cases),
     )
 
 
@@ -177,21 +235,37 @@ def _pow(a, b):
     return np.power(a, b)
 
 
-_binary("add", np.add, _g_add, doc="a + b")
-_binary("sub", np.subtract, _g_sub, doc="a - b")
-_binary("mul", np.multiply, _g_mul, doc="a * b")
-_binary("div", _div, _g_div, doc="a / b; integers truncate toward zero")
-_binary("pow", _pow, _g_pow, doc="a ** b")
-_binary("maximum", np.maximum, _g_select(lambda a, b: greater_equal(a, b)), doc="max(a, b); NaN wins")
-_binary("minimum", np.minimum, _g_select(lambda a, b: less_equal(a, b)), doc="min(a, b); NaN wins")
-_binary("equal", np.equal, NOT_DIFFERENTIABLE, dtypes.ALL, "bool", doc="a == b")
-_binary("less", np.less, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a < b")
-_binary("greater", np.greater, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a > b")
-_binary("less_equal", np.less_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a <= b")
-_binary("greater_equal", np.greater_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a >= b")
-_binary("logical_and", np.logical_and, NOT_DIFFERENTIABLE, ("bool",), doc="a and b")
-_binary("logical_or", np.logical_or, NOT_DIFFERENTIABLE, ("bool",), doc="a or b")
-_binary("logical_xor", np.logical_xor, NOT_DIFFERENTIABLE, ("bool",), doc="a != b")
+def _truncated_div(a, b):
+    if isinstance(a, float):
+        return a / b
+    q = operator.abs(a) // operator.abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+_POSITIVE = (0.5, 3.0)
+_binary("add", np.add, _g_add, doc="a + b", scalar=operator.add)
+_binary("sub", np.subtract, _g_sub, doc="a - b", scalar=operator.sub)
+_binary("mul", np.multiply, _g_mul, doc="a * b", scalar=operator.mul)
+_binary("div", _div, _g_div, doc="a / b; integers truncate toward zero", scalar=_truncated_div,
+        b=_POSITIVE, ints_b=(1, 9))  # fmt: skip
+_binary("pow", _pow, _g_pow, doc="a ** b", scalar=operator.pow, a=_POSITIVE, ints_a=(-4, 4), ints_b=(0, 3))
+_binary("maximum", np.maximum, _g_select(lambda a, b: greater_equal(a, b)), doc="max(a, b); NaN wins",
+        scalar=max)  # fmt: skip
+_binary("minimum", np.minimum, _g_select(lambda a, b: less_equal(a, b)), doc="min(a, b); NaN wins",
+        scalar=min)  # fmt: skip
+_binary("equal", np.equal, NOT_DIFFERENTIABLE, dtypes.ALL, "bool", doc="a == b", scalar=operator.eq,
+        ints_a=(0, 2), ints_b=(0, 2))  # fmt: skip
+_binary("less", np.less, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a < b", scalar=operator.lt)
+_binary("greater", np.greater, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a > b", scalar=operator.gt)
+_binary("less_equal", np.less_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a <= b", scalar=operator.le,
+        ints_a=(0, 2), ints_b=(0, 2))  # fmt: skip
+_binary("greater_equal", np.greater_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a >= b",
+        scalar=operator.ge, ints_a=(0, 2), ints_b=(0, 2))  # fmt: skip
+_binary(
+    "logical_and", np.logical_and, NOT_DIFFERENTIABLE, ("bool",), doc="a and b", scalar=lambda a, b: a and b
+)
+_binary("logical_or", np.logical_or, NOT_DIFFERENTIABLE, ("bool",), doc="a or b", scalar=lambda a, b: a or b)
+_binary("logical_xor", np.logical_xor, NOT_DIFFERENTIABLE, ("bool",), doc="a != b", scalar=operator.ne)
 
 
 def add(a, b, name=None):
@@ -281,6 +355,16 @@ defop(
     _g_where,
     kind=ELEMENTWISE,
     doc="a where condition else b, broadcast together",
+    examples=(
+        Example(
+            (Sample((2, 1), "bool"), Sample((3,)), Sample((2, 3))),
+            expect=per_element(lambda c, a, b: a if c else b),
+        ),
+        Example(
+            (Sample((4,), "bool"), Sample((4,), "int32", -9, 9), Sample((), "int32", -9, 9)),
+            expect=per_element(lambda c, a, b: a if c else b),
+        ),
+    ),
 )
 
 
@@ -404,22 +488,46 @@ def _g_clip(op, gys):
     return (where(inside, gys[0], 0),)
 
 
-_unary("neg", np.negative, _g_neg, SIGNED, doc="-x")
-_unary("abs", np.abs, _g_abs, dtypes.NUMERIC, doc="|x|")
-_unary("sign", np.sign, NOT_DIFFERENTIABLE, dtypes.NUMERIC, doc="-1, 0 or 1")
-_unary("exp", np.exp, _g_exp, doc="e ** x")
-_unary("log", np.log, _g_log, doc="natural logarithm")
-_unary("sqrt", np.sqrt, _g_sqrt, doc="square root")
-_unary("rsqrt", lambda x: 1 / np.sqrt(x), _g_rsqrt, doc="1 / sqrt(x)")
-_unary("tanh", np.tanh, _g_tanh, doc="hyperbolic tangent")
-_unary("sigmoid", _sigmoid, _g_sigmoid, doc="1 / (1 + exp(-x))")
-_unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype), _g_relu, SIGNED, doc="max(x, 0)")
+def _sign(x):
+    return (x > 0) - (x < 0)
+
+
+def _sigmoid1(x):
+    return 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))
+
+
+def _gelu1(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + math.tanh(_SQRT_2_PI * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + math.erf(x / math.sqrt(2)))
+
+
+def _clip1(x, min, max):  # noqa: A002
+    lo, hi = clip_bounds("int64", {"min": min, "max": max}) if isinstance(x, int) else (min, max)
+    y = lo if x < min else x
+    return hi if y > max else y  # max wins when min > max
+
+
+_AWAY = (0.2, 3.0)  # off the kinks at 0 (a gradient check straddling 0 would fail)
+_unary("neg", np.negative, _g_neg, SIGNED, doc="-x", scalar=operator.neg)
+_unary("abs", np.abs, _g_abs, dtypes.NUMERIC, doc="|x|", scalar=operator.abs, domain=_AWAY)
+_unary("sign", np.sign, NOT_DIFFERENTIABLE, dtypes.NUMERIC, doc="-1, 0 or 1", scalar=_sign)
+_unary("exp", np.exp, _g_exp, doc="e ** x", scalar=math.exp)
+_unary("log", np.log, _g_log, doc="natural logarithm", scalar=math.log, domain=(0.1, 5.0))
+_unary("sqrt", np.sqrt, _g_sqrt, doc="square root", scalar=math.sqrt, domain=(0.1, 5.0))
+_unary("rsqrt", lambda x: 1 / np.sqrt(x), _g_rsqrt, doc="1 / sqrt(x)", scalar=lambda x: 1 / math.sqrt(x),
+       domain=(0.1, 5.0))  # fmt: skip
+_unary("tanh", np.tanh, _g_tanh, doc="hyperbolic tangent", scalar=math.tanh)
+_unary("sigmoid", _sigmoid, _g_sigmoid, doc="1 / (1 + exp(-x))", scalar=_sigmoid1, domain=(-8.0, 8.0))
+_unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype), _g_relu, SIGNED, doc="max(x, 0)",
+       scalar=lambda x: max(x, 0))  # fmt: skip
 _unary(
     "leaky_relu",
     lambda x, alpha: np.where(x > 0, x, x * x.dtype.type(alpha)),
     _g_leaky_relu,
     attrs={"alpha": Attr("float", 0.01)},
     doc="x if x > 0 else alpha * x",
+    examples=unary_examples(dtypes.FLOATS, lambda x, alpha: x if x > 0 else alpha * x, attrs={"alpha": 0.2}),
 )
 _unary(
     "elu",
@@ -427,6 +535,9 @@ _unary(
     _g_elu,
     attrs={"alpha": Attr("float", 1.0)},
     doc="x if x > 0 else alpha * (exp(x) - 1)",
+    examples=unary_examples(
+        dtypes.FLOATS, lambda x, alpha: x if x > 0 else alpha * math.expm1(x), attrs={"alpha": 0.5}
+    ),
 )
 _unary(
     "gelu",
@@ -434,8 +545,10 @@ _unary(
     _g_gelu,
     attrs={"approximate": Attr("str", "none", ("none", "tanh"))},
     doc="x * Phi(x), exact (erf) or tanh approximation",
+    examples=unary_examples(dtypes.FLOATS, _gelu1)
+    + unary_examples(("float32",), _gelu1, attrs={"approximate": "tanh"}),
 )
-_unary("erf", _erf, _g_erf, doc="the error function")
+_unary("erf", _erf, _g_erf, doc="the error function", scalar=math.erf)
 _unary(
     "clip",
     _clip,
@@ -443,6 +556,8 @@ _unary(
     dtypes.NUMERIC,
     attrs={"min": Attr("float", -math.inf), "max": Attr("float", math.inf)},
     doc="min(max(x, min), max); NaN stays NaN; max wins when min > max",
+    examples=unary_examples(dtypes.NUMERIC, _clip1, attrs={"min": -1.5, "max": 2.5})
+    + unary_examples(("float32",), _clip1, attrs={"min": 1.0, "max": -1.0}),
 )
 _unary(
     "logical_not",
@@ -450,6 +565,7 @@ _unary(
     NOT_DIFFERENTIABLE,
     ("bool",),
     doc="not x",
+    scalar=operator.not_,
 )
 
 
@@ -542,6 +658,14 @@ defop(
     attrs={"to": Attr("dtype")},
     kind=ELEMENTWISE,
     doc="convert to dtype 'to'; float -> int truncates toward zero, any -> bool is x != 0",
+    examples=(
+        Example(
+            (Sample((2, 4), "float32", -100, 100),), {"to": "int32"}, per_element(math.trunc), grad=False
+        ),
+        Example((Sample((2, 4), "int32", -100, 100),), {"to": "float32"}, per_element(float)),
+        Example((Sample((2, 4), "float32"),), {"to": "float64"}, per_element(float)),
+        Example((Sample((2, 4), "int8", -2, 2),), {"to": "bool"}, per_element(bool)),
+    ),
 )
 
 

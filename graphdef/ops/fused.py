@@ -9,8 +9,11 @@ instruction gives the output. Each instruction is an ordinary registered element
 
 from __future__ import annotations
 
+import math
+
 from ..ir import Attrs
-from ..registry import ELEMENTWISE, Attr, NotDifferentiable, defop, get_op
+from ..registry import ELEMENTWISE, Attr, Example, NotDifferentiable, Sample, defop, get_op
+from .elementwise import per_element
 
 
 def run_program(program, values, facet: str):
@@ -32,6 +35,9 @@ def program_of(node):
     return ((node.op, tuple(range(len(node.inputs))), tuple(node.attrs.items())),)
 
 
+_TWO = ("fill", (), (("dtype", "float32"), ("shape", ()), ("value", 2.0)))
+
+
 defop(
     "fused",
     ("xs*",),
@@ -44,4 +50,40 @@ defop(
     attrs={"program": Attr("any")},
     flops=lambda ins, outs, a: outs[0].size * len(a["program"]),
     doc="elementwise ops fused into one loop; see the module docstring",
+    examples=(
+        # exp(in0 * in1)
+        Example(
+            (Sample((2, 3), "float32", -1.5, 1.5), Sample((2, 3), "float32", -1.5, 1.5)),
+            {"program": (("mul", (0, 1), ()), ("exp", (2,), ()))},
+            per_element(lambda a, b: math.exp(a * b)),
+            grad=False,
+        ),
+        # in0 * 2 + in1, with the 2 an inline scalar, in1 broadcast over the rows
+        Example(
+            (Sample((2, 3)), Sample((3,))),
+            {"program": (_TWO, ("mul", (0, 2), ()), ("add", (3, 1), ()))},
+            per_element(lambda a, b: a * 2.0 + b),
+            grad=False,
+        ),
+        # a bool intermediate: max(in0, in1) as where(in0 > in1, in0, in1), then relu
+        Example(
+            (Sample((4, 1)), Sample((1, 3))),
+            {"program": (("greater", (0, 1), ()), ("where", (2, 0, 1), ()), ("relu", (3,), ()))},
+            per_element(lambda a, b: max(a, b, 0.0)),
+            grad=False,
+        ),
+        # float64 and int32 programs
+        Example(
+            (Sample((5,), "float64"),),
+            {"program": (("tanh", (0,), ()), ("neg", (1,), ()))},
+            per_element(lambda a: -math.tanh(a)),
+            grad=False,
+        ),
+        Example(
+            (Sample((2, 3), "int32", -9, 9), Sample((2, 3), "int32", -9, 9)),
+            {"program": (("sub", (0, 1), ()), ("abs", (2,), ()), ("mul", (3, 0), ()))},
+            per_element(lambda a, b: abs(a - b) * a),
+            grad=False,
+        ),
+    ),
 )

@@ -27,7 +27,7 @@ from .. import dtypes
 from ..builder import Tensor, apply, constant, fill, operand
 from ..errors import ExecutionError, GradientError, ShapeError
 from ..ir import TensorType
-from ..registry import KERNEL, Attr, defop
+from ..registry import KERNEL, Attr, Example, Sample, defop
 from ._util import check_dtype, norm_axis, resolve_axis, same_dtype
 from .elementwise import add, equal, less, where
 from .shape import concat, expand, unsqueeze
@@ -65,6 +65,85 @@ def _check_reduction(dtype: str, reduction: str) -> None:
 
 def _zeros(shape, dtype):
     return fill(shape, 0, dtype)
+
+
+# ----------------------------------------------------------------------------- examples
+# Expectations of the examples: element-by-element (or slice-by-slice) loops over the
+# indices, in row-major order, independent of the vectorized references above.
+_COMBINE = {
+    "none": lambda old, new: new,
+    "add": np.add,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+
+
+def _i64(rows):
+    return np.array(rows, np.int64)
+
+
+def _i32(rows):
+    return np.array(rows, np.int32)
+
+
+def _at(position, axis, index) -> tuple:
+    """``position`` with its ``axis`` coordinate replaced by ``index``."""
+    out = list(position)
+    out[axis] = int(index)
+    return tuple(out)
+
+
+def _expect_gather_elements(axis):
+    def expect(data, indices):
+        out = np.empty(indices.shape, data.dtype)
+        for pos in np.ndindex(indices.shape):
+            out[pos] = data[_at(pos, axis, indices[pos])]
+        return out
+
+    return expect
+
+
+def _expect_scatter_elements(axis, reduction):
+    def expect(data, indices, updates):
+        out = data.copy()
+        for pos in np.ndindex(indices.shape):
+            dst = _at(pos, axis, indices[pos])
+            out[dst] = _COMBINE[reduction](out[dst], updates[pos])
+        return out
+
+    return expect
+
+
+def _expect_gather_nd(batch_dims=0):
+    def expect(data, indices):
+        lead, k = indices.shape[:-1], indices.shape[-1]
+        rows = [data[pos[:batch_dims] + tuple(int(i) for i in indices[pos])] for pos in np.ndindex(lead)]
+        return np.array(rows, data.dtype).reshape(lead + data.shape[batch_dims + k :])
+
+    return expect
+
+
+def _expect_scatter_nd(reduction):
+    def expect(data, indices, updates):
+        out = data.copy()
+        for pos in np.ndindex(indices.shape[:-1]):
+            dst = tuple(int(i) for i in indices[pos])
+            out[dst] = _COMBINE[reduction](out[dst], updates[pos])
+        return out
+
+    return expect
+
+
+def _expect_topk(k, axis=-1, largest=True):
+    """Best first, equal values by the smaller index: a stable sort of -x (or x)."""
+
+    def expect(x):
+        order = np.argsort(-x if largest else x, axis=axis, kind="stable")
+        idx = np.take(order, np.arange(k), axis=axis)
+        return np.take_along_axis(x, idx, axis=axis), idx
+
+    return expect
 
 
 # ----------------------------------------------------------------------------- gather_elements
@@ -112,6 +191,19 @@ defop(
     resolve=resolve_axis,
     kind=KERNEL,
     doc="y[i, j, k] = data[i, indices[i, j, k], k] (for axis 1): one index per output element",
+    examples=(
+        Example((Sample((3, 4)), _i64([[0, 3], [-1, 1], [2, -4]])), {"axis": 1}, _expect_gather_elements(1)),
+        Example(
+            (Sample((3, 2, 2)), _i32([[[0], [2]], [[-1], [1]], [[1], [0]], [[2], [-3]]])),
+            {"axis": 0},
+            _expect_gather_elements(0),
+        ),
+        Example(
+            (Sample((2, 5), "int32", -9, 9), _i64([[4, 0, -5], [1, 1, 3]])),
+            {"axis": -1},
+            _expect_gather_elements(-1),
+        ),
+    ),
 )
 
 
@@ -187,6 +279,40 @@ defop(
     kind=KERNEL,
     doc="data with updates[i, j, k] written to (or combined into) [i, indices[i, j, k], k] "
     "(for axis 1), in row-major order of indices",
+    examples=(
+        # "none": no two updates of a column share a target (the result would depend on order)
+        Example(
+            (Sample((3, 4)), _i64([[0, 2, -1, 1], [2, 0, 1, -3]]), Sample((2, 4))),
+            {"axis": 0, "reduction": "none"},
+            _expect_scatter_elements(0, "none"),
+        ),
+        Example(
+            (Sample((2, 5)), _i32([[1, 1, -1], [0, 4, 0]]), Sample((2, 3))),
+            {"axis": 1, "reduction": "add"},
+            _expect_scatter_elements(1, "add"),
+        ),
+        Example(
+            (
+                Sample((3, 3), "float32", 0.5, 2.0),
+                _i64([[0, 1, 2], [0, -2, 2]]),
+                Sample((2, 3), "float32", 0.5, 2.0),
+            ),
+            {"axis": 0, "reduction": "mul"},
+            _expect_scatter_elements(0, "mul"),
+            grad=False,
+        ),
+        Example(
+            (Sample((4,), "int32", -9, 9), _i64([3, 0, 3, -1, 1]), Sample((5,), "int32", -9, 9)),
+            {"axis": 0, "reduction": "max"},
+            _expect_scatter_elements(0, "max"),
+        ),
+        Example(
+            (Sample((2, 3)), _i32([[0, 2, 2, -3], [1, 1, 0, 2]]), Sample((2, 4))),
+            {"axis": -1, "reduction": "min"},
+            _expect_scatter_elements(-1, "min"),
+            grad=False,
+        ),
+    ),
 )
 
 
@@ -277,6 +403,20 @@ defop(
     kind=KERNEL,
     doc="the slices of data addressed by the index tuples in the last axis of indices, after "
     "batch_dims shared leading axes",
+    examples=(
+        Example((Sample((3, 4)), _i64([[0, 1], [2, -1], [-3, 3]])), {}, _expect_gather_nd()),
+        Example((Sample((4, 2, 3)), _i32([[[1], [-1]], [[0], [1]]])), {}, _expect_gather_nd()),
+        Example(
+            (Sample((2, 3, 4)), _i64([[[2, 0], [-1, 3]], [[0, -4], [1, 1]]])),
+            {"batch_dims": 1},
+            _expect_gather_nd(1),
+        ),
+        Example(
+            (Sample((2, 3, 2), "int32", -9, 9), _i32([[[1], [0], [2]], [[-1], [0], [0]]])),
+            {"batch_dims": 1},
+            _expect_gather_nd(1),
+        ),
+    ),
 )
 
 
@@ -343,6 +483,45 @@ defop(
     kind=KERNEL,
     doc="data with each update slice written to (or combined into) the slice its index tuple "
     "addresses, in row-major order of the tuples",
+    examples=(
+        # "none": the index tuples address distinct slices (the result would depend on order)
+        Example(
+            (Sample((4, 3)), _i64([[-1], [1]]), Sample((2, 3))),
+            {"reduction": "none"},
+            _expect_scatter_nd("none"),
+        ),
+        Example(
+            (Sample((2, 3, 2)), _i32([[1, 2], [0, 0], [1, -3]]), Sample((3, 2))),
+            {},
+            _expect_scatter_nd("none"),
+        ),
+        Example(
+            (Sample((2, 3)), _i64([[0, 1], [1, -1], [0, 1]]), Sample((3,))),
+            {"reduction": "add"},
+            _expect_scatter_nd("add"),
+        ),
+        Example(
+            (
+                Sample((2, 2, 2), "float32", 0.5, 2.0),
+                _i32([[1, 0], [1, 0], [0, -1]]),
+                Sample((3, 2), "float32", 0.5, 2.0),
+            ),
+            {"reduction": "mul"},
+            _expect_scatter_nd("mul"),
+            grad=False,
+        ),
+        Example(
+            (Sample((5,), "int32", -9, 9), _i64([[4], [0], [-1]]), Sample((3,), "int32", -9, 9)),
+            {"reduction": "max"},
+            _expect_scatter_nd("max"),
+        ),
+        Example(
+            (Sample((3, 2)), _i64([[2], [-3], [2]]), Sample((3, 2))),
+            {"reduction": "min"},
+            _expect_scatter_nd("min"),
+            grad=False,
+        ),
+    ),
 )
 
 
@@ -407,6 +586,19 @@ defop(
     kind=KERNEL,
     doc="the k largest (or smallest) values along axis, best first, and their int64 indices; "
     "equal values by the smaller index, NaN above every number (always sorted, whatever 'sorted')",
+    examples=(
+        Example((Sample((3, 5)),), {"k": 2}, _expect_topk(2)),
+        Example((Sample((4, 3)),), {"k": 3, "axis": 0, "largest": False}, _expect_topk(3, 0, False)),
+        Example((Sample((2, 4, 3)),), {"k": 2, "axis": 1}, _expect_topk(2, 1)),
+        Example((Sample((2, 3)),), {"k": 3, "largest": False}, _expect_topk(3, -1, False)),
+        # ties: equal values by the smaller index
+        Example((_i32([[3, 1, 3, 2], [5, 5, 5, 0], [0, 2, 0, 2]]),), {"k": 3, "axis": 1}, _expect_topk(3, 1)),
+        Example(
+            (_i32([[3, 1, 3, 2], [5, 5, 5, 0], [0, 2, 0, 2]]),),
+            {"k": 2, "axis": 0, "largest": False},
+            _expect_topk(2, 0, False),
+        ),
+    ),
 )
 
 

@@ -26,13 +26,26 @@ array([2., 2., 2., 1.], dtype=float32)
 
 from __future__ import annotations
 
+import builtins
+import math
+import operator
+
 import numpy as np
 
 from .. import dtypes
 from ..builder import apply, operand
 from ..errors import ExecutionError
 from ..ir import TensorType
-from ..registry import ELEMENTWISE, KERNEL, NOT_DIFFERENTIABLE, Attr, NotDifferentiable, defop
+from ..registry import (
+    ELEMENTWISE,
+    KERNEL,
+    NOT_DIFFERENTIABLE,
+    Attr,
+    Example,
+    NotDifferentiable,
+    Sample,
+    defop,
+)
 from ._util import check_dtype, resolve_axis
 from .elementwise import (
     _binary,
@@ -43,6 +56,7 @@ from .elementwise import (
     div,
     mul,
     neg,
+    per_element,
     rsqrt,
     sigmoid,
     sub,
@@ -103,21 +117,26 @@ def _g_atanh(op, gys):
     return (div(gys[0], sub(1, mul(x, x))),)
 
 
-_unary("sin", np.sin, _g_sin, doc="sine")
-_unary("cos", np.cos, _g_cos, doc="cosine")
-_unary("tan", np.tan, _g_tan, doc="tangent")
-_unary("asin", np.arcsin, _g_asin, doc="inverse sine; NaN outside [-1, 1]")
-_unary("acos", np.arccos, _g_acos, doc="inverse cosine; NaN outside [-1, 1]")
-_unary("atan", np.arctan, _g_atan, doc="inverse tangent")
-_unary("sinh", np.sinh, _g_sinh, doc="hyperbolic sine")
-_unary("cosh", np.cosh, _g_cosh, doc="hyperbolic cosine")
-_unary("asinh", np.arcsinh, _g_asinh, doc="inverse hyperbolic sine")
-_unary("acosh", np.arccosh, _g_acosh, doc="inverse hyperbolic cosine; NaN below 1")
-_unary("atanh", np.arctanh, _g_atanh, doc="inverse hyperbolic tangent; NaN outside [-1, 1]")
-# piecewise constant: the derivative is zero wherever it exists
-_unary("floor", np.floor, NOT_DIFFERENTIABLE, doc="largest integer <= x")
-_unary("ceil", np.ceil, NOT_DIFFERENTIABLE, doc="smallest integer >= x")
-_unary("round", np.round, NOT_DIFFERENTIABLE, doc="nearest integer, halves to even (2.5 -> 2)")
+_UNIT = (-0.95, 0.95)
+_unary("sin", np.sin, _g_sin, doc="sine", scalar=math.sin)
+_unary("cos", np.cos, _g_cos, doc="cosine", scalar=math.cos)
+_unary("tan", np.tan, _g_tan, doc="tangent", scalar=math.tan, domain=(-1.4, 1.4))
+_unary("asin", np.arcsin, _g_asin, doc="inverse sine; NaN outside [-1, 1]", scalar=math.asin, domain=_UNIT)
+_unary("acos", np.arccos, _g_acos, doc="inverse cosine; NaN outside [-1, 1]", scalar=math.acos, domain=_UNIT)
+_unary("atan", np.arctan, _g_atan, doc="inverse tangent", scalar=math.atan)
+_unary("sinh", np.sinh, _g_sinh, doc="hyperbolic sine", scalar=math.sinh)
+_unary("cosh", np.cosh, _g_cosh, doc="hyperbolic cosine", scalar=math.cosh)
+_unary("asinh", np.arcsinh, _g_asinh, doc="inverse hyperbolic sine", scalar=math.asinh)
+_unary("acosh", np.arccosh, _g_acosh, doc="inverse hyperbolic cosine; NaN below 1",
+       scalar=math.acosh, domain=(1.05, 4.0))  # fmt: skip
+_unary("atanh", np.arctanh, _g_atanh, doc="inverse hyperbolic tangent; NaN outside [-1, 1]",
+       scalar=math.atanh, domain=_UNIT)  # fmt: skip
+
+_unary("floor", np.floor, NOT_DIFFERENTIABLE, doc="largest integer <= x", scalar=math.floor)
+_unary("ceil", np.ceil, NOT_DIFFERENTIABLE, doc="smallest integer >= x", scalar=math.ceil)
+_HALVES = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.2, -3.7], np.float32)
+_unary("round", np.round, NOT_DIFFERENTIABLE, doc="nearest integer, halves to even (2.5 -> 2)",
+       examples=(Example((_HALVES,), expect=per_element(builtins.round)),))  # fmt: skip
 
 
 def sin(x, name=None):
@@ -225,6 +244,10 @@ defop(
     NOT_DIFFERENTIABLE,
     kind=ELEMENTWISE,
     doc="whether x is NaN (bool)",
+    examples=tuple(
+        Example((np.array([1.0, np.nan, np.inf, -np.inf, 0.0, -2.0], dt),), expect=per_element(math.isnan))
+        for dt in ("float32", "float64", "float16")
+    ),
 )
 defop(
     "isinf",
@@ -235,6 +258,14 @@ defop(
     attrs={"detect_positive": Attr("bool", True), "detect_negative": Attr("bool", True)},
     kind=ELEMENTWISE,
     doc="whether x is +inf (if detect_positive) or -inf (if detect_negative) (bool)",
+    examples=tuple(
+        Example(
+            (np.array([1.0, np.nan, np.inf, -np.inf, 0.0, -2.0], "float32"),),
+            {"detect_positive": pos, "detect_negative": neg},
+            per_element(lambda x, pos=pos, neg=neg: (x == math.inf and pos) or (x == -math.inf and neg)),
+        )
+        for pos, neg in ((True, True), (True, False), (False, True))
+    ),
 )
 
 
@@ -287,6 +318,22 @@ defop(
     attrs={"fmod": Attr("bool", False)},
     kind=ELEMENTWISE,
     doc="remainder of a / b: sign of b (np.mod), or of a if fmod (np.fmod); integer b == 0 is an error",
+    examples=(
+        Example((Sample((2, 3)), Sample((3,), "float32", 0.5, 2.0)), {}, per_element(lambda a, b: a % b)),
+        Example(
+            (Sample((2, 3)), Sample((3,), "float32", -2.0, -0.5)), {"fmod": True}, per_element(math.fmod)
+        ),
+        Example(
+            (Sample((2, 3), "int32", -20, 20), Sample((3,), "int32", 1, 7)),
+            {},
+            per_element(lambda a, b: a % b),
+        ),
+        Example(
+            (Sample((2, 3), "int32", -20, 20), Sample((3,), "int32", -7, -1)),
+            {"fmod": True},
+            per_element(lambda a, b: int(math.fmod(a, b))),
+        ),
+    ),
 )
 
 
@@ -298,10 +345,15 @@ def mod(a, b, fmod=False, name=None):
 # ----------------------------------------------------------------------------- bitwise
 
 
-_binary("bitwise_and", np.bitwise_and, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a & b, bit by bit")
-_binary("bitwise_or", np.bitwise_or, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a | b, bit by bit")
-_binary("bitwise_xor", np.bitwise_xor, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a ^ b, bit by bit")
-_unary("bitwise_not", np.invert, NOT_DIFFERENTIABLE, dtypes.INTS, doc="~x, bit by bit")
+_BITS = (-1000, 1000)
+_binary("bitwise_and", np.bitwise_and, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a & b, bit by bit",
+        scalar=operator.and_, ints_a=_BITS, ints_b=_BITS)  # fmt: skip
+_binary("bitwise_or", np.bitwise_or, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a | b, bit by bit",
+        scalar=operator.or_, ints_a=_BITS, ints_b=_BITS)  # fmt: skip
+_binary("bitwise_xor", np.bitwise_xor, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a ^ b, bit by bit",
+        scalar=operator.xor, ints_a=_BITS, ints_b=_BITS)  # fmt: skip
+_unary("bitwise_not", np.invert, NOT_DIFFERENTIABLE, dtypes.INTS, doc="~x, bit by bit",
+       scalar=operator.invert, int_domain=_BITS)  # fmt: skip
 
 _UNSIGNED = {
     "int8": np.uint8,
@@ -338,6 +390,18 @@ defop(
     NOT_DIFFERENTIABLE,
     attrs={"direction": Attr("str", choices=("left", "right"))},
     kind=ELEMENTWISE,
+    examples=(
+        Example(
+            (Sample((2, 4), "int32", 0, 1000), Sample((4,), "int32", 0, 8)),
+            {"direction": "left"},
+            per_element(lambda a, b: a << b),
+        ),
+        Example(
+            (Sample((2, 4), "int32", -1000, 1000), Sample((4,), "int32", -2, 40)),
+            {"direction": "right"},
+            per_element(lambda a, b: a >> b if 0 <= b < 32 else (-1 if a < 0 else 0)),
+        ),
+    ),  # fmt: skip
     doc="x shifted left or right by y bits (right: arithmetic for signed types); "
     "y < 0 or >= the bit width gives 0, or -1 for a right shift of a negative x",
 )
@@ -392,6 +456,41 @@ def _cum_ref(accumulate, identity):
     return ref
 
 
+def _cum_examples(step, identity, low=-3.0, high=3.0, int_range=(-9, 9)) -> tuple[Example, ...]:
+    """Examples of a running sum (``step`` = add) or product: along an inner, the outer and a
+    negative axis, exclusive and/or reversed, in float32, float64 and int32; checked by a loop
+    that accumulates along each line in the input's dtype."""
+
+    def expect(axis=0, exclusive=False, reverse=False):
+        def fn(x):
+            v = np.moveaxis(x, axis, -1)
+            out = np.empty_like(v)
+            n = v.shape[-1]
+            for lead in np.ndindex(v.shape[:-1]):
+                acc = v.dtype.type(identity)
+                for j in reversed(range(n)) if reverse else range(n):
+                    nxt = step(acc, v[lead + (j,)])
+                    out[lead + (j,)] = acc if exclusive else nxt
+                    acc = nxt
+            return np.moveaxis(out, -1, axis)
+
+        return fn
+
+    def case(shape, dtype="float32", lo=low, hi=high, **attrs):
+        return Example((Sample(shape, dtype, lo, hi),), attrs, expect(**attrs), grad=dtype == "float32")
+
+    return (
+        case((3, 4), axis=1),
+        case((2, 3, 2), axis=0, exclusive=True),
+        case((3, 4), axis=-1, reverse=True),
+        case((5,), exclusive=True, reverse=True),
+        case((2, 3, 4), axis=1, exclusive=True, reverse=True),
+        case((4, 3), "float64"),
+        case((3, 4), "int32", *int_range, axis=1),
+        case((2, 5), "int32", *int_range, axis=-1, exclusive=True, reverse=True),
+    )
+
+
 def _g_cumsum(op, gys):
     a = op.attrs
     return (cumsum(gys[0], a["axis"], a["exclusive"], not a["reverse"]),)
@@ -408,6 +507,7 @@ defop(
     flops=lambda ins, outs, a: ins[0].size,
     kind=KERNEL,
     doc="running sum along axis (exclusive: without the element itself; reverse: from the end)",
+    examples=_cum_examples(operator.add, 0),
 )
 defop(
     "cumprod",
@@ -422,6 +522,7 @@ defop(
     flops=lambda ins, outs, a: ins[0].size,
     kind=KERNEL,
     doc="running product along axis (exclusive: without the element itself; reverse: from the end)",
+    examples=_cum_examples(operator.mul, 1, 0.5, 2.0, (-3, 3)),
 )
 
 

@@ -12,7 +12,7 @@ from .. import dtypes
 from ..builder import apply, constant, operand
 from ..errors import ShapeError
 from ..ir import TensorType
-from ..registry import COMPOSITE, KERNEL, Attr, NotDifferentiable, defop
+from ..registry import COMPOSITE, KERNEL, Attr, Example, NotDifferentiable, Sample, defop
 from ._util import broadcast_shapes, broadcasts_to, check_dtype, resolve_axis, same_dtype, spatial
 from .elementwise import add, div, exp, mul, neg, sqrt, sub, unbroadcast
 from .reduce import reduce_max, reduce_mean, reduce_sum
@@ -62,6 +62,25 @@ def _flops_pool(ins, outs, attrs):
 
 
 # ----------------------------------------------------------------------------- matmul
+def _einsum(spec: str, alpha=1.0):
+    """An example's expectation: ``alpha`` times an explicit einsum, in float64 (int64)."""
+
+    def expect(*arrays):
+        acc = np.int64 if arrays[0].dtype.kind in "iu" else np.float64
+        y = np.einsum(spec, *(a.astype(acc) for a in arrays))
+        return y if alpha == 1 else alpha * y
+
+    return expect
+
+
+def _gemm_expect(spec, alpha=1.0, beta=1.0):
+    def expect(a, b, c=None):
+        y = _einsum(spec, alpha)(a, b)
+        return y if c is None else y + beta * c.astype(y.dtype)
+
+    return expect
+
+
 def _matmul_infer(types, attrs):
     a, b = types
     dt = same_dtype(types, dtypes.NUMERIC)
@@ -112,6 +131,12 @@ defop(
     flops=_flops_matmul,
     kind=KERNEL,
     doc="numpy matmul: batched, broadcast over leading axes, 1-D operands promoted",
+    examples=(
+        Example((Sample((3, 4)), Sample((4, 2))), expect=_einsum("ik,kj->ij")),
+        Example((Sample((2, 1, 3, 4)), Sample((3, 4, 2))), expect=_einsum("...ik,...kj->...ij")),
+        Example((Sample((4,), "float64"), Sample((2, 4, 3), "float64")), expect=_einsum("k,bkj->bj")),
+        Example((Sample((3, 4), "int32", -9, 9), Sample((4,), "int32", -9, 9)), expect=_einsum("ik,k->i")),
+    ),
 )
 
 
@@ -180,6 +205,26 @@ defop(
     flops=_flops_gemm,
     kind=KERNEL,
     doc="alpha * op(a) @ op(b) + beta * c, op = transpose if trans_*",
+    examples=(
+        Example(
+            (Sample((4, 3)), Sample((2, 4)), Sample((2,))),
+            {"trans_a": True, "trans_b": True, "alpha": 0.5, "beta": 2.0},
+            _gemm_expect("ki,jk->ij", 0.5, 2.0),
+        ),
+        Example(
+            (Sample((4, 3)), Sample((4, 5)), Sample((3, 1))), {"trans_a": True}, _gemm_expect("ki,kj->ij")
+        ),
+        Example(
+            (Sample((3, 4), "float64"), Sample((5, 4), "float64")),
+            {"trans_b": True},
+            _gemm_expect("ik,jk->ij"),
+        ),
+        Example(
+            (Sample((3, 4), "int32", -9, 9), Sample((4, 2), "int32", -9, 9), Sample((3, 2), "int32", -9, 9)),
+            {"alpha": 2.0, "beta": -1.0},
+            _gemm_expect("ik,kj->ij", 2, -1),
+        ),
+    ),
 )
 
 
@@ -371,6 +416,21 @@ defop(
     flops=_flops_conv,
     kind=KERNEL,
     doc="cross-correlation; x (N, C, *I), w (M, C/group, *K), pads = begins then ends",
+    examples=(
+        Example(
+            (Sample((1, 4, 4, 5)), Sample((4, 2, 2, 3)), Sample((4,))),
+            {"strides": (2, 1), "pads": (1, 0, 1, 1), "group": 2},
+        ),
+        # depthwise (group == channels, one input channel per group), channel multiplier 2
+        Example(
+            (Sample((1, 2, 5, 5)), Sample((4, 1, 3, 3)), Sample((4,))),
+            {"strides": (2, 2), "pads": (1, 1, 1, 1), "group": 2},
+        ),
+        Example(
+            (Sample((2, 3, 7), "float64"), Sample((2, 3, 3), "float64")), {"pads": (1, 2), "dilations": (2,)}
+        ),
+        Example((Sample((1, 2, 3, 3, 4)), Sample((2, 2, 2, 2, 2))), {"pads": (0, 1, 0, 0, 0, 1)}),
+    ),
 )
 
 
@@ -509,6 +569,20 @@ defop(
     flops=_flops_conv_t,
     kind=KERNEL,
     doc="transposed convolution; w (C, M/group, *K); output cropped by pads, grown by output_padding",
+    examples=(
+        Example(
+            (Sample((1, 2, 3, 3)), Sample((2, 3, 3, 3)), Sample((3,))),
+            {"strides": (2, 2), "pads": (1, 1, 1, 1), "output_padding": (1, 1)},
+        ),
+        Example(
+            (Sample((1, 4, 3, 3)), Sample((4, 1, 2, 2))),
+            {"group": 2, "dilations": (2, 1), "pads": (0, 1, 0, 0)},
+        ),
+        Example(
+            (Sample((2, 2, 4), "float64"), Sample((2, 2, 3), "float64"), Sample((2,), "float64")),
+            {"strides": (3,), "output_padding": (1,)},
+        ),
+    ),
 )
 
 
@@ -633,6 +707,18 @@ defop(
     flops=_flops_pool,
     kind=KERNEL,
     doc="max over sliding windows; pads never win",
+    examples=(
+        Example((Sample((1, 2, 5, 5)),), {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+        Example(
+            (Sample((2, 1, 6, 5)),),
+            {"kernel_shape": (2, 3), "strides": (2, 2), "dilations": (2, 1), "ceil_mode": True},
+        ),
+        Example((Sample((2, 2, 7), "float64"),), {"kernel_shape": (3,), "strides": (2,), "pads": (1, 1)}),
+        Example(
+            (Sample((1, 2, 3, 4, 4), "int32", -9, 9),),
+            {"kernel_shape": (2, 2, 2), "strides": (1, 2, 2), "pads": (0, 1, 0, 0, 1, 0)},
+        ),
+    ),
 )
 defop(
     "avg_pool",
@@ -645,6 +731,24 @@ defop(
     flops=_flops_pool,
     kind=KERNEL,
     doc="mean over sliding windows; pads count only if count_include_pad",
+    examples=(
+        Example((Sample((1, 2, 5, 5)),), {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+        Example(
+            (Sample((2, 1, 5, 6)),),
+            {
+                "kernel_shape": (2, 2),
+                "strides": (2, 2),
+                "pads": (1, 0, 0, 1),
+                "ceil_mode": True,
+                "count_include_pad": True,
+            },
+        ),  # fmt: skip
+        Example((Sample((2, 2, 8)),), {"kernel_shape": (3,), "dilations": (2,), "pads": (2, 1)}),
+        Example(
+            (Sample((1, 2, 3, 4, 4), "float64"),),
+            {"kernel_shape": (2, 2, 2), "strides": (1, 2, 2), "pads": (0, 1, 0, 0, 1, 0)},
+        ),
+    ),
 )
 
 
@@ -690,6 +794,16 @@ defop(
     resolve=_window_resolve,
     kind=KERNEL,
     doc="gradient of max_pool: gy routed to the first maximum of each window",
+    examples=(
+        Example(
+            (Sample((1, 2, 5, 5)), Sample((1, 2, 3, 3))),
+            {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)},
+        ),
+        Example(
+            (Sample((2, 2, 7), "float64"), Sample((2, 2, 4), "float64")),
+            {"kernel_shape": (3,), "strides": (2,), "pads": (1, 1)},
+        ),
+    ),
 )
 
 
@@ -735,6 +849,33 @@ defop(
     resolve=_avg_pool_grad_resolve,
     kind=KERNEL,
     doc="gradient of avg_pool: each window's share spread back over its cells",
+    examples=(
+        Example(
+            (Sample((1, 2, 3, 3)),),
+            {"shape": (1, 2, 5, 5), "kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)},
+        ),
+        Example(
+            (Sample((2, 2, 4), "float64"),),
+            {
+                "shape": (2, 2, 7),
+                "kernel_shape": (2,),
+                "strides": (2,),
+                "ceil_mode": True,
+                "count_include_pad": True,
+            },
+        ),  # fmt: skip
+        Example(
+            (Sample((2, 1, 3, 3)),),
+            {
+                "shape": (2, 1, 5, 6),
+                "kernel_shape": (2, 2),
+                "strides": (2, 2),
+                "pads": (1, 0, 0, 1),
+                "ceil_mode": True,
+                "count_include_pad": True,
+            },
+        ),  # fmt: skip
+    ),
 )
 
 
@@ -880,6 +1021,17 @@ defop(
     decompose=_decompose_bn,
     kind=COMPOSITE,
     doc="inference batch norm over axis 1: (x - mean) / sqrt(var + epsilon) * scale + bias",
+    examples=(
+        Example(
+            (Sample((2, 3, 4, 4)), Sample((3,)), Sample((3,)), Sample((3,)), Sample((3,), low=0.5, high=2.0)),
+        ),
+        Example(
+            (Sample((3, 2), "float64"),)
+            + tuple(Sample((2,), "float64") for _ in range(3))
+            + (Sample((2,), "float64", 0.5, 2.0),),
+            {"epsilon": 1e-3},
+        ),
+    ),
 )
 
 
@@ -944,6 +1096,12 @@ defop(
     resolve=resolve_axis,
     kind=KERNEL,
     doc="normalize over the axes from 'axis' on, then scale and shift",
+    examples=(
+        Example((Sample((2, 3, 4)), Sample((4,)), Sample((4,)))),
+        Example((Sample((2, 3, 4), "float64"), Sample((3, 4), "float64")), {"axis": 1}),
+        # scale and bias broadcast to the normalized shape (3, 4)
+        Example((Sample((2, 3, 4)), Sample((4,)), Sample((3, 1))), {"axis": 1, "epsilon": 1e-3}),
+    ),
 )
 
 
@@ -983,6 +1141,17 @@ def _softmax_infer(types, attrs):
 _SOFTMAX_ATTRS = {"axis": Attr("int", -1)}
 
 
+def _softmax_expect(axis, log=False):
+    """An example's expectation: exp(x) / sum(exp(x)) in float64, as defined (no shift)."""
+
+    def expect(x):
+        e = np.exp(x.astype(np.float64))
+        y = e / e.sum(axis=axis, keepdims=True)
+        return np.log(y) if log else y
+
+    return expect
+
+
 defop(
     "softmax",
     ("x",),
@@ -993,6 +1162,11 @@ defop(
     resolve=resolve_axis,
     kind=KERNEL,
     doc="exp(x) / sum(exp(x)) along axis",
+    examples=(
+        Example((Sample((2, 3, 4)),), {"axis": 1}, _softmax_expect(1)),
+        Example((Sample((3, 5), "float64"),), {}, _softmax_expect(-1)),
+        Example((Sample((4, 2)),), {"axis": 0}, _softmax_expect(0)),
+    ),
 )
 defop(
     "log_softmax",
@@ -1004,6 +1178,11 @@ defop(
     resolve=resolve_axis,
     kind=KERNEL,
     doc="log(softmax(x)) along axis, stably",
+    examples=(
+        Example((Sample((2, 3, 4)),), {"axis": 1}, _softmax_expect(1, log=True)),
+        Example((Sample((3, 5), "float64"),), {}, _softmax_expect(-1, log=True)),
+        Example((Sample((4, 2)),), {"axis": 0}, _softmax_expect(0, log=True)),
+    ),
 )
 
 
@@ -1275,6 +1454,33 @@ defop(
     kind=KERNEL,
     doc="nearest, (multi)linear or cubic resize (antialias, tf_crop_and_resize) with ONNX "
     "coordinate modes; separable per axis",
+    examples=(
+        Example((Sample((1, 2, 2, 3)),), {"scales": (1.0, 1.0, 2.0, 1.5)}),
+        Example(
+            (Sample((2, 3, 4)),),
+            {"sizes": (2, 5, 3), "mode": "linear", "coordinate_transformation_mode": "align_corners"},
+        ),
+        Example(
+            (Sample((1, 2, 4, 5), "float64"),),
+            {
+                "sizes": (1, 2, 7, 3),
+                "mode": "cubic",
+                "cubic_coeff_a": -0.5,
+                "exclude_outside": True,
+                "antialias": True,
+            },
+        ),  # fmt: skip
+        Example(
+            (Sample((1, 1, 4, 4)),),
+            {
+                "sizes": (1, 1, 3, 5),
+                "mode": "linear",
+                "coordinate_transformation_mode": "tf_crop_and_resize",
+                "roi": (0.0, 0.0, 0.2, -0.1, 1.0, 1.0, 0.8, 1.2),
+                "extrapolation_value": 7.0,
+            },
+        ),  # fmt: skip
+    ),
 )
 
 

@@ -10,7 +10,7 @@ from .. import dtypes
 from ..builder import apply, operand
 from ..errors import ShapeError
 from ..ir import TensorType
-from ..registry import KERNEL, NOT_DIFFERENTIABLE, Attr, defop
+from ..registry import KERNEL, NOT_DIFFERENTIABLE, Attr, Example, Sample, defop
 from ._util import check_dtype, norm_axes, resolve_axis
 
 _REDUCE_ATTRS = {"axes": Attr("ints", None), "keepdims": Attr("bool", False)}
@@ -119,15 +119,51 @@ def _flops_reduce(ins, outs, attrs):
     return ins[0].size
 
 
+def _reduce_examples(expect_fn, allowed, low=-3.0, high=3.0, int_range=(-9, 9)) -> tuple[Example, ...]:
+    """Examples of a reduction: one axis, several axes, a negative axis, all axes (``axes``
+    absent), with and without keepdims, in float32, float64, float16 (expected from float64,
+    as the kernels accumulate float16 in float32) and int32 where the op takes it; checked
+    against ``expect_fn(x, axis=, keepdims=)`` (numpy's own reduction)."""
+
+    def expect(axes, keepdims):
+        def fn(x):
+            wide = x.astype(np.float64) if x.dtype == np.float16 else x
+            return expect_fn(wide, axis=axes, keepdims=keepdims)
+
+        return fn
+
+    def case(shape, dtype, axes, keepdims, lo=low, hi=high):
+        attrs = {"keepdims": keepdims} if axes is None else {"axes": axes, "keepdims": keepdims}
+        return Example(
+            (Sample(shape, dtype, lo, hi),), attrs, expect(axes, keepdims), grad=dtype == "float32"
+        )
+
+    out = [
+        case((3, 4), "float32", (1,), False),
+        case((2, 3, 4), "float32", (0, 2), True),
+        case((2, 3), "float32", None, False),
+        case((2, 3, 2), "float32", (-1, 0), False),
+        case((3, 2), "float32", None, True),
+        case((2, 4), "float64", (0,), True),
+        case((2, 8), "float16", (1,), False),
+    ]
+    if "int32" in allowed:
+        out.append(case((3, 4), "int32", (0,), False, *int_range))
+        out.append(case((2, 3), "int32", None, True, *int_range))
+    return tuple(out)
+
+
 REDUCTIONS = ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod")
 
-for _name, _fn, _grad, _allowed, _nonempty in (
-    ("reduce_sum", np.sum, _g_sum, dtypes.NUMERIC, False),
-    ("reduce_mean", _mean, _g_mean, dtypes.FLOATS, True),
-    ("reduce_max", np.max, _g_extreme, dtypes.NUMERIC, True),
-    ("reduce_min", np.min, _g_extreme, dtypes.NUMERIC, True),
-    ("reduce_prod", np.prod, _g_prod, dtypes.NUMERIC, False),
-):
+for _name, _fn, _grad, _allowed, _nonempty, _examples in (
+    ("reduce_sum", np.sum, _g_sum, dtypes.NUMERIC, False, _reduce_examples(np.sum, dtypes.NUMERIC)),
+    ("reduce_mean", _mean, _g_mean, dtypes.FLOATS, True, _reduce_examples(np.mean, dtypes.FLOATS)),
+    ("reduce_max", np.max, _g_extreme, dtypes.NUMERIC, True, _reduce_examples(np.amax, dtypes.NUMERIC)),
+    ("reduce_min", np.min, _g_extreme, dtypes.NUMERIC, True, _reduce_examples(np.amin, dtypes.NUMERIC)),
+    # products of up to 8 values: moderate magnitudes, no zeros (the gradient divides by x)
+    ("reduce_prod", np.prod, _g_prod, dtypes.NUMERIC, False,
+     _reduce_examples(np.prod, dtypes.NUMERIC, 0.5, 2.0, (-3, 3))),
+):  # fmt: skip
     defop(
         _name,
         ("x",),
@@ -139,6 +175,7 @@ for _name, _fn, _grad, _allowed, _nonempty in (
         kind=KERNEL,
         flops=_flops_reduce,
         doc=f"{_name[7:]} over 'axes' (all when absent), keeping reduced axes as 1 if keepdims",
+        examples=_examples,
     )
 
 
@@ -174,6 +211,37 @@ _ARG_ATTRS = {
 }
 
 
+def _arg_examples(best) -> tuple[Example, ...]:
+    """Examples of argmax (``best`` = max) or argmin (min): random floats, and ties (first or
+    last index), checked by a loop over each line of the axis."""
+
+    def expect(axis=-1, keepdims=False, select_last_index=False):
+        def line(v):
+            hits = [i for i, e in enumerate(v) if e == best(v)]
+            return hits[-1] if select_last_index else hits[0]
+
+        def fn(x):
+            out = np.apply_along_axis(line, axis, x)
+            return np.expand_dims(out, axis) if keepdims else out
+
+        return fn
+
+    def case(x, **attrs):
+        return Example((x,), attrs, expect(**attrs))
+
+    # ties at the maximum and at the minimum of every row and every column
+    ties = np.array([[1, 4, 4, 0, 0], [2, 2, -1, 2, -1], [0, 0, 0, 0, 0], [2, 4, -1, 2, 0]], np.int32)
+    return (
+        case(Sample((3, 5))),
+        case(Sample((3, 4)), axis=0, keepdims=True),
+        case(Sample((2, 3, 4), "float64"), axis=1),
+        case(ties, axis=1),
+        case(ties, axis=1, select_last_index=True),
+        case(ties.astype(np.float32), axis=0, keepdims=True, select_last_index=True),
+        case(ties.astype(np.int64), axis=-2),
+    )
+
+
 def _arg_infer(types, attrs):
     x = types[0]
     check_dtype(x, dtypes.NUMERIC)
@@ -207,6 +275,7 @@ defop(
     kind=KERNEL,
     flops=_flops_reduce,
     doc="index of the largest value along axis (first, or last on ties)",
+    examples=_arg_examples(max),
 )
 defop(
     "argmin",
@@ -219,6 +288,7 @@ defop(
     kind=KERNEL,
     flops=_flops_reduce,
     doc="index of the smallest value along axis",
+    examples=_arg_examples(min),
 )
 
 

@@ -15,7 +15,7 @@ from .. import dtypes
 from ..builder import Tensor, apply, operand
 from ..errors import ExecutionError, GradientError, ShapeError
 from ..ir import TensorType
-from ..registry import ALIAS, KERNEL, NOT_DIFFERENTIABLE, Attr, defop
+from ..registry import ALIAS, KERNEL, NOT_DIFFERENTIABLE, Attr, Example, Sample, defop
 from ._util import broadcast_shapes, check_dtype, norm_axes, norm_axis, resolve_axis, same_dtype
 
 
@@ -59,6 +59,11 @@ defop(
     resolve=_reshape_resolve,
     kind=ALIAS,
     doc="same elements in row-major order, new static shape ('-1' is resolved when built)",
+    examples=(
+        Example((Sample((2, 3, 4)),), {"shape": (4, -1)}),
+        Example((Sample((6,), "int32", -9, 9),), {"shape": (2, 1, 3)}),
+        Example((Sample((2, 2), "bool"),), {"shape": (4,)}),
+    ),
 )
 
 
@@ -88,6 +93,11 @@ defop(
     resolve=_flatten_resolve,
     kind=ALIAS,
     doc="2-D view: dims before axis, times dims from axis on",
+    examples=(
+        Example((Sample((2, 3, 4)),)),
+        Example((Sample((2, 3, 4)),), {"axis": 0}),
+        Example((Sample((2, 3, 4), "int64", -9, 9),), {"axis": -1}),
+    ),
 )
 
 
@@ -117,6 +127,11 @@ defop(
     resolve=_squeeze_resolve,
     kind=ALIAS,
     doc="remove size-1 axes (all of them when axes is absent)",
+    examples=(
+        Example((Sample((2, 1, 3, 1)),), {}, lambda x: x[:, 0, :, 0]),
+        Example((Sample((1, 3, 1), "int32", -9, 9),), {"axes": (-1,)}, lambda x: x[:, :, 0]),
+        Example((Sample((1, 2), "bool"),), {"axes": (0,)}, lambda x: x[0]),
+    ),
 )
 
 
@@ -146,6 +161,11 @@ defop(
     resolve=_unsqueeze_resolve,
     kind=ALIAS,
     doc="insert size-1 axes at the given positions of the output",
+    examples=(
+        Example((Sample((2, 3)),), {"axes": (0, 3)}, lambda x: x[None, :, :, None]),
+        Example((Sample((3,), "int8", -9, 9),), {"axes": (-1,)}, lambda x: x[:, None]),
+        Example((Sample((2, 2), "bool"),), {"axes": (1,)}, lambda x: x[:, None, :]),
+    ),
 )
 
 
@@ -177,6 +197,12 @@ defop(
     resolve=_transpose_resolve,
     kind=KERNEL,
     doc="permute axes (reverse them when perm is absent)",
+    examples=(
+        Example((Sample((2, 3, 4)),), {}, lambda x: np.einsum("ijk->kji", x)),
+        Example((Sample((2, 3, 4)),), {"perm": (1, 2, 0)}, lambda x: np.moveaxis(x, 0, -1)),
+        Example((Sample((2, 3), "int32", -9, 9),), {"perm": (-1, 0)}, lambda x: np.einsum("ij->ji", x)),
+        Example((Sample((2, 2, 3), "bool"),), {"perm": (0, 2, 1)}, lambda x: np.swapaxes(x, 1, 2)),
+    ),
 )
 
 
@@ -205,6 +231,19 @@ def _g_concat(op, gys):
     return (parts,) if isinstance(parts, Tensor) else parts
 
 
+def _joined(xs, axis):
+    """Expectation of concat: every input placed into its block of the output."""
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    out, at = np.empty(shape, xs[0].dtype), 0
+    for x in xs:
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(at, at + x.shape[axis])
+        out[tuple(index)] = x
+        at += x.shape[axis]
+    return out
+
+
 defop(
     "concat",
     ("xs*",),
@@ -215,6 +254,15 @@ defop(
     resolve=resolve_axis,
     kind=KERNEL,
     doc="join along axis",
+    examples=(
+        Example((Sample((2, 3)), Sample((1, 3)), Sample((3, 3))), {}, lambda *xs: _joined(xs, 0)),
+        Example(
+            (Sample((2, 2), "int32", -9, 9), Sample((2, 3), "int32", -9, 9)),
+            {"axis": -1},
+            lambda *xs: _joined(xs, 1),
+        ),
+        Example((Sample((3,), "bool"), Sample((2,), "bool")), {}, lambda *xs: _joined(xs, 0)),
+    ),
 )
 
 
@@ -255,6 +303,15 @@ defop(
     resolve=resolve_axis,
     kind=KERNEL,
     doc="cut along axis into pieces of the given sizes",
+    examples=(
+        Example((Sample((5, 4)),), {"sizes": (2, 3)}, lambda x: (x[:2], x[2:])),
+        Example(
+            (Sample((2, 6), "int32", -9, 9),),
+            {"axis": -1, "sizes": (1, 2, 3)},
+            lambda x: (x[:, :1], x[:, 1:3], x[:, 3:]),
+        ),
+        Example((Sample((2, 3, 2)),), {"axis": 1, "sizes": (3,)}, lambda x: (x,)),
+    ),
 )
 
 
@@ -357,6 +414,19 @@ defop(
     resolve=_slice_resolve,
     kind=KERNEL,
     doc="strided slice with ONNX/numpy clamping; resolved to start, end, step on every axis",
+    examples=(
+        Example((Sample((4, 6)),), {"starts": (1, 1), "ends": (3, -1)}, lambda x: x[1:3, 1:5]),
+        Example(
+            (Sample((5, 6)),),
+            {"starts": (1, -1), "ends": (100, -100), "axes": (1, 0), "steps": (2, -2)},
+            lambda x: x[[4, 2, 0]][:, [1, 3, 5]],
+        ),
+        Example(
+            (Sample((3, 4, 2), "int32", -9, 9),),
+            {"starts": (1,), "ends": (3,), "axes": (-2,)},
+            lambda x: x[:, 1:3, :],
+        ),
+    ),
 )
 
 
@@ -405,6 +475,13 @@ defop(
     resolve=resolve_axis,
     kind=KERNEL,
     doc="take entries along axis; negative indices count from the end",
+    examples=(
+        Example((Sample((5, 3)), np.array([4, 0, -1, 2], np.int64)), {}, lambda d, i: d[i]),
+        Example(
+            (Sample((2, 4, 3)), np.array([[1, -4], [3, 3]], np.int32)), {"axis": 1}, lambda d, i: d[:, i]
+        ),
+        Example((Sample((3, 4), "int32", -9, 9), np.array(-1, np.int64)), {"axis": -1}, lambda d, i: d[:, 3]),
+    ),
 )
 
 
@@ -441,6 +518,19 @@ def _g_scatter(op, gys):
     return gys[0], None, op.want(2, lambda: gather(gys[0], indices, axis=op.attrs["axis"]))
 
 
+def _scattered(axis):
+    """Expectation of scatter_add: each update added in a Python loop over the indices."""
+
+    def expect(data, indices, updates):
+        out = data.copy()
+        for pos in np.ndindex(indices.shape):
+            i = int(indices[pos]) % data.shape[axis]
+            out[(slice(None),) * axis + (i,)] += updates[(slice(None),) * axis + pos]
+        return out
+
+    return expect
+
+
 defop(
     "scatter_add",
     ("data", "indices", "updates"),
@@ -451,6 +541,19 @@ defop(
     resolve=resolve_axis,
     kind=KERNEL,
     doc="data with updates added at the gathered positions (the transpose of gather)",
+    examples=(
+        Example((Sample((5, 3)), np.array([0, 2, 0, -1], np.int64), Sample((4, 3))), {}, _scattered(0)),
+        Example(
+            (Sample((2, 4)), np.array([[3, 1], [1, -4]], np.int32), Sample((2, 2, 2))),
+            {"axis": 1},
+            _scattered(1),
+        ),
+        Example(
+            (Sample((4,), "int32", -9, 9), np.array([1, 1, 3], np.int64), Sample((3,), "int32", -9, 9)),
+            {},
+            _scattered(0),
+        ),
+    ),
 )
 
 
@@ -497,6 +600,13 @@ def _g_pad(op, gys):
     return (pad(gys[0], [-p for p in op.attrs["pads"]]),)
 
 
+def _padded_constant(x):
+    """Expectation of the constant pad example: pads (1, -1, 0, 2), value 1.5, x of shape (2, 4)."""
+    out = np.full((3, 5), 1.5, x.dtype)
+    out[1:, :3] = x[:, 1:]
+    return out
+
+
 defop(
     "pad",
     ("x",),
@@ -510,6 +620,20 @@ defop(
     },
     kind=KERNEL,
     doc="pads = begins of every axis, then ends; negative values crop",
+    examples=(
+        Example((Sample((2, 4)),), {"pads": (1, -1, 0, 2), "value": 1.5}, _padded_constant),
+        Example(
+            (Sample((2, 3), "int32", -9, 9),),
+            {"pads": (1, -1, 0, 2), "mode": "edge"},
+            lambda x: x[[0, 0, 1]][:, [1, 2, 2, 2]],
+        ),
+        Example(
+            (Sample((3, 4)),),
+            {"pads": (2, 1, 0, 2), "mode": "reflect"},
+            lambda x: x[[2, 1, 0, 1, 2]][:, [1, 0, 1, 2, 3, 2, 1]],
+            grad=False,  # no gradient rule for reflect padding
+        ),
+    ),
 )
 
 
@@ -533,6 +657,13 @@ defop(
     attrs={"shape": Attr("ints")},
     kind=KERNEL,
     doc="broadcast x against shape (both ways, as in ONNX Expand)",
+    examples=(
+        Example((Sample((3, 1)),), {"shape": (2, 1, 4)}, lambda x: x + np.zeros((2, 3, 4), x.dtype)),
+        Example(
+            (Sample((1, 3), "int32", -9, 9),), {"shape": (2, 1)}, lambda x: x + np.zeros((2, 3), x.dtype)
+        ),
+        Example((Sample((3,), "bool"),), {"shape": (2, 1)}, lambda x: x | np.zeros((2, 3), bool)),
+    ),
 )
 
 
@@ -566,6 +697,15 @@ defop(
     attrs={"repeats": Attr("ints")},
     kind=KERNEL,
     doc="repeat x along each axis",
+    examples=(
+        Example((Sample((2, 3)),), {"repeats": (2, 1)}, lambda x: np.concatenate([x, x], 0)),
+        Example(
+            (Sample((1, 2, 2), "int32", -9, 9),),
+            {"repeats": (3, 1, 2)},
+            lambda x: np.concatenate([np.concatenate([x, x], 2)] * 3, 0),
+        ),
+        Example((Sample((3,), "bool"),), {"repeats": (2,)}, lambda x: np.concatenate([x, x])),
+    ),
 )
 
 
@@ -582,6 +722,11 @@ defop(
     lambda op, gys: (gys[0],),
     kind=ALIAS,
     doc="x unchanged",
+    examples=(
+        Example((Sample((2, 3)),), {}, lambda x: x),
+        Example((Sample((4,), "int64", -9, 9),), {}, lambda x: x),
+        Example((Sample((2, 2), "bool"),), {}, lambda x: x),
+    ),
 )
 defop(
     "stop_gradient",
@@ -591,6 +736,11 @@ defop(
     NOT_DIFFERENTIABLE,
     kind=ALIAS,
     doc="x unchanged; gradients do not flow through it",
+    examples=(
+        Example((Sample((2, 3)),), {}, lambda x: x),
+        Example((Sample((4,), "int32", -9, 9),), {}, lambda x: x),
+        Example((Sample((2, 2), "bool"),), {}, lambda x: x),
+    ),
 )
 
 

@@ -16,7 +16,7 @@ from .. import dtypes
 from ..builder import Tensor, apply, operand
 from ..errors import FeedError, GraphError, ShapeError
 from ..ir import TensorType
-from ..registry import ELEMENTWISE, KERNEL, NOT_DIFFERENTIABLE, SOURCE, Attr, defop
+from ..registry import ELEMENTWISE, KERNEL, NOT_DIFFERENTIABLE, SOURCE, Attr, Example, Sample, Var, defop
 from ._util import check_dtype
 
 _TYPE_ATTRS = {"shape": Attr("ints"), "dtype": Attr("dtype", "float32")}
@@ -78,6 +78,11 @@ defop(
     attrs={**_TYPE_ATTRS, "value": Attr("float", 0.0)},
     kind=KERNEL,
     doc="a tensor of one repeated value",
+    examples=(
+        Example((), {"shape": (2, 3), "value": 1.5}, lambda: 1.5 * np.ones((2, 3))),
+        Example((), {"shape": (4,), "value": -4, "dtype": "int32"}, lambda: [-4, -4, -4, -4]),
+        Example((), {"shape": (), "value": 1, "dtype": "bool"}, lambda: True),
+    ),
 )
 
 
@@ -99,6 +104,29 @@ def _checked(fn):
     return ref
 
 
+_F32 = np.array([[0.5, -1.0, 2.0], [3.0, 0.0, -2.5]], np.float32)
+_EXAMPLES = {
+    "assign": (
+        Example((Var(_F32), Sample((2, 3))), {}, lambda v, x: x),
+        Example((Var(np.array([1, -2, 3], np.int64)), Sample((3,), "int64", -9, 9)), {}, lambda v, x: x),
+        Example((Var(np.array([True, False])), Sample((2,), "bool")), {}, lambda v, x: x),
+    ),
+    "assign_add": (
+        Example((Var(_F32), Sample((2, 3))), {}, lambda v, x: v + x),
+        Example(
+            (Var(np.array([5, -7, 0, 100], np.int32)), Sample((4,), "int32", -9, 9)), {}, lambda v, x: v + x
+        ),
+    ),
+    "assign_sub": (
+        Example((Var(_F32), Sample((2, 3))), {}, lambda v, x: v - x),
+        Example(
+            (Var(np.array([1, 200, 3], np.uint8)), np.array([5, 100, 255], np.uint8)),
+            {},
+            lambda v, x: (v.astype(np.int64) - x) % 256,  # wraps around
+        ),
+    ),
+}
+
 for _name, _fn, _allowed, _doc in (
     ("assign", lambda v, x: x.copy(), dtypes.ALL, "variable := value"),
     ("assign_add", np.add, dtypes.NUMERIC, "variable := variable + value"),
@@ -113,6 +141,7 @@ for _name, _fn, _allowed, _doc in (
         stateful=True,
         kind=ELEMENTWISE,
         doc=_doc + "; the output is the new value (stored when the run ends)",
+        examples=_EXAMPLES[_name],
     )
 
 

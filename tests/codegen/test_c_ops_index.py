@@ -13,8 +13,6 @@ import graphdef as gd
 
 pytestmark = pytest.mark.c
 
-C_OPS_TESTED = {"gather_elements", "scatter_elements", "gather_nd", "scatter_nd", "topk"}
-
 RNG = np.random.default_rng(7)
 FLOATS = ("float32", "float64", "float16")
 INTS = ("int8", "uint8", "int32", "int64")

@@ -15,8 +15,6 @@ import graphdef as gd
 
 pytestmark = pytest.mark.c
 
-C_OPS_TESTED = {"resize"}
-
 RNG = np.random.default_rng(5)
 FLOATS = ("float32", "float64", "float16")
 

@@ -9,11 +9,21 @@ import pytest
 
 import graphdef as gd
 
-OPS_TESTED = {"bitcast"}
-
 # struct format of each dtype, little endian (the byte order ONNX and flowc's targets use)
-FMT = {"float16": "e", "float32": "f", "float64": "d", "int8": "b", "uint8": "B", "int16": "h",
-       "uint16": "H", "int32": "i", "uint32": "I", "int64": "q", "uint64": "Q", "bool": "?"}
+FMT = {
+    "float16": "e",
+    "float32": "f",
+    "float64": "d",
+    "int8": "b",
+    "uint8": "B",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "uint64": "Q",
+    "bool": "?",
+}
 TARGETS = [d for d in FMT if d != "bool"]
 
 

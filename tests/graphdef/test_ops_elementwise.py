@@ -10,42 +10,6 @@ import pytest
 
 import graphdef as gd
 
-OPS_TESTED = {
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "pow",
-    "maximum",
-    "minimum",
-    "equal",
-    "less",
-    "greater",
-    "less_equal",
-    "greater_equal",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-    "logical_not",
-    "where",
-    "neg",
-    "abs",
-    "sign",
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "tanh",
-    "sigmoid",
-    "relu",
-    "leaky_relu",
-    "elu",
-    "gelu",
-    "erf",
-    "clip",
-    "cast",
-}
-
 BROADCAST = [
     ((2, 3), (2, 3)),
     ((2, 3), (3,)),

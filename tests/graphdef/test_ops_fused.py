@@ -7,8 +7,6 @@ import pytest
 
 import graphdef as gd
 
-OPS_TESTED = {"fused"}
-
 PROGRAM = (
     ("mul", (0, 1), ()),  # in0 * in1
     ("fill", (), (("dtype", "float32"), ("shape", ()), ("value", 0.5))),  # 0.5

@@ -10,7 +10,6 @@ import pytest
 
 import graphdef as gd
 
-OPS_TESTED = {"gather_elements", "scatter_elements", "gather_nd", "scatter_nd", "topk"}
 GRADS_TESTED = {"gather_elements", "scatter_elements", "gather_nd", "scatter_nd", "topk"}
 
 DTYPES = ["float32", "float16", "float64", "int8", "uint8", "int32", "int64"]

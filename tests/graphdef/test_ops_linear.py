@@ -8,8 +8,6 @@ import pytest
 import graphdef as gd
 from codegen.backends.c import sgemm as SP
 
-OPS_TESTED = {"sgemm", "conv_gemm"}
-
 
 def _plan_tuple(plan):
     return tuple(getattr(plan, f) for f in SP.FIELDS)

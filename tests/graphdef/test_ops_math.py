@@ -9,33 +9,6 @@ import pytest
 
 import graphdef as gd
 
-OPS_TESTED = {
-    "sin",
-    "cos",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "sinh",
-    "cosh",
-    "asinh",
-    "acosh",
-    "atanh",
-    "floor",
-    "ceil",
-    "round",
-    "isnan",
-    "isinf",
-    "mod",
-    "bitwise_and",
-    "bitwise_or",
-    "bitwise_xor",
-    "bitwise_not",
-    "bitshift",
-    "cumsum",
-    "cumprod",
-}
-
 GRADS_TESTED = {
     "sin",
     "cos",

@@ -15,22 +15,6 @@ import pytest
 
 import graphdef as gd
 
-OPS_TESTED = {
-    "matmul",
-    "gemm",
-    "conv",
-    "conv_transpose",
-    "max_pool",
-    "avg_pool",
-    "max_pool_grad",
-    "avg_pool_grad",
-    "batch_norm",
-    "layer_norm",
-    "softmax",
-    "log_softmax",
-    "resize",
-}
-
 FLOATS = ("float32", "float16", "float64")
 TOL = {
     "float16": {"rtol": 5e-3, "atol": 5e-3},

@@ -20,7 +20,6 @@ import pytest
 
 import graphdef as gd
 
-OPS_TESTED = {"resize"}
 GRADS_TESTED = {"resize"}
 
 TOL = {

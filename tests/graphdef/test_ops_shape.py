@@ -10,24 +10,6 @@ import pytest
 
 import graphdef as gd
 
-OPS_TESTED = {
-    "reshape",
-    "flatten",
-    "squeeze",
-    "unsqueeze",
-    "transpose",
-    "concat",
-    "split",
-    "slice",
-    "gather",
-    "scatter_add",
-    "pad",
-    "expand",
-    "tile",
-    "identity",
-    "stop_gradient",
-}
-
 DTYPES = ["float32", "int64", "bool", "float16", "uint8"]
 
 

@@ -7,8 +7,6 @@ import pytest
 
 import graphdef as gd
 
-OPS_TESTED = {"placeholder", "constant", "variable", "fill", "assign", "assign_add", "assign_sub"}
-
 
 def test_sources_give_their_values():
     with gd.Graph("src") as g:

@@ -15,27 +15,35 @@ from pathlib import Path
 
 from graphdef.ir import Graph
 
-from . import emit, gemm_ops, ops, toolchain  # noqa: F401  (fill the op table)
+from . import emit, gemm_ops, ops, table, toolchain  # noqa: F401  (fill the op table)
 from .emit import Sources
 from .lowering import lower_products
-from .table import LEGALIZE, scratch_bytes  # noqa: F401
+from .table import LEGALIZE  # noqa: F401
 
 NAME = "c"
+
+
+def build_isa(options) -> str:
+    """The float32 GEMM kernel the target's compiler selects with these options' flags."""
+    return toolchain.isa(options.target, toolchain.find_cc(options.cc, options.target), options.flags)
 
 
 def lower(graph: Graph, options) -> Graph:
     """Float32 products onto the packed GEMM of the target's compiler (split over the
     target's threads where big enough), their elementwise consumers into them as epilogues;
     nothing on targets without ``packed_gemm``."""
-    target = options.target
-    isa = toolchain.gemm_isa(target, toolchain.find_cc(options.cc, target), options.flags)
-    if isa is None:
+    if not options.target.spec.packed_gemm:
         return graph
-    return lower_products(graph, isa, target.threads)
+    return lower_products(graph, build_isa(options), options.target.threads)
+
+
+def scratch_bytes(node, ins, options) -> int:
+    """Bytes of step-local memory the C step of ``node`` needs on this build."""
+    return table.scratch_bytes(node, ins, build_isa(options))
 
 
 def render(program, options) -> Sources:
-    return emit.emit(program, options.name, options.weights, options.target)
+    return emit.emit(program, options.name, options.weights, options.target, build_isa(options))
 
 
 @dataclass

@@ -196,7 +196,7 @@ class Steps:
     uses_pool: bool
 
 
-def lower_step(node, index: int, name: str, graph) -> tuple[Step, Call]:
+def lower_step(node, index: int, name: str, graph, isa: str = "scalar") -> tuple[Step, Call]:
     """The Step a lowering sees and the Call it makes (elementwise steps share one loop)."""
     in_t = [graph.type_of(r) for r in node.inputs]
     step = Step(
@@ -206,19 +206,22 @@ def lower_step(node, index: int, name: str, graph) -> tuple[Step, Call]:
         x=[f"x{j}" for j in range(len(in_t))],
         y=[f"y{j}" for j in range(len(node.outputs))],
         func=f"{name}_step_{index}",
+        isa=isa,
     )
     if get_op(node.op).kind == ELEMENTWISE:
         return step, elementwise_step(step)
     return step, kernel_of(node.op).lower(step)
 
 
-def steps(env: jinja2.Environment, program: Program, name: str, ptr: Pointers, threads: int) -> Steps:
+def steps(
+    env: jinja2.Environment, program: Program, name: str, ptr: Pointers, threads: int, isa: str
+) -> Steps:
     out = Steps([], [], {"kernels/scalar.h"}, False)
     g = program.graph
     for index, node in enumerate(program.steps):
         if all(t.size == 0 for t in node.outputs):
             continue  # nothing to compute
-        step, call = lower_step(node, index, name, g)
+        step, call = lower_step(node, index, name, g, isa)
         takes_scratch = get_op(node.op).kind != ELEMENTWISE and kernel_of(node.op).scratch is not None
         parallel = call.parallel and threads > 1
         out.headers.update(call.headers)
@@ -258,8 +261,11 @@ def steps(env: jinja2.Environment, program: Program, name: str, ptr: Pointers, t
 
 
 # ----------------------------------------------------------------------------- the model
-def emit(program: Program, name: str, weights_mode: str = "auto", target: Target | None = None) -> Sources:
-    """All generated files of one model called ``name`` (already a valid C identifier)."""
+def emit(
+    program: Program, name: str, weights_mode: str = "auto", target: Target | None = None, isa: str = "scalar"
+) -> Sources:
+    """All generated files of one model called ``name`` (already a valid C identifier), for a
+    build whose compiler selects the float32 GEMM kernel ``isa``."""
     target = target or Target()
     g = program.graph
     env = environment()
@@ -274,7 +280,7 @@ def emit(program: Program, name: str, weights_mode: str = "auto", target: Target
     )
     w = weights(program, name, names, weights_mode, target.spec.weight_align)
     ptr = Pointers(program, ins, outs, w)
-    st = steps(env, program, name, ptr, target.threads)
+    st = steps(env, program, name, ptr, target.threads, isa)
 
     copies = [
         {"dst": outs[k]["cname"], "src": ptr(ref), "nbytes": outs[k]["nbytes"],

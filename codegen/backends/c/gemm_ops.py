@@ -32,11 +32,11 @@ from graphdef.ir import TensorType
 from graphdef.ops._util import check_dtype
 from graphdef.ops.fused import run_program
 from graphdef.ops.nn import conv_ref
-from graphdef.registry import KERNEL, Attr, NotDifferentiable, defop
+from graphdef.registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop
 
 from .ops.elementwise import program_locals
 from .ops.nn import geom
-from .sgemm import SgemmPlan, make_plan, unpack_a, unpack_b
+from .sgemm import FIELDS, SgemmPlan, make_plan, pack_a, pack_b, unpack_a, unpack_b
 from .table import Call, kernel
 
 _INTERNAL = NotDifferentiable("compiler-internal op: differentiate the graph before compiling", error=True)
@@ -88,7 +88,9 @@ def _check_epilogue(out: TensorType, extras, attrs) -> TensorType:
 
 
 def part_scratch(plan: SgemmPlan, isa: str) -> int:
-    """Scratch bytes of one thread's part of a product, rounded to 64."""
+    """Scratch bytes of one thread's part of a product built for ``isa`` (the ISA the build's
+    compiler selects: a plan packed for another tile packs raw operands it would read in
+    place on its own ISA), rounded to 64."""
     return -(-plan.scratch_bytes(isa) // 64) * 64
 
 
@@ -136,16 +138,66 @@ def _sgemm_ref(xs, attrs):
     return _epilogue(out.astype(np.float32).reshape(attrs["shape"]), extras, attrs, "ref")
 
 
-def _sgemm_scratch(ins, outs, attrs):
-    return part_scratch(plan_of(attrs), attrs["isa"]) * attrs["parts"]
-
-
 def _sgemm_flops(ins, outs, attrs):
     p = plan_of(attrs)
     return 2 * p.m * p.n * p.k * math.prod(size for size, *_ in attrs["batch"])
 
 
 EPILOGUE_ATTRS = {"epilogue": Attr("any", ()), "parts": Attr("int", 1)}
+
+
+# ----------------------------------------------------------------------------- examples
+# Both ops are made by lowering.lower_linear; their examples build the nodes the same way
+# (plans for "avx512", constant operands packed at import time from fixed logical values). On
+# a build whose compiler selects another kernel, the step's scratch is sized for that one
+# (it packs a raw A that the plan's own tile would read in place): the dense example reads A
+# in place on AVX-512 builds, the other two pack it.
+_EXAMPLE_ISA = "avx512"
+
+
+def _plan_tuple(plan: SgemmPlan) -> tuple:
+    return tuple(getattr(plan, f) for f in FIELDS)
+
+
+def _fixed(*shape, seed: int) -> np.ndarray:
+    """Logical constant operands of the examples: fixed values in [-1, 1)."""
+    return np.random.default_rng(seed).uniform(-1.0, 1.0, shape).astype(np.float32)
+
+
+def _sgemm_examples() -> tuple[Example, ...]:
+    # dense: A (2, 3, 20) as 6 rows of 20, B packed in k blocks of 8, 8 and 4
+    dense = make_plan(6, 5, 20, isa=_EXAMPLE_ISA, b="packed", kc=8)
+    # A stored transposed, B packed, alpha and a bias per column (gemm's lowering)
+    gemm = make_plan(4, 3, 6, isa=_EXAMPLE_ISA, a="trans", b="packed", alpha=0.5, bias="col", a_direct=False)
+    # raw operands batched over broadcast axes: (2, 1, 3, 4) @ (1, 2, 4, 5); one batch axis
+    # per output axis, innermost first, as (size, a step, b step, c step)
+    batched = make_plan(3, 5, 4, isa=_EXAMPLE_ISA, a_direct=False)
+    return (
+        Example(
+            (Sample((2, 3, 20)), pack_b(_fixed(20, 5, seed=1), dense)),
+            {"plan": _plan_tuple(dense), "isa": _EXAMPLE_ISA, "shape": (2, 3, 5)},
+            lambda a, b: np.matmul(a, unpack_b(b, dense)),
+            grad=False,
+        ),
+        Example(
+            (Sample((6, 4)), pack_b(_fixed(6, 3, seed=2), gemm), Sample((3,))),
+            {"plan": _plan_tuple(gemm), "isa": _EXAMPLE_ISA, "shape": (4, 3)},
+            lambda a, b, bias: 0.5 * (a.T @ unpack_b(b, gemm)) + bias,
+            grad=False,
+        ),
+        Example(
+            (Sample((2, 1, 3, 4)), Sample((1, 2, 4, 5))),
+            {
+                "plan": _plan_tuple(batched),
+                "isa": _EXAMPLE_ISA,
+                "batch": ((2, 0, 20, 15), (2, 12, 0, 30)),
+                "shape": (2, 2, 3, 5),
+            },
+            np.matmul,
+            grad=False,
+        ),
+    )
+
 
 defop(
     "sgemm",
@@ -164,6 +216,7 @@ defop(
     flops=_sgemm_flops,
     doc="float32 products C = alpha * A @ B (+ bias) per batch entry on the fast GEMM; A, B raw or "
     "packed; inputs a, b, then bias if the plan has one, then epilogue inputs",
+    examples=_sgemm_examples(),
 )
 
 
@@ -206,7 +259,7 @@ CHUNK_BYTES = 196608
 row alone is bigger."""
 
 
-def chunking(p: SgemmPlan, attrs) -> dict | None:
+def chunking(p: SgemmPlan, attrs, isa: str) -> dict | None:
     """How an im2col convolution runs: slices of ``rows`` output rows (each ``out[-1]``
     positions), im2col'd into scratch and multiplied while in cache; ``plan`` for a full slice,
     ``tail`` for the last, shorter one (or None). A thread works on whole slices, with
@@ -235,7 +288,7 @@ def chunking(p: SgemmPlan, attrs) -> dict | None:
 
     main, tail = plan(rows), plan(tail_rows) if tail_rows else None
     col = -(-(p.k * rows * width * 4) // 64) * 64
-    gemm = max(part_scratch(main, attrs["isa"]), part_scratch(tail, attrs["isa"]) if tail else 0)
+    gemm = max(part_scratch(main, isa), part_scratch(tail, isa) if tail else 0)
     return {
         "rows": rows,
         "total": total,
@@ -248,12 +301,47 @@ def chunking(p: SgemmPlan, attrs) -> dict | None:
     }
 
 
-def _conv_gemm_scratch(ins, outs, attrs):
-    p = plan_of(attrs)
-    ch = chunking(p, attrs)
-    if ch is None:
-        return part_scratch(p, attrs["isa"]) * attrs["parts"]
-    return ch["part_bytes"] * min(attrs["parts"], ch["count"])
+def _conv_gemm_example(x_shape, w, out, *, pads, strides=(1, 1), group=1, bias=False, direct=False):
+    """An example of conv_gemm for input ``x_shape`` and logical weights ``w`` (M, C/g, kh,
+    kw), packed per group as lowering._lower_conv does."""
+    m, cg = w.shape[:2]
+    kernel = w.shape[2:]
+    plan = make_plan(
+        m // group,
+        math.prod(out),
+        cg * math.prod(kernel),
+        isa=_EXAMPLE_ISA,
+        a="packed",
+        bias="row" if bias else "none",
+    )
+    rows = np.split(w.reshape(m, -1), group)
+    packed = np.concatenate([pack_a(r, plan) for r in rows])
+    attrs = {
+        "plan": _plan_tuple(plan),
+        "isa": _EXAMPLE_ISA,
+        "kernel": kernel,
+        "out": out,
+        "strides": strides,
+        "pads": pads,
+        "dilations": (1, 1),
+        "group": group,
+        "direct": direct,
+    }
+    inputs = (Sample(x_shape), packed) + ((Sample((m,)),) if bias else ())
+    return Example(inputs, attrs, None, grad=False)
+
+
+def _conv_gemm_examples() -> tuple[Example, ...]:
+    return (
+        # 3x3, padded, with a bias per output channel: im2col
+        _conv_gemm_example((2, 2, 5, 5), _fixed(4, 2, 3, 3, seed=3), (5, 5), pads=(1, 1, 1, 1), bias=True),
+        # two groups, stride 2, padded at the start only
+        _conv_gemm_example(
+            (1, 4, 6, 6), _fixed(6, 2, 3, 3, seed=4), (3, 3), pads=(1, 1, 0, 0), strides=(2, 2), group=2
+        ),
+        # 1x1: the input read directly as B
+        _conv_gemm_example((2, 3, 4, 4), _fixed(5, 3, 1, 1, seed=5), (4, 4), pads=(0, 0, 0, 0), direct=True),
+    )
 
 
 defop(
@@ -277,6 +365,7 @@ defop(
     kind=KERNEL,
     flops=lambda ins, outs, attrs: 2 * outs[0].size * plan_of(attrs).k,
     doc="float32 convolution as packed-weight products per image and group (im2col unless 1x1)",
+    examples=_conv_gemm_examples(),
 )
 
 
@@ -324,7 +413,7 @@ def _product(s, p: SgemmPlan) -> dict:
         "epi_inputs": ", ".join(s.x[epi["first"] + q["i"]] for q in extras) or "NULL",
         "bias": s.x[2] if p.bias else "NULL",
         "parts": parts,
-        "part_scratch": part_scratch(p, s.attrs["isa"]),
+        "part_scratch": part_scratch(p, s.isa),
         "run_parts": (
             f"fc_pool_run((fc_pool *)pool, {s.func}_part, &args, {parts})"
             if parts > 1
@@ -333,8 +422,8 @@ def _product(s, p: SgemmPlan) -> dict:
     }
 
 
-def _sgemm_scratch(ins, outs, attrs):
-    return part_scratch(plan_of(attrs), attrs["isa"]) * attrs["parts"]
+def _sgemm_scratch(ins, outs, attrs, isa):
+    return part_scratch(plan_of(attrs), isa) * attrs["parts"]
 
 
 @kernel("sgemm", scratch=_sgemm_scratch)
@@ -365,11 +454,11 @@ def _sgemm(s):
     return Call("sgemm", k, headers, prelude="sgemm_batched", parallel=k["parts"] > 1)
 
 
-def _conv_gemm_scratch(ins, outs, attrs):
+def _conv_gemm_scratch(ins, outs, attrs, isa):
     p = plan_of(attrs)
-    ch = chunking(p, attrs)
+    ch = chunking(p, attrs, isa)
     if ch is None:
-        return part_scratch(p, attrs["isa"]) * attrs["parts"]
+        return part_scratch(p, isa) * attrs["parts"]
     return ch["part_bytes"] * min(attrs["parts"], ch["count"])
 
 
@@ -398,7 +487,7 @@ def _conv_gemm(s):
         **geom(x.shape, attrs["kernel"], attrs["out"], attrs),
     }
     headers = ("kernels/sgemm.h", "kernels/im2col.h")
-    ch = chunking(p, attrs)
+    ch = chunking(p, attrs, s.isa)
     if ch is None:
         return Call("conv_gemm", k, headers, prelude="conv_gemm_direct", parallel=k["parts"] > 1)
     k["chunk"] = {**ch, "plan": ch["plan"].c_init(), "tail": ch["tail"].c_init() if ch["tail"] else None}

@@ -57,8 +57,9 @@ class Call:
 
 @dataclass(frozen=True)
 class Kernel:
-    """``lower(step) -> Call``; ``scratch(ins, outs, attrs)``: bytes of step-local memory the
-    kernel needs (placed in the arena, live during the step only), or None for none."""
+    """``lower(step) -> Call``; ``scratch(ins, outs, attrs, isa)``: bytes of step-local memory
+    the kernel needs on a build for GEMM ISA ``isa`` (placed in the arena, live during the step
+    only), or None for none."""
 
     lower: Callable
     scratch: Callable | None = None
@@ -87,8 +88,9 @@ class TensorCtx(TensorType):
 @dataclass
 class Step:
     """What a ``Kernel.lower`` sees of one step: the node, its input and output types, the C
-    names of its input pointers ``x`` and output pointers ``y``, and ``func``, the name of the
-    step function (a prefix for the step's own definitions)."""
+    names of its input pointers ``x`` and output pointers ``y``, ``func``, the name of the
+    step function (a prefix for the step's own definitions), and ``isa``, the float32 GEMM
+    kernel the build's compiler selects (runtime_c/kernels/sgemm.h)."""
 
     node: Node
     ins: list[TensorCtx]
@@ -96,6 +98,7 @@ class Step:
     x: list[str]
     y: list[str]
     func: str
+    isa: str = "scalar"
 
     @property
     def attrs(self):
@@ -185,12 +188,12 @@ def kernel_of(op: str) -> Kernel:
         raise UnsupportedError(f"op {op} has no C kernel") from None
 
 
-def scratch_bytes(node: Node, ins: list[TensorType]) -> int:
-    """Bytes of step-local memory the C step of ``node`` needs (0 for none)."""
+def scratch_bytes(node: Node, ins: list[TensorType], isa: str) -> int:
+    """Bytes of step-local memory the C step of ``node`` needs on a build for ``isa`` (0 for none)."""
     entry = KERNELS.get(node.op)
     if entry is None or entry.scratch is None:
         return 0
-    return entry.scratch(ins, node.outputs, node.attrs)
+    return entry.scratch(ins, node.outputs, node.attrs, isa)
 
 
 def lowering(op: str) -> str:

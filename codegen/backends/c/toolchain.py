@@ -168,9 +168,3 @@ def isa(target: Target, cc: str, flags=()) -> str:
         except (OSError, subprocess.TimeoutExpired):
             _ISA[key] = "scalar"
     return _ISA[key]
-
-
-def gemm_isa(target: Target, cc: str, flags=()) -> str | None:
-    """The ISA float32 products are lowered to the packed GEMM for (lowering.lower_linear), or
-    None to keep the plain gemm/conv kernels (targets without ``packed_gemm``)."""
-    return isa(target, cc, flags) if target.spec.packed_gemm else None

@@ -120,7 +120,7 @@ def depthwise_geom(ins, outs, attrs):
     return {"n": x.shape[0], "c": x.shape[1], "m": w.shape[0], **g}
 
 
-def _conv_scratch(ins, outs, attrs):
+def _conv_scratch(ins, outs, attrs, isa):
     """Bytes of the depthwise kernel's phase planes and output run (fc_dwconv_scratch_floats)."""
     g = depthwise_geom(ins, outs, attrs)
     return 0 if g is None else 4 * phase_floats(g)
@@ -165,7 +165,7 @@ def pool_phases(ins, outs, attrs):
     return {"n": 1, "c": planes, "m": planes, **g}
 
 
-def _pool_scratch(ins, outs, attrs):
+def _pool_scratch(ins, outs, attrs, isa):
     g = pool_phases(ins, outs, attrs)
     return 0 if g is None else 4 * (phase_floats(g) + g["ow"])
 

@@ -17,6 +17,7 @@ from ..ops import elementwise as E
 from ..ops import nn as N
 from ..ops import reduce as R
 from ..ops import shape as S
+from ..ops.math import softplus
 from .importer import converter, onnx_dtype
 
 
@@ -123,11 +124,6 @@ def _hard_swish(node):
 def _softsign(node):
     x = node.tensor(0)
     return E.div(x, E.add(E.abs(x), 1.0))
-
-
-def softplus(x):
-    # log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))
-    return E.add(E.relu(x), E.log(E.add(E.exp(E.neg(E.abs(x))), 1.0)))
 
 
 @converter("Softplus", 1)

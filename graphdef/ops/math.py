@@ -13,7 +13,9 @@
   CumSum/CumProd, ``tf.math.cumsum``). float16 accumulates in float32, like the
   reductions; integers wrap.
 
-``reciprocal``, ``softplus``, ``softsign`` and ``swish`` are compositions.
+- ``softplus``: ``log(1 + exp(x))`` without overflow (``max(x, 0) + log1p(exp(-|x|))``).
+
+``reciprocal``, ``softsign`` and ``swish`` are compositions.
 
 >>> import numpy as np, graphdef as gd
 >>> g = gd.Graph("m")
@@ -202,12 +204,19 @@ def reciprocal(x, name=None):
     return div(1, x, name=name)
 
 
-def softplus(x, name=None):
-    """``log(1 + exp(x))`` without overflow: ``relu(x) + log(1 + exp(-|x|))`` (a composition)."""
-    from .elementwise import abs, exp, log, relu
+def _softplus(x):
+    x64 = x.astype(np.float64)
+    return np.maximum(x64, 0) + np.log1p(np.exp(-np.abs(x64)))
 
-    x = operand(x)
-    return add(relu(x), log(add(exp(neg(abs(x))), 1)), name=name)
+
+_unary("softplus", _softplus, lambda op, gys: (mul(gys[0], sigmoid(op.inputs[0])),),
+       doc="log(1 + exp(x)), without overflow", scalar=lambda x: math.log(1 + math.exp(x)),
+       domain=(-8.0, 8.0))  # fmt: skip
+
+
+def softplus(x, name=None):
+    """``log(1 + exp(x))``, computed without overflow for large x."""
+    return apply("softplus", [operand(x)], name)
 
 
 def softsign(x, name=None):

@@ -44,87 +44,22 @@ from .errors import (
 )
 from .interpret import Session, run, session
 from .ir import Attrs, Node, TensorType, ValueRef
-from .ops.bits import bitcast
-from .ops.elementwise import (
-    abs,
-    add,
-    cast,
-    clip,
-    div,
-    elu,
-    equal,
-    erf,
-    exp,
-    gelu,
-    greater,
-    greater_equal,
-    leaky_relu,
-    less,
-    less_equal,
-    log,
-    logical_and,
-    logical_not,
-    logical_or,
-    logical_xor,
-    maximum,
-    minimum,
-    mul,
-    neg,
-    pow,
-    relu,
-    rsqrt,
-    sigmoid,
-    sign,
-    sqrt,
-    sub,
-    tanh,
-    where,
-)
-from .ops.index import gather_elements, gather_nd, one_hot, scatter_elements, scatter_nd, topk
-from .ops.math import *  # noqa: F403  (sin, cos, ..., mod, bitwise ops, cumsum: see math.__all__)
-from .ops.nn import (
-    avg_pool,
-    avg_pool2d,
-    batch_norm,
-    conv,
-    conv2d,
-    conv_transpose,
-    conv_transpose2d,
-    gemm,
-    global_avg_pool,
-    global_max_pool,
-    layer_norm,
-    log_softmax,
-    matmul,
-    max_pool,
-    max_pool2d,
-    resize,
-    softmax,
-)
-from .ops.reduce import argmax, argmin, reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum
-from .ops.shape import (
-    concat,
-    expand,
-    flatten,
-    gather,
-    identity,
-    pad,
-    reshape,
-    scatter_add,
-    slice_,
-    split,
-    squeeze,
-    stop_gradient,
-    tile,
-    transpose,
-    unsqueeze,
-)
-from .ops.state import assign, assign_add, assign_sub
+from .ops import elementwise as _elementwise
+from .ops import nn as _nn
+from .ops import shape as _shape
+from .ops.bits import *  # noqa: F403  (see bits.__all__)
+from .ops.elementwise import *  # noqa: F403  (see elementwise.__all__)
+from .ops.index import *  # noqa: F403  (see index.__all__)
+from .ops.math import *  # noqa: F403  (see math.__all__)
+from .ops.nn import *  # noqa: F403  (see nn.__all__)
+from .ops.reduce import *  # noqa: F403  (see reduce.__all__)
+from .ops.shape import *  # noqa: F403  (see shape.__all__)
+from .ops.state import *  # noqa: F403  (see state.__all__)
 from .registry import all_ops, get_op
 from .serialize import load, save
 from .verify import verify
 
-slice = slice_  # noqa: A001 - gd.slice mirrors the op name
+slice = _shape.slice_  # noqa: A001 - gd.slice mirrors the op name
 
 
 def load_onnx(path, shapes: dict | None = None, name: str | None = None, values: dict | None = None) -> Graph:
@@ -135,34 +70,34 @@ def load_onnx(path, shapes: dict | None = None, name: str | None = None, values:
 
 
 def _bind_operators() -> None:
-    from .ops.shape import getitem
+    E, N, S = _elementwise, _nn, _shape
 
     def binary(fn):
         return lambda a, b: fn(a, b), lambda a, b: fn(b, a)
 
     for names, fn in (
-        (("__add__", "__radd__"), add),
-        (("__sub__", "__rsub__"), sub),
-        (("__mul__", "__rmul__"), mul),
-        (("__truediv__", "__rtruediv__"), div),
-        (("__pow__", "__rpow__"), pow),
-        (("__matmul__", "__rmatmul__"), matmul),
-        (("__and__", "__rand__"), logical_and),
-        (("__or__", "__ror__"), logical_or),
-        (("__xor__", "__rxor__"), logical_xor),
+        (("__add__", "__radd__"), E.add),
+        (("__sub__", "__rsub__"), E.sub),
+        (("__mul__", "__rmul__"), E.mul),
+        (("__truediv__", "__rtruediv__"), E.div),
+        (("__pow__", "__rpow__"), E.pow),
+        (("__matmul__", "__rmatmul__"), N.matmul),
+        (("__and__", "__rand__"), E.logical_and),
+        (("__or__", "__ror__"), E.logical_or),
+        (("__xor__", "__rxor__"), E.logical_xor),
     ):
         fwd, rev = binary(fn)
         setattr(Tensor, names[0], fwd)
         setattr(Tensor, names[1], rev)
-    Tensor.__lt__ = lambda a, b: less(a, b)
-    Tensor.__le__ = lambda a, b: less_equal(a, b)
-    Tensor.__gt__ = lambda a, b: greater(a, b)
-    Tensor.__ge__ = lambda a, b: greater_equal(a, b)
-    Tensor.__neg__ = lambda a: neg(a)
-    Tensor.__abs__ = lambda a: abs(a)
-    Tensor.__invert__ = lambda a: logical_not(a)
-    Tensor.__getitem__ = getitem
-    Tensor.T = property(lambda a: transpose(a))
+    Tensor.__lt__ = lambda a, b: E.less(a, b)
+    Tensor.__le__ = lambda a, b: E.less_equal(a, b)
+    Tensor.__gt__ = lambda a, b: E.greater(a, b)
+    Tensor.__ge__ = lambda a, b: E.greater_equal(a, b)
+    Tensor.__neg__ = lambda a: E.neg(a)
+    Tensor.__abs__ = lambda a: E.abs(a)
+    Tensor.__invert__ = lambda a: E.logical_not(a)
+    Tensor.__getitem__ = S.getitem
+    Tensor.T = property(lambda a: S.transpose(a))
 
 
 _bind_operators()

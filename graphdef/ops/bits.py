@@ -101,3 +101,9 @@ def bitcast(x, dtype, name=None):
             x = apply("bitcast", [x], None, to="uint8")
         return cast(x, "bool", name=name)
     return apply("bitcast", [x], name, to=to)
+
+
+# the builders that graphdef exports (``gd.bitcast`` ...)
+__all__ = [
+    "bitcast",
+]

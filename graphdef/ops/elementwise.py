@@ -672,3 +672,41 @@ defop(
 def cast(x, dtype, name=None):
     x = operand(x)
     return apply("cast", [x], name, to=dtype)
+
+
+# the builders that graphdef exports (``gd.abs`` ...)
+__all__ = [
+    "abs",
+    "add",
+    "cast",
+    "clip",
+    "div",
+    "elu",
+    "equal",
+    "erf",
+    "exp",
+    "gelu",
+    "greater",
+    "greater_equal",
+    "leaky_relu",
+    "less",
+    "less_equal",
+    "log",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "maximum",
+    "minimum",
+    "mul",
+    "neg",
+    "pow",
+    "relu",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sqrt",
+    "sub",
+    "tanh",
+    "where",
+]

@@ -628,3 +628,14 @@ def one_hot(indices, depth: int, axis: int = -1, on_value=1.0, off_value=0.0, dt
         for v in (on_value, off_value)
     )
     return where(hit, on, off, name=name)
+
+
+# the builders that graphdef exports (``gd.gather_elements`` ...)
+__all__ = [
+    "gather_elements",
+    "gather_nd",
+    "one_hot",
+    "scatter_elements",
+    "scatter_nd",
+    "topk",
+]

@@ -1527,3 +1527,25 @@ def resize(
         roi=roi,
         extrapolation_value=extrapolation_value,
     )
+
+
+# the builders that graphdef exports (``gd.avg_pool`` ...)
+__all__ = [
+    "avg_pool",
+    "avg_pool2d",
+    "batch_norm",
+    "conv",
+    "conv2d",
+    "conv_transpose",
+    "conv_transpose2d",
+    "gemm",
+    "global_avg_pool",
+    "global_max_pool",
+    "layer_norm",
+    "log_softmax",
+    "matmul",
+    "max_pool",
+    "max_pool2d",
+    "resize",
+    "softmax",
+]

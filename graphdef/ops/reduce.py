@@ -302,3 +302,15 @@ def argmin(x, axis=-1, keepdims=False, select_last_index=False, name=None):
     return apply(
         "argmin", [operand(x)], name, axis=axis, keepdims=keepdims, select_last_index=select_last_index
     )
+
+
+# the builders that graphdef exports (``gd.argmax`` ...)
+__all__ = [
+    "argmax",
+    "argmin",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_min",
+    "reduce_prod",
+    "reduce_sum",
+]

@@ -796,3 +796,23 @@ def getitem(x: Tensor, key) -> Tensor:
     if new:
         y = unsqueeze(y, new)
     return y
+
+
+# the builders that graphdef exports (``gd.concat`` ...)
+__all__ = [
+    "concat",
+    "expand",
+    "flatten",
+    "gather",
+    "identity",
+    "pad",
+    "reshape",
+    "scatter_add",
+    "slice_",
+    "split",
+    "squeeze",
+    "stop_gradient",
+    "tile",
+    "transpose",
+    "unsqueeze",
+]

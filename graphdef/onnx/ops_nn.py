@@ -367,11 +367,8 @@ def _p_attr(node):
 
 @converter("LpPool", 1)
 def _lp_pool(node):
-    """(sum of |x|^p over each window)^(1/p): the average over the window's input elements
-    (padding and, with ceil_mode, cells past the end excluded) times their count, a constant."""
     x = node.tensor(0)
     _floats(node, x)
-    p = _p_attr(node)
     kernel = tuple(node.attr("kernel_shape") or ())
     if not kernel or x.rank != len(kernel) + 2:
         raise node.unsupported(f"kernel_shape {list(kernel)} does not fit input {x.shape}")
@@ -379,17 +376,7 @@ def _lp_pool(node):
     strides = tuple(node.attr("strides", [1] * n))
     dilations = tuple(node.attr("dilations", [1] * n))
     pads = window_pads(node, x.shape[2:], kernel, strides, dilations)
-    mean = N.avg_pool(_lp(x, p), kernel, strides, pads, dilations, bool(node.attr("ceil_mode", 0)), False)
-    count = np.ones((), np.int64)
-    for i in range(n):  # input cells under each window, axis by axis
-        starts = np.arange(mean.shape[2 + i])[:, None] * strides[i] - pads[i]
-        taps = starts + np.arange(kernel[i]) * dilations[i]
-        count = np.multiply.outer(count, ((taps >= 0) & (taps < x.shape[2 + i])).sum(axis=1))
-    if count.min() == 0:
-        raise node.unsupported(f"a window lies entirely in the padding (pads {list(pads)}, kernel "
-                               f"{list(kernel)})")
-    scale = float(count.flat[0]) if (count == count.flat[0]).all() else _const(count, x.dtype)
-    return _lp_root(E.mul(mean, scale), p)
+    return N.lp_pool(x, kernel, _p_attr(node), strides, pads, dilations, bool(node.attr("ceil_mode", 0)))
 
 
 @converter("GlobalLpPool", 1)

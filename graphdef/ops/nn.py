@@ -879,6 +879,72 @@ defop(
 )
 
 
+def _lp_pool_infer(types, attrs):
+    check_dtype(types[0], dtypes.FLOATS)
+    return _pool_infer(types, attrs)
+
+
+def _lp_pool_ref(xs, attrs):
+    x, p = xs[0], attrs["p"]
+    kernel = attrs["kernel_shape"]
+    out_sp = _out_spatial(x.shape[2:], kernel, attrs, attrs["ceil_mode"])
+    xp = _padded(np.abs(x.astype(np.float64)) ** p, attrs, out_sp, kernel, 0)
+    total = 0
+    for _, sl in _windows(x.shape[2:], kernel, attrs, out_sp):
+        total = total + xp[(slice(None), slice(None)) + sl]
+    return (total ** (1.0 / p)).astype(x.dtype)
+
+
+def _g_lp_pool(op, gys):
+    """y = s ** (1/p) with s the window sums of |x| ** p: gx = sign(x) |x| ** (p-1) times the
+    window sums (over the windows holding x) of gy * y ** (1-p); a window sum is avg_pool's
+    gradient of gy times each window's cell count."""
+    from .elementwise import abs, pow, sign
+
+    x, y, g = op.inputs[0], op.outputs[0], gys[0]
+    p = op.attrs["p"]
+    a = {k: v for k, v in op.attrs.items() if k != "p"}
+    counts = _pool_counts(x.shape[2:], {**a, "count_include_pad": False}, y.shape[2:])
+    w = mul(g, constant(counts.astype(dtypes.np_dtype(x.dtype))))
+    w = w if p == 1 else mul(w, pow(y, 1.0 - p))
+    spread = apply("avg_pool_grad", [w], None, shape=x.shape, count_include_pad=False, **a)
+    return (mul(spread, sign(x) if p == 1 else mul(sign(x), pow(abs(x), p - 1.0))),)
+
+
+defop(
+    "lp_pool",
+    ("x",),
+    _lp_pool_infer,
+    _lp_pool_ref,
+    _g_lp_pool,
+    attrs={**_POOL_ATTRS, "p": Attr("float", 2.0)},
+    resolve=_window_resolve,
+    flops=_flops_pool,
+    kind=KERNEL,
+    doc="(sum of |x| ** p over each window's input cells) ** (1/p); pads add nothing (ONNX LpPool)",
+    examples=(
+        Example((Sample((1, 2, 5, 5)),), {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+        Example((Sample((2, 2, 7), "float64"),), {"kernel_shape": (3,), "p": 3.0, "ceil_mode": True}),
+        Example((Sample((1, 1, 4, 4)),), {"kernel_shape": (2, 2), "p": 1.0, "dilations": (2, 1)}),
+    ),
+)
+
+
+def lp_pool(x, kernel_shape, p=2.0, strides=None, pads=None, dilations=None, ceil_mode=False, name=None):
+    """The p-norm of every window (ONNX LpPool)."""
+    return apply(
+        "lp_pool",
+        [operand(x)],
+        name,
+        kernel_shape=kernel_shape,
+        p=p,
+        strides=strides,
+        pads=pads,
+        dilations=dilations,
+        ceil_mode=ceil_mode,
+    )
+
+
 def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode=False, name=None):
     return apply(
         "max_pool",
@@ -1543,6 +1609,7 @@ __all__ = [
     "global_max_pool",
     "layer_norm",
     "log_softmax",
+    "lp_pool",
     "matmul",
     "max_pool",
     "max_pool2d",

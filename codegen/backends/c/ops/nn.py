@@ -185,7 +185,14 @@ def _pool(s):
     if phases is not None:
         k.update(d=phases, fn="fc_pool2d_f32", is_max=int(s.node.op == "max_pool"))
         return Call("pool2d", k, ("kernels/pool.h",))
-    k.update(fn=s.fn(f"fc_{s.node.op}"), unused=["scratch"])
+    k.update(fn=s.fn(f"fc_{s.node.op}"), args=[], unused=["scratch"])
+    return Call("pool", k, ("kernels/pool.h",))
+
+
+@kernel("lp_pool")
+def _lp_pool(s):
+    k = _pool_geom(s.ins[0], s.outs[0], s.attrs)
+    k.update(fn=s.fn("fc_lp_pool"), args=[s.lit(s.attrs["p"], "float64")])
     return Call("pool", k, ("kernels/pool.h",))
 
 

@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(PY) samples/digits.py
 
 test: $(STAMP)
-	$(PY) -m pytest graphdef tests
+	$(PY) -m pytest graphdef codegen tests
 
 # speed: the GEMM kernel against numpy and the FMA peak, then the model set against
 # onnxruntime (1 and 2 threads) and numpy; prints the tables the README quotes

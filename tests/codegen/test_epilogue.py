@@ -126,6 +126,22 @@ def test_c_batched_products_with_mask(threads):
 
 
 @pytest.mark.c
+@pytest.mark.parametrize("threads", [2, 3])
+def test_c_big_batched_products_split_by_product_or_within(threads):
+    """Two products of 2 MFLOP each: two threads take one product each, three split each
+    product (fewer products than parts)."""
+    with gd.Graph("bmm") as g:
+        a, b = gd.placeholder("a", (2, 64, 96)), gd.placeholder("b", (2, 96, 80))
+        gd.identity(gd.matmul(a, b) * 0.5, name="y")
+    feeds = {"a": f32(2, 64, 96), "b": f32(2, 96, 80)}
+    node = next(n for n in optimized(g, threads=threads).nodes if n.op == "sgemm")
+    assert node.attrs["parts"] == threads and node.attrs["batch"]
+    (want,) = gd.run(g, feeds, ["y"])
+    got = codegen.compile(g, threads=threads)(**feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.c
 def test_big_products_are_split_and_binary_runs_threaded(tmp_path):
     g = gd.Graph("big")
     with g:

@@ -39,7 +39,8 @@ class Function:
 
     def declaration(self) -> str:
         params = ", ".join(f"{p.ctype}{'' if p.ctype.endswith('*') else ' '}{p.name}" for p in self.params)
-        return f"{self.returns} {self.name}({params or 'void'})"
+        sep = "" if self.returns.endswith("*") else " "
+        return f"{self.returns}{sep}{self.name}({params or 'void'})"
 
     def cdef(self) -> str:
         """The declaration for cffi: pointers as ``void *`` (same ABI; cffi passes buffers)."""

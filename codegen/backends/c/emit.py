@@ -223,7 +223,7 @@ def steps(
             continue  # nothing to compute
         step, call = lower_step(node, index, name, g, isa)
         takes_scratch = get_op(node.op).kind != ELEMENTWISE and kernel_of(node.op).scratch is not None
-        parallel = call.parallel and threads > 1
+        parallel = call.parallel
         out.headers.update(call.headers)
         args = {"x": step.x, "y": step.y, "k": call.k, "func": step.func, "ins": step.ins, "outs": step.outs}
         body = env.get_template(f"c/ops/{call.template}.c.j2").render(**args)

@@ -449,7 +449,7 @@ def _sgemm(s):
         first="part" if whole else "0",
         step="parts" if whole else "1",
         split="0, 1" if whole else "part, parts",
-        unused=["parts"] if whole else [],
+        part_unused=["parts"] if whole else [],
     )
     return Call("sgemm", k, headers, prelude="sgemm_batched", parallel=k["parts"] > 1)
 

@@ -151,8 +151,11 @@ def cmd_compile(args) -> int:
 def cmd_inspect(args) -> int:
     """What ``flowc compile`` with the same options builds, stage by stage (codegen.pipeline)."""
     target = Target(args.arch, args.portable, args.threads)
-    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
     options = pipeline.Options(target=target, backend=args.target)
+    shown = [s.name for s in pipeline.stages(options)][:-1]  # inspect builds nothing
+    if args.stage is not None and args.stage not in shown:
+        raise FlowcError(f"--stage {args.stage!r} is not a stage; stages: {', '.join(shown)}")
+    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
     c = pipeline.run(graph, options, until="render" if args.stage == "render" else "plan")
     if args.stage:
         print(c.describe(args.stage))

@@ -164,6 +164,8 @@ class Compilation:
 
     def describe(self, stage: str) -> str:
         """A stage's output as text: a graph's summary, the schedule, storage, plan, sources."""
+        if stage not in self.results:
+            raise FlowcError(f"stage '{stage}' has not run; ran: {', '.join(self.results)}")
         value = self.results[stage]
         if isinstance(value, Graph):
             return value.summary()

@@ -53,6 +53,7 @@ from .ops.index import *  # noqa: F403  (see index.__all__)
 from .ops.math import *  # noqa: F403  (see math.__all__)
 from .ops.nn import *  # noqa: F403  (see nn.__all__)
 from .ops.reduce import *  # noqa: F403  (see reduce.__all__)
+from .ops.resize import *  # noqa: F403  (see resize.__all__)
 from .ops.shape import *  # noqa: F403  (see shape.__all__)
 from .ops.state import *  # noqa: F403  (see state.__all__)
 from .registry import all_ops, get_op

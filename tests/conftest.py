@@ -111,9 +111,8 @@ def build_zoo() -> tuple[gd.Graph, dict]:
     used = {n.op for n in g.nodes}
     with g:
         for op, opdef in sorted(gd.all_ops().items()):
-            if op not in used and opdef.examples:
-                with gd.name_scope(f"examples/{op}"):
-                    feeds.update(add_example(op, 0)[1])
+            if op not in used and opdef.examples:  # placeholders <op>_in0, ... (file names of feeds)
+                feeds.update(add_example(op, 0, prefix=f"{op}_in")[1])
     return g, feeds
 
 

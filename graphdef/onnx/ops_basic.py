@@ -16,6 +16,7 @@ from .. import dtypes
 from ..ops import elementwise as E
 from ..ops import nn as N
 from ..ops import reduce as R
+from ..ops import resize as RS
 from ..ops import shape as S
 from ..ops.math import softplus
 from .importer import converter, onnx_dtype
@@ -675,11 +676,12 @@ _arg("ArgMin", R.argmin)
 def _resize(node, scales, sizes, mode, ctm, nearest_mode, roi=()):
     if mode not in ("nearest", "linear", "cubic"):
         raise node.unsupported(f"mode '{mode}' is not supported (nearest, linear and cubic are)")
-    return N.resize(node.tensor(0), sizes=sizes, scales=scales, mode=mode, coordinate_transformation_mode=ctm,
-                    nearest_mode=nearest_mode, cubic_coeff_a=node.attr("cubic_coeff_a", -0.75),
-                    exclude_outside=bool(node.attr("exclude_outside", 0)),
-                    antialias=bool(node.attr("antialias", 0)) and mode != "nearest",  # nearest ignores it
-                    roi=tuple(roi), extrapolation_value=node.attr("extrapolation_value", 0.0))
+    return RS.resize(node.tensor(0), sizes=sizes, scales=scales, mode=mode,
+                     coordinate_transformation_mode=ctm, nearest_mode=nearest_mode,
+                     cubic_coeff_a=node.attr("cubic_coeff_a", -0.75),
+                     exclude_outside=bool(node.attr("exclude_outside", 0)),
+                     antialias=bool(node.attr("antialias", 0)) and mode != "nearest",  # nearest ignores it
+                     roi=tuple(roi), extrapolation_value=node.attr("extrapolation_value", 0.0))
 
 
 @converter("Resize", 10)
@@ -692,7 +694,7 @@ def _resize10(node):
     # and up on shrunk ones; nearest resizing is separable, so shrink first, then enlarge
     shrink = [min(s, 1.0) for s in scales]
     x = _resize(node, shrink, None, mode, "asymmetric", "ceil")
-    return N.resize(x, scales=[max(s, 1.0) for s in scales], mode=mode,
+    return RS.resize(x, scales=[max(s, 1.0) for s in scales], mode=mode,
                     coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
 

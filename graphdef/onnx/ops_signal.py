@@ -31,6 +31,7 @@ from ..ops import index as I
 from ..ops import math as M
 from ..ops import nn as N
 from ..ops import reduce as R
+from ..ops import resize as RS
 from ..ops import shape as S
 from .importer import converter, onnx_dtype
 
@@ -83,10 +84,10 @@ def _resize11(node):
     if mode not in _RESIZE_MODES:
         raise node.unsupported(f"mode '{mode}' is not one of nearest, linear, cubic")
     ctm = node.attr("coordinate_transformation_mode", "half_pixel")
-    if ctm not in N._COORD_MODES:
+    if ctm not in RS.COORD_MODES:
         raise node.unsupported(f"coordinate_transformation_mode '{ctm}' is not supported")
     nearest_mode = node.attr("nearest_mode", "round_prefer_floor")
-    if nearest_mode not in N._NEAREST_MODES:
+    if nearest_mode not in RS.NEAREST_MODES:
         raise node.unsupported(f"nearest_mode '{nearest_mode}' is not supported")
 
     scales = sizes = None
@@ -144,12 +145,12 @@ def _resize11(node):
         extrapolation_value=float(node.attr("extrapolation_value", 0.0)),
     )
     if x.dtype in dtypes.FLOATS:
-        return N.resize(x, **attrs)
+        return RS.resize(x, **attrs)
     if x.dtype == "bool":
         raise node.unsupported("bool input is not supported")
     # integer images: resize in float64, then round half to even and saturate (ONNX saturate_cast)
     info = np.iinfo(dtypes.np_dtype(x.dtype))
-    y = N.resize(E.cast(x, "float64"), **attrs)
+    y = RS.resize(E.cast(x, "float64"), **attrs)
     if mode != "nearest" or ctm == "tf_crop_and_resize":
         y = E.clip(M.round(y), float(info.min), float(info.max))
     return E.cast(y, x.dtype)

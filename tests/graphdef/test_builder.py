@@ -175,3 +175,37 @@ def test_outputs_default_to_sinks_and_can_be_declared():
     g.set_outputs(a, "split:1")
     assert [str(r) for r in g.outputs] == ["a", "split:1"]
     assert parts[1].name == "split:1"
+
+
+def test_passes_make_immutable_graphs_and_only_the_builder_grows():
+    """ir.Graph has no way to change; gd.Graph (the builder's) grows inside ``with`` only, and
+    ``freeze`` gives the ir.Graph of what is there."""
+    from graphdef import ir
+
+    with gd.Graph("g") as g:
+        y = gd.relu(gd.placeholder("x", (2,)), name="y")
+    frozen = g.freeze()
+    assert type(frozen) is ir.Graph and frozen == g
+    assert not any(hasattr(frozen, m) for m in ("add", "set_outputs", "__enter__", "as_default"))
+    with pytest.raises(TypeError):
+        frozen.constants["c"] = np.zeros(1)  # a read-only view
+    with g:
+        gd.exp(y, name="z")
+    assert len(g.nodes) == 3 and len(frozen.nodes) == 2
+    with pytest.raises(gd.GraphError, match="immutable"):
+        gd.apply("relu", [gd.builder.Tensor(frozen, frozen.resolve("y"))], None)
+
+
+def test_ir_imports_nothing_above_it():
+    """graphdef/ir.py uses only dtypes and errors (no builder, registry or ops)."""
+    import ast
+    from pathlib import Path
+
+    import graphdef
+
+    tree = ast.parse((Path(graphdef.__file__).parent / "ir.py").read_text())
+    local = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.level:
+            local |= {n.module} if n.module else {a.name for a in n.names}
+    assert local <= {"dtypes", "errors"}, local

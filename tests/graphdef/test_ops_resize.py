@@ -6,7 +6,7 @@ ratio in (0, 1] from the sample at or left of it, the filter taps around it (Key
 kernel, or the triangle/cubic kernel stretched by 1/scale for antialias), edge samples for
 taps beyond the input (or dropped and renormalized under exclude_outside), and
 extrapolation_value outside a crop. It loops over output positions in float64 and shares no
-code with the op's tables (graphdef.ops.nn.resize_table). Nearest and linear are tested in
+code with the op's tables (graphdef.ops.resize.resize_table). Nearest and linear are tested in
 test_ops_nn.py.
 """
 
@@ -247,7 +247,7 @@ def test_crop_of_an_axis_that_keeps_its_size_is_not_skipped():
 
 
 def test_nearest_and_linear_keep_two_taps():
-    from graphdef.ops.nn import resize_table, resize_taps
+    from graphdef.ops.resize import resize_table, resize_taps
 
     attrs = {"mode": "linear", "coordinate_transformation_mode": "half_pixel", "nearest_mode": "floor"}
     idx, w = resize_table(5, 8, 8 / 5, attrs)

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import graphdef as gd
-from graphdef.ops.nn import resize_taps
+from graphdef.ops.resize import resize_taps
 from graphdef.ops.shape import slice_plan
 
 FC_OK, FC_ERR_INDEX = 0, 3

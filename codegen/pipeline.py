@@ -125,9 +125,6 @@ def stages(options: Options) -> list[Stage]:
     return out
 
 
-GRAPH_STAGES_END = "partition"  # the last stage whose output is a Graph
-
-
 @dataclass
 class Compilation:
     """The outputs of the stages run so far, by name, in order."""

@@ -77,7 +77,7 @@ def graph_key(graph: Graph, outputs, options: dict) -> str:
         for name in sorted(store):
             a = store[name]
             h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-            h.update(np.ascontiguousarray(a).tobytes())
+            h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # no copy
     h.update(json.dumps([str(o) for o in outputs], sort_keys=True).encode())
     h.update(json.dumps(options, sort_keys=True).encode())
     h.update(_flowc_sources_hash().encode())

@@ -238,11 +238,17 @@ def decompose(graph: Graph, rules: Mapping[str, Callable] | None = None) -> Grap
             return graph
 
 
-def fold_constants(graph: Graph, max_bytes: int = 1 << 16) -> Graph:
+FOLD_LIMIT = 64 << 20
+"""The largest constant (bytes) fold_constants makes, whatever its inputs."""
+
+
+def fold_constants(graph: Graph, max_bytes: int = 1 << 16, limit: int = FOLD_LIMIT) -> Graph:
     """Evaluate nodes whose inputs are all constants, when the result is not much larger.
 
     A result is folded if it is at most ``max_bytes`` or no larger than its inputs together,
-    so broadcasting a scalar into a big tensor stays a cheap op instead of a big constant.
+    so broadcasting a scalar into a big tensor stays a cheap op instead of a big constant; and
+    never above ``limit`` bytes. The size is known from the node's type before anything is
+    computed, so nothing is allocated to find out: a result too big stays a run-time step.
     """
     rb = Rebuild(graph)
     const = set()
@@ -260,7 +266,7 @@ def fold_constants(graph: Graph, max_bytes: int = 1 << 16) -> Graph:
             continue
         if foldable:
             in_bytes = sum(graph.type_of(r).nbytes for r in node.inputs)
-            if node.outputs[0].nbytes <= max(max_bytes, in_bytes):
+            if node.outputs[0].nbytes <= min(limit, max(max_bytes, in_bytes)):
                 values = [rb.new.constants[rb.refs[r].node] for r in node.inputs]
                 try:
                     with np.errstate(all="ignore"):
@@ -274,6 +280,29 @@ def fold_constants(graph: Graph, max_bytes: int = 1 << 16) -> Graph:
                 continue
         rb.keep(node)
     return rb.finish()
+
+
+def check_constants(graph: Graph) -> Graph:
+    """Refuse now what would fail at run time: inputs that are constants are checked by their
+    op's ``check_constants`` (indices out of range, ...), naming the node and the value. The
+    graph is returned unchanged."""
+    for node in graph.nodes:
+        check = get_op(node.op).check_constants
+        if check is None:
+            continue
+        consts = {
+            i: graph.constants[r.node]
+            for i, r in enumerate(node.inputs)
+            if graph.node(r.node).op == "constant"
+        }
+        if not consts:
+            continue
+        types = [graph.type_of(r) for r in node.inputs]
+        try:
+            check(types, node.attrs, consts)
+        except FlowcError as e:
+            raise ExecutionError(f"{node.describe(types)}: {e}") from None
+    return graph
 
 
 def cse(graph: Graph) -> Graph:
@@ -296,7 +325,7 @@ def cse(graph: Graph) -> Graph:
                 "constant",
                 array.dtype.str,
                 array.shape,
-                hashlib.sha256(array.tobytes()).hexdigest(),
+                hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8)).hexdigest(),
                 node.device,
             )
         else:
@@ -337,31 +366,35 @@ def fuse_elementwise(graph: Graph) -> Graph:
         opdef = get_op(n.op)
         return opdef.elementwise and not opdef.stateful and n.op != "fused" and len(n.outputs) == 1
 
+    def joins(p: Node, root: Node) -> bool:  # the conditions that do not change while a group grows
+        return (
+            p.name not in group_of
+            and fusable(p)
+            and p.name not in outputs
+            and p.outputs[0].shape == root.outputs[0].shape
+            and p.device == root.device
+            and not p.control_inputs
+            and p.name not in controlled
+        )
+
     group_of: dict[str, str] = {}
     groups: dict[str, list[str]] = {}
     for root in reversed(graph.nodes):
         if not fusable(root) or root.name in group_of:
             continue
-        members = {root.name}
-        changed = True
-        while changed:
-            changed = False
-            for m in sorted(members, key=index.__getitem__):
-                for r in graph.node(m).inputs:
-                    p = graph.node(r.node)
-                    if (
-                        p.name not in members
-                        and p.name not in group_of
-                        and fusable(p)
-                        and consumers[p.name] <= members
-                        and p.name not in outputs
-                        and p.outputs[0].shape == root.outputs[0].shape
-                        and p.device == root.device
-                        and not p.control_inputs
-                        and p.name not in controlled
-                    ):
-                        members.add(p.name)
-                        changed = True
+        # a worklist: a producer joins once every one of its consumers is in the group, which
+        # a count of its consumers inside tells in O(1) (linear in the group's edges)
+        members, inside, work = {root.name}, {}, [root]
+        while work:
+            m = work.pop()
+            for name in dict.fromkeys(r.node for r in m.inputs):
+                if name in members:
+                    continue
+                inside[name] = inside.get(name, 0) + 1
+                p = graph.node(name)
+                if inside[name] == len(consumers[name]) and joins(p, root):
+                    members.add(name)
+                    work.append(p)
         for m in members:
             group_of[m] = root.name
         groups[root.name] = sorted(members, key=index.__getitem__)
@@ -395,12 +428,12 @@ def fuse_elementwise(graph: Graph) -> Graph:
 def _group_program(graph: Graph, members: list[Node], rank: int):
     """External inputs of a group, and its instructions (scalar constants become ``fill``)."""
     inside = {m.ref() for m in members}
-    inputs: list[ValueRef] = []
+    slot: dict[ValueRef, int] = {}
     for m in members:
         for r in m.inputs:
-            if r not in inside and r not in inputs and _scalar_constant(graph, r, rank) is None:
-                inputs.append(r)
-    slot = {r: i for i, r in enumerate(inputs)}
+            if r not in inside and r not in slot and _scalar_constant(graph, r, rank) is None:
+                slot[r] = len(slot)
+    inputs = list(slot)
     program: list = []
     for m in members:
         operands = []
@@ -416,15 +449,18 @@ def _group_program(graph: Graph, members: list[Node], rank: int):
     return inputs, tuple(program)
 
 
-def pipeline(rules: Mapping[str, Callable] | None = None) -> tuple[tuple[str, Callable[[Graph], Graph]], ...]:
+def pipeline(
+    rules: Mapping[str, Callable] | None = None, fold_limit: int = FOLD_LIMIT
+) -> tuple[tuple[str, Callable[[Graph], Graph]], ...]:
     """The target-neutral passes, in order, as (name, pass); ``rules``: a backend's
-    legalizations, applied by ``decompose`` (see there)."""
+    legalizations, applied by ``decompose`` (see there); ``fold_limit``: see fold_constants."""
     return (
         ("prune", prune),
         ("freeze_variables", freeze_variables),
         ("fold_batch_norm", fold_batch_norm),
         ("decompose", lambda g: decompose(g, rules)),
-        ("fold_constants", fold_constants),
+        ("fold_constants", lambda g: fold_constants(g, limit=fold_limit)),
+        ("check_constants", check_constants),
         ("cse", cse),
         ("prune_dead", prune),
         ("fuse_elementwise", fuse_elementwise),

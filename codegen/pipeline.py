@@ -1,6 +1,7 @@
 """The whole compilation as one list of named stages.
 
-    outputs -> prune ... prune_inlined (codegen/passes.py, target-neutral)
+    outputs -> limits     every tensor fits the target's address space (codegen/limits.py)
+            -> prune ... prune_inlined (codegen/passes.py, target-neutral)
             -> lower      the backend's own graph passes (C: products onto the packed GEMM)
             -> partition  one graph per rank (the slot of codegen.partition: one rank today)
             -> schedule   the order of the nodes (codegen/schedule.py)
@@ -33,7 +34,7 @@ import graphdef as gd
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
 
-from . import backends, passes, program, schedule, storage
+from . import backends, limits, passes, program, schedule, storage
 from .target import Target
 
 
@@ -46,7 +47,8 @@ class Options:
     ``schedule``: the order algorithm (codegen.schedule.ALGORITHMS); ``cc`` / ``flags``: the C
     compiler and extra flags; ``name``: the model's C name; ``weights``: "auto", "c" or "blob";
     ``product``: what the build stage makes ("shared", "program", "library", "none";
-    default: the target's own product).
+    default: the target's own product); ``fold_limit``: the largest constant (bytes) that
+    constant folding makes (larger results stay run-time steps).
     """
 
     target: Target = field(default_factory=Target)
@@ -60,6 +62,7 @@ class Options:
     name: str = "model"
     weights: str = "auto"
     product: str | None = None
+    fold_limit: int = passes.FOLD_LIMIT
 
     def with_(self, **changes) -> Options:
         return replace(self, **changes)
@@ -93,7 +96,7 @@ def _storage(sched: schedule.Schedule, c: Compilation) -> storage.Storage:
 
 
 def _plan(st: storage.Storage, c: Compilation) -> program.Program:
-    return program.place(st, c.options.planner, c.options.time_limit)
+    return limits.check_program(program.place(st, c.options.planner, c.options.time_limit), c.options.target)
 
 
 def _render(prog: program.Program, c: Compilation):
@@ -111,8 +114,13 @@ def stages(options: Options) -> list[Stage]:
     """The stages, in order, for these options (the target-neutral passes get the backend's
     legalizations)."""
     backend = backends.get(options.backend)
-    out = [Stage("outputs", lambda g, c: passes.select_outputs(g, c.options.outputs))]
-    out += [Stage(name, _graph_stage(fn)) for name, fn in passes.pipeline(backend.LEGALIZE)]
+    out = [
+        Stage("outputs", lambda g, c: passes.select_outputs(g, c.options.outputs)),
+        Stage("limits", lambda g, c: limits.check_graph(g, c.options.target)),
+    ]
+    out += [
+        Stage(name, _graph_stage(fn)) for name, fn in passes.pipeline(backend.LEGALIZE, options.fold_limit)
+    ]
     out += [
         Stage("lower", lambda g, c: c.backend.lower(g, c.options)),
         Stage("partition", _partition),

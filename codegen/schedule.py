@@ -7,6 +7,7 @@ aliases (reshape and friends) take no time and no memory of their own.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from graphdef.ir import Graph, Node
@@ -175,29 +176,44 @@ def greedy_free(graph: Graph) -> list[Node]:
     outputs = {root[r.node] for r in graph.declared_outputs}
     remaining = {k: set(v) for k, v in readers.items()}
     waiting = {n.name: len(preds[n.name]) for n in nodes}
-    ready = {n.name for n in nodes if waiting[n.name] == 0}
+    bytes_of = {n.name: _value_bytes(graph, n) for n in nodes}
+    inputs_of = {n.name: {root[r.node] for r in n.inputs} for n in nodes}
+
+    def score(name: str):
+        freed = sum(bytes_of[v] for v in inputs_of[name] if remaining[v] == {name} and v not in outputs)
+        return (-(freed - bytes_of[name]), lv.alap[name], index[name])
+
+    # the ready nodes in a heap by score; a score changes only when the node becomes the last
+    # reader of an input, so it is pushed again then, and stale entries are skipped
+    current: dict[str, tuple] = {}
+    heap: list[tuple] = []
+
+    def push(name: str) -> None:
+        current[name] = score(name)
+        heapq.heappush(heap, current[name])
+
+    for n in nodes:
+        if waiting[n.name] == 0:
+            push(n.name)
     order: list[Node] = []
-    while ready:
-
-        def score(name: str):
-            node = graph.node(name)
-            freed = sum(
-                _value_bytes(graph, graph.node(v))
-                for v in {root[r.node] for r in node.inputs}
-                if remaining[v] == {name} and v not in outputs
-            )
-            return (-(freed - _value_bytes(graph, node)), lv.alap[name], index[name])
-
-        name = min(ready, key=score)
-        ready.remove(name)
-        node = graph.node(name)
-        order.append(node)
-        for v in {root[r.node] for r in node.inputs}:
+    by_index = list(nodes)
+    while heap:
+        entry = heapq.heappop(heap)
+        name = by_index[entry[2]].name
+        if current.get(name) != entry:
+            continue  # stale
+        del current[name]
+        order.append(by_index[entry[2]])
+        for v in inputs_of[name]:
             remaining[v].discard(name)
+            if len(remaining[v]) == 1:
+                (last,) = remaining[v]
+                if last in current:
+                    push(last)
         for s in succs[name]:
             waiting[s] -= 1
             if waiting[s] == 0:
-                ready.add(s)
+                push(s)
     return order
 
 

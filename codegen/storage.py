@@ -122,22 +122,21 @@ def assign(
         outputs_of.setdefault(r, []).append(k)
     updates = [(n.inputs[0].node, n.ref()) for n in steps if get_op(n.op).stateful]
 
-    def last_use() -> dict[ValueRef, int]:
-        last: dict[ValueRef, int] = {}
-        for n in steps:
-            for r in n.inputs:
-                g = groups.find(r)
-                last[g] = max(last.get(g, -1), pos[n.name])
-        for r in list(outputs_of) + [v for _, v in updates]:
-            last[groups.find(r)] = end
-        return last
+    # the last step that reads each group (end: read after the steps), kept up to date as
+    # groups merge (the merged group's last use is the later of the two)
+    last: dict[ValueRef, int] = {}
+    for n in steps:
+        for r in n.inputs:
+            g = groups.find(r)
+            last[g] = max(last.get(g, -1), pos[n.name])
+    for r in list(outputs_of) + [v for _, v in updates]:
+        last[groups.find(r)] = end
 
     def root_node(g: ValueRef) -> Node:
         return graph.node(g.node)
 
     # in place: an elementwise step takes over the buffer of an input that dies there
     inplace: set[str] = set()
-    last = last_use()
     for n in steps:
         if not get_op(n.op).elementwise or get_op(n.op).stateful or len(n.outputs) != 1:
             continue
@@ -155,9 +154,13 @@ def assign(
                 and groups.find(out) != g
                 and same_reads
             ):
+                before = groups.find(out)
                 groups.union(r, out)
+                merged = groups.find(r)
+                uses = [last[k] for k in (g, before) if k in last]
+                if uses:
+                    last[merged] = max(uses)
                 inplace.add(n.name)
-                last = last_use()
                 break
 
     # storage per group

@@ -60,7 +60,14 @@ class Arch:
     packed_gemm: bool = True
     outlined_steps: bool = False
     max_threads: int = 256
+    pointer_bits: int = 64
 
+    @property
+    def max_bytes(self) -> int:
+        """The largest tensor, arena, state or weight block the generated C can address: on
+        32-bit targets what ``long`` (the C code's size type) holds, 2^31 - 1; on 64-bit ones
+        the 47-bit user address space of today's x86-64, AArch64 and RISC-V (Sv48) systems."""
+        return 2**31 - 1 if self.pointer_bits == 32 else 2**47
 
 _MCU = ("-Os", "-mthumb", "-ffunction-sections", "-fdata-sections")
 _MCU_DATA = {
@@ -69,6 +76,7 @@ _MCU_DATA = {
     "packed_gemm": False,
     "outlined_steps": True,
     "max_threads": 1,
+    "pointer_bits": 32,
 }
 ARCH_LIST = (
     Arch("host", "host"),
@@ -91,6 +99,7 @@ ARCH_LIST = (
         ("gcc-arm-linux-gnueabihf", "libc6-dev-armhf-cross"),
         "qemu-arm",
         "qemu-user",
+        pointer_bits=32,
     ),
     Arch(
         "riscv64-linux",

@@ -160,7 +160,8 @@ class OpDef:
     ``decompose`` (given a view of the node: ``.node``, ``.inputs`` as builder Tensors,
     ``.attrs``) returns the op rebuilt from other ops, or None when the node stays as it is;
     ``flops`` counts floating-point operations for the cost model (default: one per output
-    element).
+    element); ``check_constants(in_types, attrs, {input position: array})`` checks inputs known
+    when compiling (constant indices in range) and raises a FlowcError naming the bad value.
     """
 
     name: str
@@ -176,6 +177,7 @@ class OpDef:
     stateful: bool = False
     doc: str = ""
     examples: tuple[Example, ...] = ()
+    check_constants: Callable | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:

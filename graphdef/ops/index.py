@@ -45,6 +45,18 @@ def _normalized(indices: np.ndarray, dim: int) -> np.ndarray:
     return np.where(indices < 0, indices + dim, indices).astype(np.int64)
 
 
+def _check_element_indices(types, attrs, consts) -> None:
+    """Constant indices of gather_elements / scatter_elements in range (checked when compiled)."""
+    if 1 in consts:
+        _normalized(consts[1], types[0].shape[attrs["axis"]])
+
+
+def _check_nd_indices(types, attrs, consts) -> None:
+    """Constant index tuples of gather_nd / scatter_nd in range (checked when compiled)."""
+    if 1 in consts:
+        _nd_rows(types[0].shape, consts[1], attrs.get("batch_dims", 0))
+
+
 def _apply_updates(flat_out: np.ndarray, targets: np.ndarray, updates: np.ndarray, reduction: str):
     """flat_out[targets[i]] = f(flat_out[targets[i]], updates[i]) for i in order.
 
@@ -189,6 +201,7 @@ defop(
     _g_gather_elements,
     attrs={"axis": Attr("int", 0)},
     resolve=resolve_axis,
+    check_constants=_check_element_indices,
     kind=KERNEL,
     doc="y[i, j, k] = data[i, indices[i, j, k], k] (for axis 1): one index per output element",
     examples=(
@@ -276,6 +289,7 @@ defop(
     _g_scatter_elements,
     attrs={"axis": Attr("int", 0), "reduction": Attr("str", "none", REDUCTIONS)},
     resolve=resolve_axis,
+    check_constants=_check_element_indices,
     kind=KERNEL,
     doc="data with updates[i, j, k] written to (or combined into) [i, indices[i, j, k], k] "
     "(for axis 1), in row-major order of indices",
@@ -400,6 +414,7 @@ defop(
     _gather_nd_ref,
     _g_gather_nd,
     attrs={"batch_dims": Attr("int", 0)},
+    check_constants=_check_nd_indices,
     kind=KERNEL,
     doc="the slices of data addressed by the index tuples in the last axis of indices, after "
     "batch_dims shared leading axes",
@@ -480,6 +495,7 @@ defop(
     _scatter_nd_ref,
     _g_scatter_nd,
     attrs={"reduction": Attr("str", "none", REDUCTIONS)},
+    check_constants=_check_nd_indices,
     kind=KERNEL,
     doc="data with each update slice written to (or combined into) the slice its index tuple "
     "addresses, in row-major order of the tuples",

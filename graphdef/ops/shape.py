@@ -473,6 +473,7 @@ defop(
     _g_gather,
     attrs={"axis": Attr("int", 0)},
     resolve=resolve_axis,
+    check_constants=lambda ts, a, c: _checked_indices(c[1], ts[0].shape[a["axis"]]) if 1 in c else None,
     kind=KERNEL,
     doc="take entries along axis; negative indices count from the end",
     examples=(
@@ -539,6 +540,7 @@ defop(
     _g_scatter,
     attrs={"axis": Attr("int", 0)},
     resolve=resolve_axis,
+    check_constants=lambda ts, a, c: _checked_indices(c[1], ts[0].shape[a["axis"]]) if 1 in c else None,
     kind=KERNEL,
     doc="data with updates added at the gathered positions (the transpose of gather)",
     examples=(

@@ -32,8 +32,11 @@
  *     aarch64 NEON            aarch64  VL  4,  8 x 12   (24 q accumulators)
  *     SSE2 / armv7 NEON / ... v128     VL  4,  4 x 8
  *     -DFC_NO_VECTOR, non-GNU scalar   VL  1,  4 x 4    (plain C99)
- * FC_SGEMM_ISA names the choice. A plan whose mr/nr differ from FC_SGEMM_MR/NR (packed for
- * another target) still computes the right result through a scalar micro-kernel, slowly.
+ * FC_SGEMM_ISA names the choice (FC_SGEMM_ISA_ID numbers it for #if: scalar 1, avx512 2,
+ * avx2 3, aarch64 4, v128 5). A plan whose mr/nr differ from FC_SGEMM_MR/NR (packed for
+ * another target) still computes the right result through a scalar micro-kernel, slowly, but
+ * it needs more scratch than its own target: generated models stop the build with #error
+ * when the flags select another kernel than the one their plans and scratch were made for.
  * Multiply-adds are fused where the target has FMA (intrinsics; gcc does not contract a*b+c
  * under -std=c99).
  *
@@ -84,34 +87,40 @@
 #define FC_SG_MR_DEFAULT 4
 #define FC_SGEMM_NV 4
 #define FC_SGEMM_ISA "scalar"
+#define FC_SGEMM_ISA_ID 1
 #elif defined(__AVX512F__)
 #include <immintrin.h>
 #define FC_SGEMM_VL 16
 #define FC_SG_MR_DEFAULT 14
 #define FC_SGEMM_NV 2
 #define FC_SGEMM_ISA "avx512"
+#define FC_SGEMM_ISA_ID 2
 #elif defined(__AVX__)
 #include <immintrin.h>
 #define FC_SGEMM_VL 8
 #define FC_SG_MR_DEFAULT 6
 #define FC_SGEMM_NV 2
 #define FC_SGEMM_ISA "avx2"
+#define FC_SGEMM_ISA_ID 3
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
 #define FC_SGEMM_VL 4
 #define FC_SG_MR_DEFAULT 8
 #define FC_SGEMM_NV 3
 #define FC_SGEMM_ISA "aarch64"
+#define FC_SGEMM_ISA_ID 4
 #elif defined(__SSE2__) || defined(__ARM_NEON) || defined(__ALTIVEC__) || defined(__wasm_simd128__)
 #define FC_SGEMM_VL 4
 #define FC_SG_MR_DEFAULT 4
 #define FC_SGEMM_NV 2
 #define FC_SGEMM_ISA "v128"
+#define FC_SGEMM_ISA_ID 5
 #else
 #define FC_SGEMM_VL 1
 #define FC_SG_MR_DEFAULT 4
 #define FC_SGEMM_NV 4
 #define FC_SGEMM_ISA "scalar"
+#define FC_SGEMM_ISA_ID 1
 #endif
 #ifndef FC_SGEMM_MR /* -DFC_SGEMM_MR=r (1 <= r <= 14) picks another tile height */
 #define FC_SGEMM_MR FC_SG_MR_DEFAULT

@@ -27,6 +27,7 @@ from ...target import Target
 from .api import EntryPoints, entry_points
 from .cnames import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
 from .ops.elementwise import elementwise_step
+from .sgemm import ISA_IDS
 from .table import Call, Step, TensorCtx, kernel_of
 
 VERSION = "0.1.0"
@@ -353,6 +354,13 @@ def emit(
             }
         ),
         "headers": sorted(st.headers),
+        # products planned for the GEMM kernel of this build's flags: another kernel would need
+        # other scratch sizes, so a rebuild with other flags stops with this message
+        "isa_guard": (
+            {"id": ISA_IDS[isa], "isa": isa, "flags": c_comment(" ".join(target.cflags()), limit=200)}
+            if "kernels/sgemm.h" in st.headers
+            else None
+        ),
         "consts": w.consts,
         "blob": f"{name}_weights.bin" if w.blob is not None else None,
         "steps": st.steps,

@@ -45,6 +45,9 @@ ISAS = {
     "scalar": (1, 4, 4),
 }
 
+# FC_SGEMM_ISA_ID of each ISA in sgemm.h (generated models check it with #if).
+ISA_IDS = {"scalar": 1, "avx512": 2, "avx2": 3, "aarch64": 4, "v128": 5}
+
 # Cache sizes (bytes) the blocking assumes per ISA: (L1d, L2 per core, shared L3 share).
 CACHES = {
     "avx512": (48 << 10, 1 << 20, 8 << 20),

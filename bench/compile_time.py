@@ -1,0 +1,126 @@
+"""Compile time against graph size: generated graphs of 1k, 10k and 100k nodes through the
+pipeline to C sources, seconds per stage.
+
+    python bench/compile_time.py [--sizes 1000 10000 100000] [--kinds chain fan transformer]
+                                 [--until render] [--markdown FILE]
+
+Three shapes of graph, each about N nodes:
+- chain: one long chain of elementwise ops (the worst case for fusing chains);
+- fan: one value read by N/6 small branches (scale, relu, softmax), combined back pairwise by
+  concat and reduce_sum (a wide graph: many ready nodes at every scheduling step);
+- transformer: a stack of pre-norm transformer layers (layer norm, attention with softmax,
+  a GELU MLP, residual adds), d_model 16, enough layers for N nodes.
+Prints, per graph, the seconds of building it and of every pipeline stage (codegen/pipeline.py)
+up to ``--until``; stages whose time rounds to zero are grouped as "other". Peers are not
+involved: this measures flowc alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import codegen  # noqa: E402,F401
+import graphdef as gd  # noqa: E402
+from codegen import pipeline  # noqa: E402
+
+
+def chain(n: int) -> gd.Graph:
+    g = gd.Graph("chain")
+    with g:
+        h = gd.placeholder("x", (1, 64))
+        ops = (lambda t: t * 1.0001, lambda t: t + 0.5, gd.tanh, lambda t: t - 0.25, gd.relu)
+        for i in range(n * 5 // 8):  # 5 ops and their 3 scalar constants: 8 nodes
+            h = ops[i % len(ops)](h)
+        g.set_outputs(h)
+    return g
+
+
+def fan(n: int) -> gd.Graph:
+    g = gd.Graph("fan")
+    with g:
+        x = gd.placeholder("x", (1, 64))
+        level = [gd.softmax(gd.relu(x * (1.0 + i * 1e-3))) for i in range(max(1, n // 6))]
+        while len(level) > 1:  # combined pairwise by kernels (no fusion across them)
+            pairs = zip(level[::2], level[1::2])
+            rest = level[len(level) - len(level) % 2 :]
+            level = [gd.reduce_sum(gd.concat([a, b], axis=0), axes=(0,), keepdims=True) for a, b in pairs] + rest
+        g.set_outputs(level[0])
+    return g
+
+
+def transformer(n: int, d: int = 16, seq: int = 8, heads: int = 2) -> gd.Graph:
+    rng = np.random.default_rng(0)
+
+    def w(*shape):
+        return gd.constant((rng.standard_normal(shape) * 0.1).astype(np.float32))
+
+    g = gd.Graph("transformer")
+    with g:
+        h = gd.placeholder("x", (seq, d))
+        per_layer = 40  # nodes of one layer, about (constants included)
+        for _ in range(max(1, n // per_layer)):
+            a = gd.layer_norm(h, w(d), w(d))
+            q, k, v = (gd.matmul(a, w(d, d)) for _ in range(3))
+            split = lambda t: gd.transpose(gd.reshape(t, (seq, heads, d // heads)), (1, 0, 2))  # noqa: E731
+            s = gd.matmul(split(q), gd.transpose(split(k), (0, 2, 1))) * (1.0 / np.sqrt(d // heads))
+            o = gd.reshape(gd.transpose(gd.matmul(gd.softmax(s), split(v)), (1, 0, 2)), (seq, d))
+            h = h + gd.matmul(o, w(d, d))
+            m = gd.gelu(gd.matmul(gd.layer_norm(h, w(d), w(d)), w(d, 4 * d)) + w(4 * d))
+            h = h + gd.matmul(m, w(4 * d, d)) + w(d)
+        g.set_outputs(h)
+    return g
+
+
+KINDS = {"chain": chain, "fan": fan, "transformer": transformer}
+
+
+def measure(kind: str, n: int, until: str) -> dict:
+    t0 = time.perf_counter()
+    g = KINDS[kind](n)
+    times = {"build graph": time.perf_counter() - t0}
+    last = [time.perf_counter()]
+
+    def trace(name, value):
+        now = time.perf_counter()
+        times[name] = now - last[0]
+        last[0] = now
+        print(f"    {kind} {len(g.nodes)}: {name} {times[name]:.2f} s", file=sys.stderr, flush=True)
+
+    pipeline.run(g, pipeline.Options(), until=until, trace=trace)
+    return {"nodes": len(g.nodes), "times": times}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    ap.add_argument("--until", default="render")
+    ap.add_argument("--markdown", type=Path)
+    args = ap.parse_args(argv)
+    rows = []
+    for kind in args.kinds:
+        for n in args.sizes:
+            r = measure(kind, n, args.until)
+            total = sum(r["times"].values())
+            big = {k: v for k, v in r["times"].items() if v >= 0.05}
+            other = total - sum(big.values())
+            detail = ", ".join(f"{k} {v:.2f}" for k, v in big.items()) + (f", other {other:.2f}" if other else "")
+            rows.append(f"| {kind} | {r['nodes']} | {total:.2f} | {detail} |")
+            print(rows[-1], file=sys.stderr, flush=True)
+    table = "| graph | nodes | seconds to C sources | seconds per stage |\n|---|---:|---:|---|\n" + "\n".join(rows)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

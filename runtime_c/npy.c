@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const struct {
     const char *name;
@@ -27,6 +29,30 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+/* n bytes of a file, src, as text safe on a terminal: printable ASCII as is, any other byte (and
+ * the quote and the backslash) as \xNN; at most QUOTE_MAX bytes of it, then "...". dst holds
+ * QUOTE_LEN chars. */
+#define QUOTE_MAX 32
+#define QUOTE_LEN (4 * QUOTE_MAX + 4)
+static const char *quote(char *dst, const char *src, size_t n) {
+    size_t i, k = 0;
+    for (i = 0; i < n && i < QUOTE_MAX; ++i) {
+        unsigned char c = (unsigned char)src[i];
+        if (c >= 32 && c < 127 && c != '\\' && c != '\'') {
+            dst[k++] = (char)c;
+        } else {
+            snprintf(dst + k, QUOTE_LEN - k, "\\x%02x", c);
+            k += 4;
+        }
+    }
+    if (i < n) {
+        memcpy(dst + k, "...", 3);
+        k += 3;
+    }
+    dst[k] = 0;
+    return dst;
 }
 
 size_t fc_npy_itemsize(const char *dtype) {
@@ -53,15 +79,20 @@ static const char *find_key(const char *header, const char *key) {
 
 static int parse_header(const char *h, fc_npy *out, char *err, size_t errlen, const char *path) {
     const char *d = find_key(h, "descr"), *f = find_key(h, "fortran_order"), *s = find_key(h, "shape");
-    char descr[16];
-    size_t i, n = 0;
+    const char *quote_end;
+    char descr[16], q[QUOTE_LEN];
+    size_t i, n, itemsize;
     if (!d || !f || !s) return fail(err, errlen, "%s: malformed .npy header", path);
     if (*d != '\'') return fail(err, errlen, "%s: malformed dtype in .npy header", path);
     d++;
-    while (d[n] && d[n] != '\'' && n + 1 < sizeof descr) {
-        descr[n] = d[n];
-        n++;
-    }
+    quote_end = strchr(d, '\'');
+    if (!quote_end) return fail(err, errlen, "%s: malformed dtype in .npy header", path);
+    n = (size_t)(quote_end - d);
+    if (n == 0) return fail(err, errlen, "%s: empty dtype in .npy header", path);
+    if (n >= sizeof descr)
+        return fail(err, errlen, "%s: unsupported dtype '%s' (little-endian numeric or bool only)", path,
+                    quote(q, d, n));
+    memcpy(descr, d, n);
     descr[n] = 0;
     if (descr[0] == '=') descr[0] = '<'; /* native order is little-endian on our targets */
     out->dtype[0] = 0;
@@ -73,8 +104,9 @@ static int parse_header(const char *h, fc_npy *out, char *err, size_t errlen, co
             break;
         }
     }
-    if (!out->dtype[0]) return fail(err, errlen, "%s: unsupported dtype '%s' (little-endian numeric or bool only)",
-                                    path, descr);
+    if (!out->dtype[0])
+        return fail(err, errlen, "%s: unsupported dtype '%s' (little-endian numeric or bool only)", path,
+                    quote(q, descr, n));
     if (strncmp(f, "False", 5) != 0) return fail(err, errlen, "%s: Fortran-order arrays are not supported", path);
     if (*s != '(') return fail(err, errlen, "%s: malformed shape in .npy header", path);
     s++;
@@ -94,7 +126,11 @@ static int parse_header(const char *h, fc_npy *out, char *err, size_t errlen, co
         out->size *= v;
         s = end;
     }
-    out->nbytes = (size_t)out->size * fc_npy_itemsize(out->dtype);
+    itemsize = fc_npy_itemsize(out->dtype);
+    if ((uintmax_t)out->size > (uintmax_t)(SIZE_MAX / itemsize))
+        return fail(err, errlen, "%s: shape too large (%ld elements of %lu bytes)", path, out->size,
+                    (unsigned long)itemsize);
+    out->nbytes = (size_t)out->size * itemsize;
     return 0;
 }
 
@@ -141,6 +177,10 @@ int fc_npy_load(const char *path, fc_npy *out, char *err, size_t errlen) {
         return -1;
     }
     free(header);
+    if (out->nbytes > SIZE_MAX - prefix - header_len) {
+        fclose(fp);
+        return fail(err, errlen, "%s: shape too large (%ld elements)", path, out->size);
+    }
     if (fseek(fp, 0, SEEK_END) != 0 || (file_size = ftell(fp)) < 0) {
         fclose(fp);
         return fail(err, errlen, "%s: cannot read", path);
@@ -164,35 +204,95 @@ int fc_npy_load(const char *path, fc_npy *out, char *err, size_t errlen) {
     return 0;
 }
 
-int fc_npy_save(const char *path, const char *dtype, int rank, const long *shape, const void *data, char *err,
-                size_t errlen) {
+int fc_npy_save_temp(const char *dir, const char *file, char **tmp, const char *dtype, int rank,
+                     const long *shape, const void *data, char *err, size_t errlen) {
     char header[512];
-    size_t n, i, total, nbytes;
-    long size = 1;
+    size_t n, i, total, nbytes, itemsize, elements = 1;
     const char *descr = NULL;
+    char *path;
+    int fd, saved;
+    mode_t mask;
     FILE *fp;
+    *tmp = NULL;
     for (i = 0; i < NTYPES; ++i)
         if (strcmp(TYPES[i].name, dtype) == 0) descr = TYPES[i].descr;
-    if (!descr || rank < 0 || rank > FC_NPY_MAX_RANK) return fail(err, errlen, "%s: bad array description", path);
-    n = (size_t)snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    if (!descr || rank < 0 || rank > FC_NPY_MAX_RANK)
+        return fail(err, errlen, "%s/%s: bad array description", dir, file);
     for (i = 0; i < (size_t)rank; ++i) {
-        n += (size_t)snprintf(header + n, sizeof header - n, "%ld%s", shape[i], rank == 1 ? "," : (i + 1 < (size_t)rank ? ", " : ""));
-        size *= shape[i];
+        if (shape[i] < 0 || (shape[i] && elements > SIZE_MAX / (size_t)shape[i]))
+            return fail(err, errlen, "%s/%s: bad array description", dir, file);
+        elements *= (size_t)shape[i];
     }
+    itemsize = fc_npy_itemsize(dtype);
+    if (elements > SIZE_MAX / itemsize) return fail(err, errlen, "%s/%s: bad array description", dir, file);
+    nbytes = elements * itemsize;
+    n = (size_t)snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (i = 0; i < (size_t)rank; ++i)
+        n += (size_t)snprintf(header + n, sizeof header - n, "%ld%s", shape[i], rank == 1 ? "," : (i + 1 < (size_t)rank ? ", " : ""));
     n += (size_t)snprintf(header + n, sizeof header - n, "), }");
     total = ((10 + n + 1 + 63) / 64) * 64; /* magic + length + header + newline, padded to 64 */
     while (10 + n + 1 < total) header[n++] = ' ';
     header[n++] = '\n';
-    nbytes = (size_t)size * fc_npy_itemsize(dtype);
-    fp = fopen(path, "wb");
-    if (!fp) return fail(err, errlen, "%s: cannot write (%s)", path, strerror(errno));
+
+    /* a fresh file: mkstemp opens with O_CREAT|O_EXCL, so never an existing file or a link */
+    total = strlen(dir) + strlen(file) + sizeof "/..XXXXXX";
+    path = (char *)malloc(total);
+    if (!path) return fail(err, errlen, "%s/%s: out of memory", dir, file);
+    snprintf(path, total, "%s/.%s.XXXXXX", dir, file);
+    fd = mkstemp(path);
+    if (fd < 0) {
+        saved = errno;
+        free(path);
+        return fail(err, errlen, "%s/%s: cannot write (%s)", dir, file, strerror(saved));
+    }
+    mask = umask(0); /* mkstemp's 0600 -> what fopen would have created: 0666 less the umask */
+    umask(mask);
+    if (fchmod(fd, (mode_t)(0666 & ~mask)) != 0 || !(fp = fdopen(fd, "wb"))) {
+        saved = errno;
+        close(fd);
+        unlink(path);
+        free(path);
+        return fail(err, errlen, "%s/%s: cannot write (%s)", dir, file, strerror(saved));
+    }
+    errno = 0;
     if (fwrite("\x93NUMPY\x01\x00", 1, 8, fp) != 8 || fputc((int)(n & 0xff), fp) == EOF ||
         fputc((int)(n >> 8), fp) == EOF || fwrite(header, 1, n, fp) != n ||
-        (nbytes && fwrite(data, 1, nbytes, fp) != nbytes)) {
+        (nbytes && fwrite(data, 1, nbytes, fp) != nbytes) || fflush(fp) != 0) {
+        saved = errno;
         fclose(fp);
-        return fail(err, errlen, "%s: write failed (%s)", path, strerror(errno));
+        unlink(path);
+        free(path);
+        return fail(err, errlen, "%s/%s: write failed (%s)", dir, file, strerror(saved));
     }
-    if (fclose(fp) != 0) return fail(err, errlen, "%s: write failed (%s)", path, strerror(errno));
+    if (fclose(fp) != 0) {
+        saved = errno;
+        unlink(path);
+        free(path);
+        return fail(err, errlen, "%s/%s: write failed (%s)", dir, file, strerror(saved));
+    }
+    *tmp = path;
+    return 0;
+}
+
+int fc_npy_save(const char *path, const char *dtype, int rank, const long *shape, const void *data, char *err,
+                size_t errlen) {
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) : 1;
+    char *dir = (char *)malloc(dlen + 1), *tmp;
+    int rc, saved;
+    if (!dir) return fail(err, errlen, "%s: out of memory", path);
+    memcpy(dir, slash ? path : ".", dlen);
+    dir[dlen] = 0;
+    rc = fc_npy_save_temp(dir, slash ? slash + 1 : path, &tmp, dtype, rank, shape, data, err, errlen);
+    free(dir);
+    if (rc != 0) return -1;
+    if (rename(tmp, path) != 0) {
+        saved = errno;
+        unlink(tmp);
+        free(tmp);
+        return fail(err, errlen, "%s: cannot write (%s)", path, strerror(saved));
+    }
+    free(tmp);
     return 0;
 }
 

@@ -16,10 +16,20 @@ typedef struct {
     void *data;     /* malloc'ed, 64-byte aligned; free with fc_npy_free */
 } fc_npy;
 
-/* Load path into *out. Returns 0, or -1 with a one-line reason in err. */
+/* Load path into *out. Returns 0, or -1 with a one-line reason in err (the bytes of the file
+ * it quotes are escaped as \xNN where not printable ASCII, and bounded in length). */
 int fc_npy_load(const char *path, fc_npy *out, char *err, size_t errlen);
 
-/* Write data as a version 1.0 .npy file. Returns 0, or -1 with a one-line reason in err. */
+/* Write data as a version 1.0 .npy file to a new temporary file in dir, named .<file>.XXXXXX
+ * and created with mkstemp (O_CREAT|O_EXCL: never through an existing path or link), with the
+ * permissions fopen gives (0666 less the umask). Returns 0 and the temporary's path in *tmp
+ * (malloc'ed: the caller renames it into place, or removes it, and frees it), or -1 with a
+ * one-line reason in err, *tmp NULL and no temporary left behind. */
+int fc_npy_save_temp(const char *dir, const char *file, char **tmp, const char *dtype, int rank,
+                     const long *shape, const void *data, char *err, size_t errlen);
+
+/* Write data as a version 1.0 .npy file at path: to a temporary in the same folder
+ * (fc_npy_save_temp), then renamed over path. Returns 0, or -1 with a one-line reason in err. */
 int fc_npy_save(const char *path, const char *dtype, int rank, const long *shape, const void *data,
                 char *err, size_t errlen);
 

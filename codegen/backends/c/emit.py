@@ -66,7 +66,8 @@ class Sources:
 # ----------------------------------------------------------------------------- interface
 def io_tensors(program: Program, name: str, names: Names) -> tuple[list[dict], list[dict]]:
     """The inputs and outputs as the templates see them: C name, size macro, string literal
-    of the model's (untrusted) name, shape, sizes, .npy file name."""
+    of the model's (untrusted) name, shape, sizes, .npy file name (unique among the outputs,
+    ignoring case: the binary writes each output to its own file)."""
     macros = Names()
     out = {}
     for kind, items in (("in", program.inputs), ("out", program.outputs)):
@@ -91,11 +92,31 @@ def io_tensors(program: Program, name: str, names: Names) -> tuple[list[dict], l
                     "file": _file_name(label, cname),
                 }
             )
+    # Two outputs must not share a file (``y/2`` falls back to out_y_2, the file of an output
+    # named ``out_y_2``; ``Y`` and ``y`` are one file on macOS and Windows): outputs named by
+    # their own label come first, then the first of each name keeps it and a later clash gets
+    # a suffix that no other output uses.
+    taken = {t["file"].casefold() for t in out["out"]}
+    seen: set[str] = set()
+    for t in sorted(out["out"], key=lambda t: t["file"] != t["label"]):
+        if t["file"].casefold() in seen:
+            base, k = t["file"], 2
+            while f"{base}_{k}".casefold() in taken:
+                k += 1
+            t["file"] = f"{base}_{k}"
+            taken.add(t["file"].casefold())
+        seen.add(t["file"].casefold())
     return out["in"], out["out"]
 
 
 def _file_name(label: str, cname: str) -> str:
-    ok = label and all(ch.isalnum() or ch in "_-." for ch in label) and not label.startswith(".")
+    # at most 200 bytes: the binary's temporary .<name>.npy.XXXXXX must fit in NAME_MAX (255)
+    ok = (
+        label
+        and all(ch.isalnum() or ch in "_-." for ch in label)
+        and not label.startswith(".")
+        and len(label.encode("utf-8")) <= 200
+    )
     return label if ok else cname
 
 

@@ -51,7 +51,9 @@ def fan(n: int) -> gd.Graph:
         while len(level) > 1:  # combined pairwise by kernels (no fusion across them)
             pairs = zip(level[::2], level[1::2])
             rest = level[len(level) - len(level) % 2 :]
-            level = [gd.reduce_sum(gd.concat([a, b], axis=0), axes=(0,), keepdims=True) for a, b in pairs] + rest
+            level = [
+                gd.reduce_sum(gd.concat([a, b], axis=0), axes=(0,), keepdims=True) for a, b in pairs
+            ] + rest
         g.set_outputs(level[0])
     return g
 
@@ -112,10 +114,14 @@ def main(argv=None) -> int:
             total = sum(r["times"].values())
             big = {k: v for k, v in r["times"].items() if v >= 0.05}
             other = total - sum(big.values())
-            detail = ", ".join(f"{k} {v:.2f}" for k, v in big.items()) + (f", other {other:.2f}" if other else "")
+            detail = ", ".join(f"{k} {v:.2f}" for k, v in big.items()) + (
+                f", other {other:.2f}" if other else ""
+            )
             rows.append(f"| {kind} | {r['nodes']} | {total:.2f} | {detail} |")
             print(rows[-1], file=sys.stderr, flush=True)
-    table = "| graph | nodes | seconds to C sources | seconds per stage |\n|---|---:|---:|---|\n" + "\n".join(rows)
+    table = "| graph | nodes | seconds to C sources | seconds per stage |\n|---|---:|---:|---|\n" + "\n".join(
+        rows
+    )
     print(table)
     if args.markdown:
         args.markdown.write_text(table + "\n")

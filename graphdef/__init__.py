@@ -63,11 +63,14 @@ from .verify import verify
 slice = _shape.slice_  # noqa: A001 - gd.slice mirrors the op name
 
 
-def load_onnx(path, shapes: dict | None = None, name: str | None = None, values: dict | None = None) -> Graph:
-    """Import an ONNX model (needs the ``onnx`` package); see ``graphdef.onnx.load_onnx``."""
+def load_onnx(
+    path, shapes: dict | None = None, name: str | None = None, values: dict | None = None, **limits
+) -> Graph:
+    """Import an ONNX model (needs the ``onnx`` package); see ``graphdef.onnx.load_onnx`` (also
+    for ``limits``: fold_limit, const_limit)."""
     from .onnx import load_onnx as _load
 
-    return _load(path, shapes, name, values)
+    return _load(path, shapes, name, values, **limits)
 
 
 def _bind_operators() -> None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import tempfile
 import zipfile
 
 import numpy as np
 
-from . import builder
+from . import builder, dtypes
 from .errors import FlowcError, SerializationError
 from .ir import Graph, Node, TensorType, ValueRef
 from .verify import verify
@@ -24,6 +25,12 @@ from .verify import verify
 FORMAT = "flowc-graph"
 VERSION = 1
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+MAX_JSON_BYTES = 256 << 20  # graph.json (~500k nodes): larger is refused by save and by load
+MAX_ARRAY_BYTES = 1 << 34  # 16 GiB: one .npy member's data
+_MAX_INT = 1 << 64  # ints in graph.json lie in (-2^64, 2^64): a bigger one is an overflow, not a graph
+_MAX_DIM = (1 << 63) - 1
+_MAX_DEPTH = 32  # nested lists in an attribute value
+_MAX_NPY_HEADER = 1 << 14  # magic, length and header of a .npy member (numpy reads at most 10000)
 
 
 def _jsonable(value):
@@ -70,6 +77,11 @@ def save(graph: Graph, path) -> None:
             np.lib.format.write_array(buf, np.asarray(store[name], order="C"), allow_pickle=False)
             entries.append((member, buf.getvalue()))
     text = json.dumps(doc, indent=1, sort_keys=False).encode()
+    if len(text) > MAX_JSON_BYTES:
+        raise SerializationError(
+            f"{path}: graph.json would hold {len(text)} bytes, more than load accepts ({MAX_JSON_BYTES}); "
+            "not written"
+        )
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".flowc-", dir=folder)
     try:
@@ -89,43 +101,214 @@ def _need(cond, path, what):
         raise SerializationError(f"{path}: {what}")
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _plain(value, depth: int = 0) -> bool:
+    """An attribute value of JSON scalars and (nested) lists, ints within range."""
+    if value is None or isinstance(value, (bool, str, float)):
+        return True
+    if _is_int(value):
+        return -_MAX_INT < value < _MAX_INT
+    if isinstance(value, list) and depth < _MAX_DEPTH:
+        return all(_plain(v, depth + 1) for v in value)
+    return False
+
+
+def _ref(item, path, where: str) -> ValueRef:
+    """A ``[node, index]`` pair of graph.json as a ValueRef."""
+    _need(
+        isinstance(item, list)
+        and len(item) == 2
+        and isinstance(item[0], str)
+        and _is_int(item[1])
+        and 0 <= item[1] < _MAX_INT,
+        path,
+        f"malformed graph.json: {where} {_short(item)} is not a [node name, output index] pair",
+    )
+    return ValueRef(item[0], item[1])
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _tensor_type(t, path, where: str) -> TensorType:
+    _need(isinstance(t, dict), path, f"malformed graph.json: {where} is not an object")
+    shape, dtype = t.get("shape"), t.get("dtype")
+    _need(
+        isinstance(shape, list) and all(_is_int(d) and 0 <= d <= _MAX_DIM for d in shape),
+        path,
+        f"malformed graph.json: {where} has shape {_short(shape)}, not a list of non-negative ints",
+    )
+    shown = dtype if isinstance(dtype, str) else _short(dtype)
+    _need(
+        isinstance(dtype, str) and dtype in dtypes.ALL,
+        path,
+        f"malformed graph.json: {where} has unsupported dtype {shown}",
+    )
+    t = TensorType(tuple(shape), dtype)
+    _need(t.nbytes <= _MAX_DIM, path, f"malformed graph.json: {where} ({t}) has a size that overflows")
+    return t
+
+
+def _node(n, i: int, path) -> Node:
+    """Node ``i`` of graph.json, every field checked for its type."""
+    _need(isinstance(n, dict), path, f"malformed graph.json: node #{i} is not an object")
+    name, op = n.get("name"), n.get("op")
+    _need(isinstance(name, str) and name, path, f"malformed graph.json: node #{i} has no name")
+    where = f"node '{name}'"
+    _need(isinstance(op, str) and op, path, f"malformed graph.json: {where} has no op")
+    inputs, attrs, outputs = n.get("inputs", []), n.get("attrs", {}), n.get("outputs")
+    device, controls = n.get("device"), n.get("control_inputs", [])
+    _need(isinstance(inputs, list), path, f"malformed graph.json: {where} inputs are not a list")
+    _need(
+        isinstance(attrs, dict) and all(_plain(v) for v in attrs.values()),
+        path,
+        f"malformed graph.json: {where} attrs are not an object of plain values",
+    )
+    _need(isinstance(outputs, list), path, f"malformed graph.json: {where} outputs are not a list")
+    _need(device is None or isinstance(device, str), path, f"malformed graph.json: {where} device")
+    _need(
+        isinstance(controls, list) and all(isinstance(c, str) for c in controls),
+        path,
+        f"malformed graph.json: {where} control_inputs are not a list of names",
+    )
+    return Node(
+        name=name,
+        op=op,
+        inputs=tuple(_ref(r, path, f"{where} input") for r in inputs),
+        attrs=attrs,
+        outputs=tuple(_tensor_type(t, path, f"{where} output {k}") for k, t in enumerate(outputs)),
+        device=device,
+        control_inputs=tuple(controls),
+    )
+
+
+def _read_json(z: zipfile.ZipFile, path) -> dict:
+    info = z.getinfo("graph.json")
+    _need(
+        info.file_size <= MAX_JSON_BYTES,
+        path,
+        f"graph.json declares {info.file_size} bytes, more than {MAX_JSON_BYTES}; refused",
+    )
+    with z.open(info) as f:
+        text = f.read(MAX_JSON_BYTES + 1)
+    _need(len(text) <= MAX_JSON_BYTES, path, f"graph.json holds more than {MAX_JSON_BYTES} bytes; refused")
+    doc = json.loads(text)
+    _need(isinstance(doc, dict) and doc.get("format") == FORMAT, path, "not a flowc graph file")
+    _need(doc.get("version") == VERSION, path, f"unsupported version {_short(doc.get('version'))}")
+    return doc
+
+
+def _read_array(z: zipfile.ZipFile, member: str, want: TensorType | None, path, what: str) -> np.ndarray:
+    """A .npy member, its header checked before any data is read: a flowc dtype (never an
+    object array), a size within MAX_ARRAY_BYTES that matches the member's size and the type
+    its node declares."""
+    info = z.getinfo(member)
+    with z.open(info) as f:  # the header lies in the first bytes: read those, no more
+        head = io.BytesIO(f.read(_MAX_NPY_HEADER))
+    version = np.lib.format.read_magic(head)
+    if version == (1, 0):
+        shape, _, descr = np.lib.format.read_array_header_1_0(head)
+    elif version == (2, 0):
+        shape, _, descr = np.lib.format.read_array_header_2_0(head)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    start = head.tell()
+    _need(not descr.hasobject, path, f"{what} ({member}) holds Python objects; refused")
+    try:
+        dtype = dtypes.as_dtype(descr)
+    except FlowcError:
+        raise SerializationError(f"{path}: {what} ({member}) has unsupported dtype {descr}") from None
+    nbytes = math.prod(shape) * descr.itemsize
+    _need(
+        nbytes <= MAX_ARRAY_BYTES,
+        path,
+        f"{what} ({member}) declares {nbytes} bytes (shape {list(shape)}), more than {MAX_ARRAY_BYTES}",
+    )
+    _need(
+        info.file_size == start + nbytes,
+        path,
+        f"{what} ({member}) is {info.file_size} bytes, its header says {start + nbytes}",
+    )
+    if want is not None:
+        got = TensorType(shape, dtype)
+        _need(got == want, path, f"{what} ({member}) holds {got}, its node declares {want}")
+    with z.open(info) as f:
+        array = np.lib.format.read_array(f, allow_pickle=False)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    if not (array.flags.c_contiguous and array.flags.owndata):  # a Fortran-ordered file
+        array = array.copy(order="C")
+    array.flags.writeable = False  # the graph keeps it as it is rather than copying it
+    return array
+
+
+def _tensors(doc: dict, path) -> dict:
+    tensors = doc.get("tensors", {})
+    _need(isinstance(tensors, dict), path, "malformed graph.json: tensors is not an object")
+    out = {}
+    for kind in ("constants", "variables"):
+        table = tensors.get(kind, {})
+        _need(
+            isinstance(table, dict) and all(isinstance(m, str) for m in table.values()),
+            path,
+            f"malformed graph.json: tensors.{kind} is not an object of member names",
+        )
+        out[kind] = table
+    return out
+
+
+def _read(z: zipfile.ZipFile, path):
+    """(name, nodes, outputs, constants, variables) of an open .flowc file."""
+    doc = _read_json(z, path)
+    name, nodes, outputs = doc.get("name"), doc.get("nodes"), doc.get("outputs", [])
+    _need(isinstance(name, str) and name, path, "malformed graph.json: the graph has no name")
+    _need(isinstance(nodes, list), path, "malformed graph.json: nodes is not a list")
+    _need(isinstance(outputs, list), path, "malformed graph.json: outputs is not a list")
+    nodes = [_node(n, i, path) for i, n in enumerate(nodes)]
+    outputs = [_ref(r, path, "graph output") for r in outputs]
+    by_name = {n.name: n for n in nodes}
+    stores = {}
+    for kind, table in _tensors(doc, path).items():
+        op = kind[:-1]
+        stores[kind] = {}
+        for tensor, member in table.items():
+            node = by_name.get(tensor)
+            _need(
+                node is not None and node.op == op and len(node.outputs) == 1,
+                path,
+                f"graph.json stores a {op} array for '{tensor}', which is not a {op} node",
+            )
+            stores[kind][tensor] = _read_array(z, member, node.outputs[0], path, f"{op} '{tensor}'")
+    return name, nodes, outputs, stores["constants"], stores["variables"]
+
+
 def load(path) -> builder.Graph:
-    """Read a graph written by ``save`` (a ``gd.Graph``: it can be built on further)."""
+    """Read a graph written by ``save`` (a ``gd.Graph``: it can be built on further).
+
+    Every failure is one FlowcError naming the file: sizes are checked before anything is
+    read (graph.json at most MAX_JSON_BYTES, each array at most MAX_ARRAY_BYTES and exactly
+    the size of its member and the type of its node), every field of graph.json is checked
+    for its type, and the graph passes ``verify``.
+    """
     path = os.fspath(path)
     try:
         with zipfile.ZipFile(path) as z:
-            doc = json.loads(z.read("graph.json"))
-            _need(isinstance(doc, dict) and doc.get("format") == FORMAT, path, "not a flowc graph file")
-            _need(doc.get("version") == VERSION, path, f"unsupported version {doc.get('version')!r}")
-            tensors = doc.get("tensors", {})
-            stores = {}
-            for kind in ("constants", "variables"):
-                stores[kind] = {}
-                for name, member in dict(tensors.get(kind, {})).items():
-                    with z.open(str(member)) as f:
-                        stores[kind][name] = np.lib.format.read_array(f, allow_pickle=False)
+            parts = _read(z, path)
+        graph = builder.Graph(*parts)
+        verify(graph)
+    except SerializationError:
+        raise
     except FileNotFoundError:
         raise SerializationError(f"{path}: no such file") from None
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as e:
-        raise SerializationError(f"{path}: not a readable flowc graph file ({e})") from None
-    try:
-        nodes = [
-            Node(
-                name=n["name"],
-                op=n["op"],
-                inputs=tuple(ValueRef(str(a), int(b)) for a, b in n["inputs"]),
-                attrs=n["attrs"],
-                outputs=tuple(TensorType(tuple(t["shape"]), t["dtype"]) for t in n["outputs"]),
-                device=n.get("device"),
-                control_inputs=tuple(n.get("control_inputs", ())),
-            )
-            for n in doc["nodes"]
-        ]
-        outputs = [ValueRef(str(a), int(b)) for a, b in doc.get("outputs", [])]
-        graph = builder.Graph(str(doc["name"]), nodes, outputs, stores["constants"], stores["variables"])
     except FlowcError as e:
-        raise SerializationError(f"{path}: {e}") from None
-    except (KeyError, TypeError, ValueError) as e:
-        raise SerializationError(f"{path}: malformed graph.json ({type(e).__name__}: {e})") from None
-    verify(graph)
+        raise type(e)(f"{path}: {e}") from None
+    except Exception as e:  # zip, npy, json and zlib failures, nesting too deep: not a graph file
+        raise SerializationError(
+            f"{path}: not a readable flowc graph file ({type(e).__name__}: {e})"
+        ) from None
     return graph

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections import ChainMap, Counter
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -24,12 +25,16 @@ from pathlib import Path
 import numpy as np
 
 from .. import dtypes
-from ..builder import Graph, Tensor, constant, default_graph_scope, placeholder
-from ..errors import FlowcError, GraphError, UnsupportedError
+from ..builder import Graph, Tensor, constant, default_graph_scope, fill, placeholder
+from ..errors import FlowcError, GraphError, ShapeError, UnsupportedError
 from ..interpret import run
 from ..ops.shape import identity
 
 MAX_TENSOR_BYTES = 1 << 34  # 16 GiB: declared sizes above this are refused before allocating
+FOLD_LIMIT_BYTES = 64 << 20  # 64 MiB: the most the importer computes at import time for one node
+CONST_LIMIT_BYTES = 1 << 30  # 1 GiB: a helper constant a converter builds (a mask, an index table)
+MAX_VALUE_BYTES = (1 << 63) - 1  # no machine addresses a larger tensor: a type beyond it is an overflow
+MAX_CONVERSIONS = 1_000_000  # node conversions (unrolled loop bodies count each time): more are refused
 
 
 class OnnxImportError(FlowcError):
@@ -88,6 +93,17 @@ def onnx_dtype(elem_type: int, what: str) -> str:
 Value = Tensor | np.ndarray
 
 
+def nbytes_of(shape, dtype: str) -> int:
+    """Bytes of a ``dtype`` array of ``shape``, in Python ints (no overflow); the shape must
+    be non-negative ints (a ShapeError says which entry is not)."""
+    dims = []
+    for d in shape:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or int(d) < 0:
+            raise ShapeError(f"shape {list(shape)} has entry {d!r}, not a non-negative integer")
+        dims.append(int(d))
+    return math.prod(dims) * dtypes.itemsize(dtypes.as_dtype(dtype))
+
+
 @dataclass
 class OnnxNode:
     """What a converter sees: the ONNX node, its opset, attributes and input values."""
@@ -114,6 +130,15 @@ class OnnxNode:
         if not self.has(i):
             raise UnsupportedError(f"{self.where()}: input {i} {what}is missing")
         v = self.inputs[i]
+        if isinstance(v, Tensor):
+            big = self.importer.unfolded_source(v)
+            if big is not None:
+                node, nbytes = big
+                raise OnnxImportError(
+                    f"{self.where()}: input {i} {what}must be known at import time, but it is computed from "
+                    f"node '{node}', whose {nbytes} bytes exceed the import-time limit "
+                    f"({self.importer.fold_limit} bytes), so it is only computed at run time"
+                )
         if not isinstance(v, np.ndarray):
             raise UnsupportedError(
                 f"{self.where()}: input {i} {what}must be a constant{value_source(v)}: flowc "
@@ -137,6 +162,35 @@ class OnnxNode:
     def attr(self, name: str, default=None):
         return self.attrs.get(name, default)
 
+    def check_size(self, shape, dtype: str, what: str) -> int:
+        """Refuse, before it is allocated, a helper constant of ``shape`` and ``dtype`` (a
+        mask, an index table) that this converter builds at import time, when it exceeds the
+        importer's ``const_limit``; returns its bytes. The range of one axis counts as well
+        (an ``np.arange`` per axis builds many such tables, and one axis of an empty shape
+        can still be huge)."""
+        try:
+            nbytes = nbytes_of(shape, dtype)
+        except ShapeError as e:
+            raise ShapeError(f"{self.where()}: {what}: {e}") from None
+        nbytes = max(
+            nbytes, max((int(d) for d in shape), default=0) * dtypes.itemsize(dtypes.as_dtype(dtype))
+        )
+        if nbytes > self.importer.const_limit:
+            raise OnnxImportError(
+                f"{self.where()}: {what} of shape {list(shape)} would take {nbytes} bytes at import time, "
+                f"more than flowc builds ({self.importer.const_limit} bytes)"
+            )
+        return nbytes
+
+    def full(self, shape, value, dtype: str) -> Value:
+        """``value`` repeated over ``shape``: a numpy array when small, else a ``fill`` node
+        (computed at run time, nothing allocated now)."""
+        shape = tuple(int(d) for d in shape)
+        nbytes_of(shape, dtype)
+        if math.prod(shape) <= FULL_ARRAY_ELEMENTS:
+            return np.full(shape, value, dtype=dtypes.np_dtype(dtype))
+        return fill(shape, float(value) if isinstance(value, (bool, np.bool_)) else value, dtype)
+
     def unsupported(self, reason: str) -> UnsupportedError:
         return UnsupportedError(f"{self.where()}: {reason}")
 
@@ -147,6 +201,9 @@ class OnnxNode:
         if g is None or not hasattr(g, "node"):
             raise self.unsupported(f"attribute '{attr}' (a graph) is missing")
         return self.importer.subgraph(g, values, f"{self.where()} {what or attr}")
+
+
+FULL_ARRAY_ELEMENTS = 4096  # OnnxNode.full: larger values become fill nodes
 
 
 def value_source(v: Value) -> str:
@@ -176,7 +233,7 @@ def value_source(v: Value) -> str:
 
 
 def _attr_value(a):
-    from onnx import AttributeProto, numpy_helper
+    from onnx import AttributeProto
 
     t = a.type
     if t == AttributeProto.FLOAT:
@@ -198,7 +255,7 @@ def _attr_value(a):
     if t == AttributeProto.GRAPHS:
         return list(a.graphs)
     if t == AttributeProto.SPARSE_TENSOR:
-        return numpy_helper.to_array(a.sparse_tensor.values)  # rarely used; densified by converters
+        return _tensor_array(a.sparse_tensor.values, None, "attribute " + a.name)  # densified by converters
     return None
 
 
@@ -207,54 +264,101 @@ def _tensor_array(t, base: Path | None, what: str) -> np.ndarray:
     from onnx import TensorProto, numpy_helper
 
     dtype = onnx_dtype(t.data_type, f"{what} '{t.name}'")
-    count = math.prod(int(d) for d in t.dims)
-    nbytes = count * dtypes.itemsize(dtype)
-    if any(int(d) < 0 for d in t.dims) or nbytes > MAX_TENSOR_BYTES:
+    dims = [int(d) for d in t.dims]
+    nbytes = math.prod(dims) * dtypes.itemsize(dtype)
+    if any(d < 0 for d in dims) or nbytes > MAX_TENSOR_BYTES:
         raise OnnxImportError(
-            f"tensor '{t.name}' declares {nbytes} bytes (shape {list(t.dims)}), more than flowc "
+            f"tensor '{t.name}' declares {nbytes} bytes (shape {dims}), more than flowc "
             f"will allocate ({MAX_TENSOR_BYTES} bytes)"
         )
     if t.data_location == TensorProto.EXTERNAL:
-        if base is None:
-            raise OnnxImportError(f"tensor '{t.name}' uses external data, which needs the model's folder")
-        info = {e.key: e.value for e in t.external_data}
-        location = info.get("location", "")
-        path = (base / location).resolve()
-        if not location or os.path.isabs(location) or base.resolve() not in path.parents:
-            raise OnnxImportError(
-                f"tensor '{t.name}': external data '{location}' is outside the model's folder {base}; refused"
-            )
-        offset, length = int(info.get("offset", 0)), int(info.get("length", nbytes))
-        if length != nbytes:
-            raise OnnxImportError(
-                f"tensor '{t.name}': external data length {length} != {nbytes} bytes declared"
-            )
-        try:
-            size = path.stat().st_size
-        except OSError:
-            raise OnnxImportError(f"tensor '{t.name}': external data file '{location}' not found") from None
-        if offset + length > size:
-            raise OnnxImportError(
-                f"tensor '{t.name}': external data '{location}' has {size} bytes, needs {offset + length}"
-            )
-        with open(path, "rb") as f:
-            f.seek(offset)
-            raw = f.read(length)
-        return (
-            np.frombuffer(raw, dtype=dtypes.np_dtype(dtype).newbyteorder("<")).reshape(tuple(t.dims)).copy()
-        )
+        return _external_array(t, base, dims, dtype, nbytes)
     if t.HasField("raw_data") and len(t.raw_data) != nbytes:
         raise OnnxImportError(f"tensor '{t.name}': {len(t.raw_data)} bytes of data for {nbytes} declared")
     try:
         array = numpy_helper.to_array(t)
+        return np.asarray(array, dtype=dtypes.np_dtype(dtype)).reshape(tuple(dims))
     except Exception as e:  # malformed data fields
-        raise OnnxImportError(f"tensor '{t.name}': unreadable data ({e})") from None
-    return np.asarray(array, dtype=dtypes.np_dtype(dtype)).reshape(tuple(int(d) for d in t.dims))
+        raise OnnxImportError(f"tensor '{t.name}': unreadable data ({type(e).__name__}: {e})") from None
+
+
+def _external_field(t, info: dict, key: str, default: int) -> int:
+    """The ``offset`` or ``length`` of external data: decimal digits only."""
+    text = info.get(key)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) >= 1 << 63:
+        raise OnnxImportError(
+            f"tensor '{t.name}': external data {key} {text[:40]!r} is not a decimal integer in [0, 2^63)"
+        )
+    return int(text)
+
+
+def _external_array(t, base: Path | None, dims: list, dtype: str, nbytes: int) -> np.ndarray:
+    """The data of a tensor stored in a file beside the model: a regular file inside the
+    model's folder, at a decimal offset, exactly the declared bytes long."""
+    if base is None:
+        raise OnnxImportError(f"tensor '{t.name}' uses external data, which needs the model's folder")
+    info = {e.key: e.value for e in t.external_data}
+    location = info.get("location", "")
+    try:
+        path = (base / location).resolve()
+        inside = bool(location) and not os.path.isabs(location) and base.resolve() in path.parents
+    except (OSError, ValueError, RuntimeError):  # a NUL byte, a symlink loop
+        inside = False
+    if not inside:
+        raise OnnxImportError(
+            f"tensor '{t.name}': external data '{location}' is outside the model's folder {base}; refused"
+        )
+    offset = _external_field(t, info, "offset", 0)
+    length = _external_field(t, info, "length", nbytes)
+    if length != nbytes:
+        raise OnnxImportError(f"tensor '{t.name}': external data length {length} != {nbytes} bytes declared")
+    try:
+        st = path.stat()
+    except (OSError, ValueError):
+        raise OnnxImportError(f"tensor '{t.name}': external data file '{location}' not found") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise OnnxImportError(f"tensor '{t.name}': external data location '{location}' is {kind}; refused")
+    if offset + length > st.st_size:
+        raise OnnxImportError(
+            f"tensor '{t.name}': external data '{location}' has {st.st_size} bytes, needs {offset + length}"
+        )
+    array = np.empty(tuple(dims), dtype=dtypes.np_dtype(dtype).newbyteorder("<"))
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            got = f.readinto(memoryview(array.reshape(-1).view(np.uint8))) if nbytes else 0
+    except OSError as e:
+        raise OnnxImportError(
+            f"tensor '{t.name}': cannot read external data '{location}' ({e.strerror})"
+        ) from None
+    if got != nbytes:
+        raise OnnxImportError(
+            f"tensor '{t.name}': external data '{location}' gave {got} bytes, needs {nbytes}"
+        )
+    return array
 
 
 class _Importer:
-    def __init__(self, model, base: Path | None, shapes: dict, label: str, values: dict | None = None):
+    def __init__(
+        self,
+        model,
+        base: Path | None,
+        shapes: dict,
+        label: str,
+        values: dict | None = None,
+        fold_limit: int = FOLD_LIMIT_BYTES,
+        const_limit: int = CONST_LIMIT_BYTES,
+    ):
         self.model = model
+        self.fold_limit = int(fold_limit)
+        self.const_limit = int(const_limit)
+        # graph node -> (ONNX node, bytes) of values known from constants but too large to compute
+        # at import (see _evaluate): they are computed at run time
+        self.unfolded: dict[str, tuple[str, int]] = {}
+        self.conversions = 0
         self.base = base
         self.shapes = {k: tuple(int(d) for d in v) for k, v in (shapes or {}).items()}
         self.values = {k: np.asarray(v) for k, v in (values or {}).items()}
@@ -279,7 +383,13 @@ class _Importer:
                 if vi.name in self.values:  # fixed when compiling: a constant from now on
                     self.env[vi.name] = self.values[vi.name].astype(dtypes.np_dtype(self._value_dtype(vi)))
                     continue
-                self.env[vi.name] = placeholder(vi.name, self._input_shape(vi), self._value_dtype(vi))
+                x = placeholder(vi.name, self._input_shape(vi), self._value_dtype(vi))
+                if x.type.nbytes > MAX_VALUE_BYTES:
+                    raise OnnxImportError(
+                        f"input '{vi.name}' ({x.type}) would take {x.type.nbytes} bytes, more than any "
+                        f"machine addresses ({MAX_VALUE_BYTES}): its size overflows"
+                    )
+                self.env[vi.name] = x
             unknown = (set(self.shapes) | set(self.values)) - {vi.name for vi in g.input}
             if unknown:
                 raise OnnxImportError(
@@ -364,18 +474,17 @@ class _Importer:
             self._convert(node, index)
 
     def _convert(self, node, index: int) -> None:
+        self.conversions += 1
+        if self.conversions > MAX_CONVERSIONS:
+            raise OnnxImportError(
+                f"{self.label}: more than {MAX_CONVERSIONS} node conversions (loops unrolled): refused"
+            )
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         opset = self.opsets.get(node.domain or "ai.onnx", 0)
         fn = _lookup(domain, node.op_type, opset)
         inputs = [self.env[n] if n else None for n in node.input]
         ctx = OnnxNode(
-            node.op_type,
-            node.name or f"{node.op_type}_{index}",
-            opset,
-            {a.name: _attr_value(a) for a in node.attribute},
-            inputs,
-            len(node.output),
-            self,
+            node.op_type, node.name or f"{node.op_type}_{index}", opset, {}, inputs, len(node.output), self
         )
         # a node with subgraphs also reads names of this scope that are not among its inputs:
         # its converter runs in place, and the subgraph's own nodes fold what is known
@@ -385,14 +494,50 @@ class _Importer:
             and not _subgraphs(node)
         )
         try:
-            outs = self._evaluate(fn, ctx) if known else fn(ctx)
+            ctx.attrs = {a.name: _attr_value(a) for a in node.attribute}
+            outs = self._evaluate(fn, ctx) if known else None
+            if outs is None:  # not all known, or too large to compute now: graph nodes
+                outs = fn(ctx)
+                if known:
+                    self._mark_unfolded(ctx, outs)
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            for i, v in enumerate(outs):
+                if isinstance(v, Tensor) and v.type.nbytes > MAX_VALUE_BYTES:
+                    raise OnnxImportError(
+                        f"output {i} ({v.type}) would take {v.type.nbytes} bytes, more than any machine "
+                        f"addresses ({MAX_VALUE_BYTES}): its size overflows"
+                    )
         except FlowcError as e:
             msg = str(e)
             raise type(e)(msg if ctx.where() in msg else f"{ctx.where()}: {msg}") from None
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        except RecursionError:
+            raise
+        except Exception as e:  # a converter failing on input it did not expect: name the node
+            raise OnnxImportError(f"{ctx.where()}: cannot be imported ({type(e).__name__}: {e})") from None
         for name, value in zip(node.output, outs):
             if name:
                 self.env[name] = value
+
+    def _mark_unfolded(self, ctx: OnnxNode, outs) -> None:
+        for v in outs if isinstance(outs, (list, tuple)) else [outs]:
+            if isinstance(v, Tensor):
+                self.unfolded[v.ref.node] = (ctx.name, v.type.nbytes)
+
+    def unfolded_source(self, v: Tensor) -> tuple[str, int] | None:
+        """(ONNX node, bytes) of a value too large to compute at import that ``v`` is computed
+        from, or None."""
+        if not self.unfolded or v.graph is not getattr(self, "graph", None):
+            return None
+        graph, seen, stack = v.graph, set(), [v.ref.node]
+        while stack:
+            name = stack.pop()
+            if name in self.unfolded:
+                return self.unfolded[name]
+            if name in seen:
+                continue
+            seen.add(name)
+            stack.extend(r.node for r in graph.node(name).inputs)
+        return None
 
     def subgraph(self, g, values: list, where: str) -> list:
         """Convert the nodes of subgraph ``g`` (a GraphProto) into the graph being built.
@@ -425,14 +570,21 @@ class _Importer:
         finally:
             self.env = outer
 
-    def _evaluate(self, fn, ctx: OnnxNode) -> list:
-        """Run a converter on constant inputs in a scratch graph and return numpy results."""
+    def _evaluate(self, fn, ctx: OnnxNode) -> list | None:
+        """Run a converter on constant inputs in a scratch graph and return numpy results;
+        None when the scratch graph's values (their sizes are known from the types, before
+        anything runs) exceed the import-time limit: the caller builds graph nodes instead."""
         scratch = Graph("const")
         with default_graph_scope(scratch):
             outs = fn(ctx)
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
         tensors = [o for o in outs if isinstance(o, Tensor)]
-        values = iter(run(scratch, {}, tensors)) if tensors else iter(())
+        if not tensors:
+            return outs
+        computed = sum(t.nbytes for n in scratch.nodes if n.op != "constant" for t in n.outputs)
+        if computed > self.fold_limit:
+            return None
+        values = iter(run(scratch, {}, tensors))
         return [next(values) if isinstance(o, Tensor) else o for o in outs]
 
 
@@ -464,13 +616,25 @@ def _all_nodes(g):
             yield from _all_nodes(sub)
 
 
-def load_onnx(path, shapes: dict | None = None, name: str | None = None, values: dict | None = None) -> Graph:
+def load_onnx(
+    path,
+    shapes: dict | None = None,
+    name: str | None = None,
+    values: dict | None = None,
+    fold_limit: int = FOLD_LIMIT_BYTES,
+    const_limit: int = CONST_LIMIT_BYTES,
+) -> Graph:
     """Import an ONNX model file into a Graph with static shapes.
 
     ``shapes`` fixes inputs with symbolic dimensions, e.g. ``{"input": (1, 3, 224, 224)}``.
     ``values`` fixes whole inputs to constants at compile time (for inputs that decide a
     shape, such as the axes of a reduction given as a graph input); they leave the interface.
     External data files are read only from inside the model's own folder.
+    ``fold_limit`` bounds (in bytes) what one node may compute at import time: a value known
+    from constants but larger is computed at run time, and one that must be known at import
+    (it decides a shape) is refused. ``const_limit`` bounds the helper constants converters
+    build from shapes (masks, index tables): a larger one is refused. Sizes are checked before
+    anything is allocated.
     """
     try:
         import onnx
@@ -494,9 +658,13 @@ def load_onnx(path, shapes: dict | None = None, name: str | None = None, values:
     if not model.HasField("graph") or not model.graph.output or model.ir_version <= 0:
         raise OnnxImportError(f"{label}: not an ONNX model (no graph, outputs or IR version)")
     try:
-        graph = _Importer(model, path.parent, shapes or {}, label, values).run(name)
+        graph = _Importer(model, path.parent, shapes or {}, label, values, fold_limit, const_limit).run(name)
     except RecursionError:
         raise OnnxImportError(f"{label}: graph is too deeply nested") from None
+    except FlowcError:
+        raise
+    except Exception as e:  # outside any node (initializers, inputs, outputs): name the file
+        raise OnnxImportError(f"{label}: cannot be imported ({type(e).__name__}: {e})") from None
     if not isinstance(graph, Graph):
         raise GraphError(f"{label}: import produced no graph")
     return graph

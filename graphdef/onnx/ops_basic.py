@@ -13,13 +13,16 @@ import numpy as np
 
 from .. import builder as B
 from .. import dtypes
+from ..errors import ShapeError
 from ..ops import elementwise as E
 from ..ops import nn as N
 from ..ops import reduce as R
 from ..ops import resize as RS
 from ..ops import shape as S
-from ..ops.math import softplus
+from ..ops.math import cumsum, softplus
 from .importer import converter, onnx_dtype
+
+MAX_PARTS = 1 << 16  # Split / SplitToSequence: more parts than this are refused
 
 
 def _ints(node, i: int, what: str) -> list[int]:
@@ -215,7 +218,7 @@ def _dropout(node):
         raise node.unsupported("training_mode=1 is not supported (inference only)")
     out = [node.inputs[0]]  # inference: the input itself
     if node.num_outputs > 1:
-        out.append(np.ones(node.shape(0), bool))
+        out.append(node.full(node.shape(0), True, "bool"))
     return out
 
 
@@ -249,17 +252,44 @@ def _size(node):
 
 @converter("ConstantOfShape", 9)
 def _constant_of_shape(node):
-    value = node.attr("value", np.zeros(1, np.float32))
+    value = np.asarray(node.attr("value", np.zeros(1, np.float32)))
+    if value.size != 1:
+        raise node.unsupported(f"attribute 'value' must hold one element, got shape {list(value.shape)}")
     shape = tuple(_ints(node, 0, "(shape) "))
-    if math.prod(shape) > 4096:  # a fill node rather than a big constant array
-        return B.fill(shape, value.reshape(-1)[0].item(), dtypes.as_dtype(value.dtype))
-    return np.full(shape, value.reshape(-1)[0], dtype=value.dtype)
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"{node.where()}: shape {list(shape)} has a negative dimension")
+    # a fill node rather than a big constant array (nothing is allocated for it now)
+    return node.full(shape, value.reshape(-1)[0].item(), dtypes.as_dtype(value.dtype))
 
 
 @converter("Range", 11)
 def _range(node):
-    start, limit, delta = (node.const(i).item() for i in range(3))
-    return np.arange(start, limit, delta).astype(node.const(0).dtype)
+    parts = []
+    for i, what in enumerate(("start", "limit", "delta")):
+        v = node.const(i, f"({what}) ")
+        if v.size != 1:
+            raise node.unsupported(f"{what} must be a scalar, got shape {list(v.shape)}")
+        parts.append(v.reshape(()).item())
+    start, limit, delta = parts
+    dtype = dtypes.as_dtype(node.const(0).dtype)
+    if not all(math.isfinite(v) for v in parts):
+        raise node.unsupported(f"start {start}, limit {limit} and delta {delta} must be finite")
+    if delta == 0:
+        raise node.unsupported("delta is 0: the range has no end")
+    if isinstance(start, int) and isinstance(limit, int) and isinstance(delta, int):
+        count = max(-((start - limit) // delta), 0)  # ceil((limit - start) / delta), exactly
+    else:
+        count = max(math.ceil((limit - start) / delta), 0)  # as np.arange counts
+    if count * dtypes.itemsize(dtype) <= node.importer.fold_limit:
+        return np.arange(start, limit, delta).astype(dtypes.np_dtype(dtype))
+    # too large to build at import: start + i * delta, computed at run time
+    index = cumsum(B.fill((count,), 1, "int64"), exclusive=True)
+    if dtypes.is_float(dtype):
+        step = (float(start) + float(delta)) - float(start)  # the step np.arange takes
+        out = E.add(E.mul(E.cast(index, "float64"), step), float(start))
+    else:
+        out = E.add(E.mul(index, int(delta)), int(start))
+    return E.cast(out, dtype) if out.dtype != dtype else out
 
 
 def _reshape_target(node, x_shape, target, allowzero):
@@ -330,6 +360,8 @@ def _split(node):
     else:
         dim = x.shape[axis % x.rank]
         n = node.attr("num_outputs", node.num_outputs) if node.opset >= 18 else node.num_outputs
+        if not 0 < n <= MAX_PARTS:
+            raise node.unsupported(f"cannot split into {n} outputs (1 to {MAX_PARTS})")
         chunk = -(-dim // n)
         sizes = [min(chunk, dim - i * chunk) for i in range(n)]
     return list(S.split(x, sizes, axis))
@@ -390,6 +422,10 @@ def _pad11(node):
     mode = node.attr("mode", "constant")
     if node.has(2) and not node.is_const(2) and mode == "constant":
         # a fill value known only at run time: pad with 0, then put the value where padding is
+        node.check_size(node.shape(0), "bool", "the padding mask")
+        node.check_size(
+            [d + pads[i] + pads[rank + i] for i, d in enumerate(node.shape(0))], "bool", "the padding mask"
+        )
         inside = np.ones(node.shape(0), bool)
         mask = np.pad(inside[tuple(slice(max(-pads[i], 0), node.shape(0)[i] - max(-pads[rank + i], 0))
                                    for i in range(rank))],
@@ -438,11 +474,15 @@ def _split_to_sequence(node):
         split = node.const(1, "(split) ")
         if split.ndim == 0:  # one size: equal chunks, the last one shorter
             chunk = int(split)
+            if chunk <= 0 or -(-dim // chunk) > MAX_PARTS:
+                raise node.unsupported(f"split {chunk} of a dimension of {dim}: not 1 to {MAX_PARTS} parts")
             sizes = [min(chunk, dim - k) for k in range(0, dim, chunk)]
         else:
             sizes = [int(v) for v in split]
         squeeze = False
     else:
+        if dim > MAX_PARTS:
+            raise node.unsupported(f"splitting a dimension of {dim} gives more than {MAX_PARTS} parts")
         sizes, squeeze = [1] * dim, not node.attr("keepdims", 1)
     parts = _split_values(x, sizes, axis)
     if squeeze:

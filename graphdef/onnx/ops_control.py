@@ -309,6 +309,10 @@ def _scan8(node):
         raise node.unsupported(f"the inputs have different batch sizes {sorted(batch)}")
     batch = batch.pop()
     seq = _shape(scans[0])[1]
+    if batch * seq > MAX_UNROLL:
+        raise node.unsupported(
+            f"the scan runs {batch} x {seq} iterations, more than {MAX_UNROLL}; flowc unrolls scans"
+        )
     if node.has(0):
         lens = node.const(0, "(sequence_lens) ")
         if np.any(lens != seq):

@@ -113,10 +113,11 @@ def _one_hot(node):
     return X.one_hot(indices, depth, axis, on, off)
 
 
-def _hardmax(x, axis: int):
+def _hardmax(node, x, axis: int):
     """1 at the first maximum along axis, 0 elsewhere (one-hot of argmax)."""
     if x.shape[axis] == 0:
         return S.identity(x)
+    node.check_size((x.shape[axis],), "int64", "the position range")
     best = R.argmax(x, axis, keepdims=True)
     positions = np.arange(x.shape[axis], dtype=np.int64).reshape((-1,) + (1,) * (x.rank - axis - 1))
     zero, one = (constant(np.asarray(v, dtypes.np_dtype(x.dtype))) for v in (0, 1))
@@ -129,7 +130,7 @@ def _hardmax_legacy(node):
     x = node.tensor(0)
     axis = _axis(node, node.attr("axis", 1), max(x.rank, 1)) if x.rank else 0
     flat = S.reshape(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
-    return S.reshape(_hardmax(flat, 1), x.shape)
+    return S.reshape(_hardmax(node, flat, 1), x.shape)
 
 
 @converter("Hardmax", 13)
@@ -137,7 +138,7 @@ def _hardmax13(node):
     x = node.tensor(0)
     if x.rank == 0:
         raise node.unsupported("input must have rank >= 1")
-    return _hardmax(x, _axis(node, node.attr("axis", -1), x.rank))
+    return _hardmax(node, x, _axis(node, node.attr("axis", -1), x.rank))
 
 
 @converter("Trilu", 14)
@@ -146,6 +147,7 @@ def _trilu(node):
     if x.rank < 2:
         raise node.unsupported(f"input must have rank >= 2, got shape {list(x.shape)}")
     n, m = x.shape[-2:]
+    node.check_size((n, m), "int64", "the triangle mask")
     offset = np.arange(m)[None, :] - np.arange(n)[:, None]  # column - row
     zero = constant(np.zeros((), dtypes.np_dtype(x.dtype)))
     if node.has(1) and not node.is_const(1):  # k known only at run time: compare with it
@@ -168,6 +170,7 @@ def _eye_like(node):
         raise node.unsupported(f"input must be 2-D, got shape {list(shape)}")
     dt = node.attr("dtype")
     dtype = onnx_dtype(dt, f"{node.where()} attribute 'dtype'") if dt is not None else node.dtype(0)
+    node.check_size(shape, dtype, "the identity matrix")
     return np.eye(shape[0], shape[1], k=node.attr("k", 0), dtype=dtypes.np_dtype(dtype))
 
 
@@ -201,6 +204,7 @@ def _nonzero(node):
     x = node.const(0)
     if x.ndim == 0:
         return np.zeros((0, int(x != 0)), np.int64)
+    node.check_size((x.ndim, int(np.count_nonzero(x))), "int64", "the indices of the non-zero entries")
     return np.stack(np.nonzero(x)).astype(np.int64).reshape(x.ndim, -1)
 
 
@@ -241,6 +245,7 @@ def _reverse_sequence(node):
     batch, steps = x.shape[batch_axis], x.shape[time_axis]
     if node.shape(1) != (batch,):
         raise node.unsupported(f"sequence_lens shape {list(node.shape(1))} must be [{batch}]")
+    node.check_size((batch, steps), "int64", "the source indices")
     t = np.arange(steps).reshape((steps, 1) if time_axis == 0 else (1, steps))
     if node.is_const(1):
         lens = node.const(1).astype(np.int64).reshape((1, batch) if time_axis == 0 else (batch, 1))

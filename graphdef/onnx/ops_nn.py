@@ -185,6 +185,7 @@ def _lrn(node):
     alpha, beta, bias = node.attr("alpha", 1e-4), node.attr("beta", 0.75), node.attr("bias", 1.0)
     n, c = x.shape[:2]
     lo, hi = (size - 1) // 2, math.ceil((size - 1) / 2)
+    node.check_size((c, c), "int64", "the channel window matrix")
     idx = np.arange(c)
     band = (idx[None, :] >= idx[:, None] - lo) & (idx[None, :] <= idx[:, None] + hi)
     sq = S.reshape(E.mul(x, x), (n, c, -1))
@@ -211,6 +212,7 @@ def _nll(node, logp: Tensor, target: Tensor, weight: Tensor | None):
     if reduction not in ("none", "sum", "mean"):
         raise node.unsupported(f"reduction '{reduction}' is not supported")
     c = logp.shape[1]
+    node.check_size((c,), target.dtype, "the class range")
     classes = np.arange(c, dtype=dtypes.np_dtype(target.dtype)).reshape((1, c) + (1,) * (logp.rank - 2))
     hot = E.equal(S.unsqueeze(target, (1,)), constant(classes))
     loss = E.neg(R.reduce_sum(E.where(hot, logp, 0.0), (1,)))
@@ -283,7 +285,7 @@ def _composite_reduce(op_type, pre, post, empty):
             return _cast(post(pre(xw)), x.dtype)
         axes, keep = plan
         if any(x.shape[a] == 0 for a in axes):
-            return np.full(R.reduced_shape(x.shape, axes, keep), empty, dtype=dtypes.np_dtype(x.dtype))
+            return node.full(R.reduced_shape(x.shape, axes, keep), empty, x.dtype)
         return _cast(post(R.reduce_sum(pre(xw), axes, keepdims=keep)), x.dtype)
 
     return convert
@@ -305,7 +307,7 @@ def _reduce_log_sum_exp(node):
         return S.identity(x)
     axes, keep = plan
     if any(x.shape[a] == 0 for a in axes):
-        return np.full(R.reduced_shape(x.shape, axes, keep), -math.inf, dtype=dtypes.np_dtype(dt))
+        return node.full(R.reduced_shape(x.shape, axes, keep), -math.inf, dt)
     m = R.reduce_max(x, axes, keepdims=True)
     m = E.where(E.equal(E.abs(m), math.inf), 0.0, m)  # all -inf (or an inf) along the axes: no shift
     y = E.add(E.log(R.reduce_sum(E.exp(E.sub(x, m)), axes, keepdims=True)), m)
@@ -431,6 +433,8 @@ def _col2im(node):
         raise node.unsupported(f"input {x.shape} does not hold C*{k} channels of {blocks} blocks for image "
                                f"{image}")
     c = x.shape[1] // k
+    node.check_size((k, k), x.dtype, "the identity kernel")
+    node.check_size((c * k, 1, *block), x.dtype, "the identity kernel")
     eye = np.eye(k, dtype=dtypes.np_dtype(x.dtype)).reshape((k, 1, *block))
     w = np.tile(eye, (c,) + (1,) * (n + 1))
     full = [(blocks[i] - 1) * strides[i] + span[i] for i in range(n)]
@@ -450,6 +454,7 @@ def _affine_grid(node):
         raise node.unsupported(f"theta {theta.shape} and size {size} must be (N, 2, 3) with (N, C, H, W) "
                                "or (N, 3, 4) with (N, C, D, H, W)")
     align = bool(node.attr("align_corners", 0))
+    node.check_size((*spatial, n + 1), "float64", "the sampling grid")
 
     def coords(m):
         if align:
@@ -557,7 +562,7 @@ def _einsum_parse(node, equation: str, ranks: list[int]):
     return parsed, out
 
 
-def _einsum_diagonal(x: Tensor, labels: list):
+def _einsum_diagonal(node, x: Tensor, labels: list):
     """Take the diagonal of every label repeated within one term."""
     while len(set(labels)) != len(labels):
         lab = next(lab for lab in labels if labels.count(lab) > 1)
@@ -568,6 +573,7 @@ def _einsum_diagonal(x: Tensor, labels: list):
             raise ValueError(f"label '{lab}' has sizes {n} and {x.shape[b]}")
         shape = [1] * x.rank
         shape[a] = shape[b] = n
+        node.check_size((n, n), "bool", f"the diagonal mask of label '{lab}'")
         mask = constant(np.eye(n, dtype=bool).reshape(shape))
         x = R.reduce_sum(E.where(mask, x, _const(0, x.dtype)), (b,))
         labels = labels[:b] + labels[b + 1:]
@@ -626,7 +632,7 @@ def _einsum(node):
                 raise node.unsupported(f"label '{lab}' of '{equation}' has sizes {prev} and {d}")
             sizes[lab] = max(prev, d) if lab in sizes else d
     try:
-        ops = [_einsum_diagonal(x, list(t)) for x, t in zip(xs, terms)]
+        ops = [_einsum_diagonal(node, x, list(t)) for x, t in zip(xs, terms)]
     except ValueError as e:
         raise node.unsupported(f"'{equation}': {e}") from None
     x, labels = ops[0]
@@ -673,6 +679,7 @@ def _attention_allowed(node, offset, sq, skv, batch):
         raise node.unsupported(f"window sizes ({left}, {right}) must be -1 or non-negative")
     if not causal and left < 0 and right < 0:
         return None
+    node.check_size((sq, skv), "int64", "the attention mask")
     rel = np.arange(sq)[:, None] - np.arange(skv)[None, :]  # i - j; allowed when rel + offset ...
     if isinstance(offset, int):
         diff = rel + offset
@@ -707,6 +714,7 @@ def _attention_mask(node, dt: str, skv: int, batch: int):
     if not shape or shape[-1] > skv:
         raise node.unsupported(f"attn_mask {shape} has more keys than the {skv} of K")
     fill = False if kind == "bool" else -math.inf
+    node.check_size(shape[:-1] + (skv,), "float64", "the padded attn_mask")
     if isinstance(mask, np.ndarray):
         mask = np.concatenate([mask, np.full(shape[:-1] + (skv - shape[-1],), fill, mask.dtype)], -1)
         return (mask, None) if kind == "bool" else (None, mask.astype(dtypes.np_dtype(dt)))
@@ -786,6 +794,7 @@ def _attention(node):
     allowed_mask, float_mask = _attention_mask(node, acc, skv, b)
     allowed = _and(allowed_mask, _attention_allowed(node, offset, sq, skv, b))
     if nonpad is not None:
+        node.check_size((skv,), "int64", "the key positions")
         keys = constant(np.arange(skv, dtype=np.int64).reshape(1, 1, 1, skv))
         allowed = _and(allowed, E.less(keys, S.reshape(nonpad, (b, 1, 1, 1))))
     bias = None
@@ -798,6 +807,7 @@ def _attention(node):
         if bias is None:
             bias = float_mask
         elif isinstance(bias, np.ndarray) and isinstance(float_mask, np.ndarray):
+            node.check_size(np.broadcast_shapes(bias.shape, float_mask.shape), acc, "the attention bias")
             bias = bias + float_mask
         else:
             bias = E.add(_tensor(float_mask), _tensor(bias))

@@ -138,6 +138,7 @@ def _along(node, p: Tensor, shape, axis: int, block: int, what: str) -> Tensor:
             f"blocked {what} has shape {p.shape}; block_size {block} along axis {axis} of input "
             f"shape {tuple(shape)} needs {want}"
         )
+    node.check_size((d,), "int64", f"the block indices of {what}")
     return S.gather(p, constant(np.arange(d, dtype=np.int64) // block), axis)
 
 

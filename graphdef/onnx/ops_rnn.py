@@ -40,6 +40,7 @@ from ..ops import elementwise as E
 from ..ops import nn as N
 from ..ops import shape as S
 from .importer import OnnxImportError, converter
+from .ops_control import MAX_UNROLL
 
 # ----------------------------------------------------------------------------- activations
 
@@ -257,6 +258,8 @@ def _layer(node, gates: int, default_acts: list[str]) -> _Layer:
     if 0 in (seq, batch, hidden):
         raise node.unsupported(f"X has shape {list(xshape)} and R {list(rshape)}: an empty sequence, batch "
                                "or hidden state is not supported")
+    if seq > MAX_UNROLL:
+        raise node.unsupported(f"X has {seq} time steps, more than {MAX_UNROLL}; flowc unrolls the sequence")
     if node.attr("hidden_size") is not None and node.attr("hidden_size") != hidden:
         raise _bad(node, f"hidden_size {node.attr('hidden_size')} but R has shape {list(rshape)}")
     _check(node, 1, "W", (dirs, gates * hidden, inputs), dtype)

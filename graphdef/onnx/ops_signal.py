@@ -164,6 +164,7 @@ def _window_args(node):
     dtype = onnx_dtype(node.attr("output_datatype", 1), "output_datatype")
     if dtype not in dtypes.FLOATS:
         raise node.unsupported(f"output_datatype {dtype} is not a float type")
+    node.check_size((size,), "float64", "the window")
     return size, dtype, bool(node.attr("periodic", 1))
 
 
@@ -202,6 +203,7 @@ def _mel_weight_matrix(node):
     if num_mel_bins <= 0 or dft_length <= 0 or sample_rate <= 0:
         raise node.unsupported("num_mel_bins, dft_length and sample_rate must be positive")
     bins = dft_length // 2 + 1
+    node.check_size((bins, num_mel_bins + 2), "float64", "the mel weight matrix")
     to_mel = lambda hz: 2595 * np.log1p(hz / 700) / np.log(10)  # noqa: E731
     low, high = to_mel(lower), to_mel(upper)
     mel = np.arange(num_mel_bins + 2) * ((high - low) / (num_mel_bins + 2)) + low
@@ -332,6 +334,7 @@ def _stft(node):
             f"frame_step {step} and frame_length {frame} do not fit signal length {x.shape[1]}"
         )
     frames = 1 + (x.shape[1] - frame) // step
+    node.check_size((frames, frame), "int64", "the frame indices")
     starts = np.arange(frames)[:, None] * step + np.arange(frame)[None, :]
     framed = S.gather(x, constant(starts.astype(np.int64)), axis=1)  # [b, frames, frame, c]
     folded = None

@@ -135,7 +135,7 @@ def test_inspect_shows_what_compile_builds(tmp_path, threads):
         (["compile", DIGITS, "-o", "OUT", "--arch", "pdp11"], "unknown or unsupported arch 'pdp11'"),
         (["compile", f"{ROOT / 'samples' / 'digits.py'}:nope", "-o", "OUT"], "has no function 'nope'"),
         (["inspect", "GARBAGE"], "not a readable flowc graph file"),
-        (["inspect", DIGITS, "--stage", "nope"], "--stage 'nope' is not a stage; stages: outputs, limits, prune"),
+        (["inspect", DIGITS, "--stage", "nope"], "--stage 'nope' is not a stage; stages: outputs, limits"),
     ],
 )
 def test_errors_are_one_line_and_exit_non_zero(tmp_path, args, message):

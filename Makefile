@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint clean conformance bench footprint
+.PHONY: demo test lint clean conformance bench bench-compile footprint
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/gemm.py
 	$(PY) bench/models.py --threads 1 2
+
+# compile time of generated 1k/10k/100k-node graphs to C sources, seconds per stage
+bench-compile: $(STAMP)
+	$(PY) bench/compile_time.py
 
 footprint: $(STAMP)
 	$(PY) bench/footprint.py

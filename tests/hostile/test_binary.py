@@ -1,8 +1,10 @@
 """Standalone binaries under hostile use: huge --bench counts, links planted in the output
-folder, failing writes, clashing output names, hostile .npy headers, error messages."""
+folder, failing writes, clashing output names, hostile .npy headers, error messages, bad
+arguments and bad .npy input files, untrusted graph and node names in the generated C."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import resource
@@ -18,6 +20,7 @@ import codegen
 import graphdef as gd
 from codegen.backends.c import toolchain
 
+ROOT = Path(__file__).resolve().parents[2]
 X = np.array([-1.0, 2.0, -3.0], np.float32)
 PATTERN = "-ftrivial-auto-var-init=pattern"  # uninitialised locals read as 0xfe.., not as zeros
 
@@ -170,6 +173,7 @@ def _clashing_graph() -> gd.Graph:
     return g
 
 
+@pytest.mark.c
 def test_output_file_names_are_unique_ignoring_case(tmp_path):
     out = codegen.export(
         _clashing_graph(), tmp_path / "o", name="net", outputs=list(OUTPUTS), build_binary=False
@@ -269,3 +273,127 @@ def test_reader_refuses_byte_counts_that_wrap_and_empty_dtypes(net, tmp_path, he
     res = _run(net, tmp_path, x_path=good)
     assert res.returncode == 0, res.stderr
     assert np.load(tmp_path / "res" / "y.npy").tolist() == [0, 2, 0]
+
+
+# ----------------------------------------------------------------------------- 8. bad arguments and files
+# the digits sample as the binary net (x: float32 (1, 64)); the same fixture and helpers as in
+# tests/codegen/test_binary.py, whose tests use them too
+def digits_graph():
+    spec = importlib.util.spec_from_file_location("digits_sample", ROOT / "samples" / "digits.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, mod.build()
+
+
+def run_binary(binary: Path, feeds: dict, out_dir: Path, *extra):
+    args = [str(binary)]
+    for name, value in feeds.items():
+        path = out_dir.parent / f"{binary.name}-{name}.npy"
+        np.save(path, value)
+        args += ["--in", f"{name}={path}"]
+    return subprocess.run(args + ["--out-dir", str(out_dir), *extra], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    mod, g = digits_graph()
+    out = codegen.export(g, tmp_path_factory.mktemp("d") / "out", name="net")
+    _, _, tx, _ = mod.load_data()
+    return g, out, tx[:1]
+
+
+def _bad_npy(path: Path, kind: str):
+    x = np.zeros((1, 64), np.float32)
+    if kind == "shape":
+        np.save(path, np.zeros((2, 64), np.float32))
+    elif kind == "dtype":
+        np.save(path, x.astype(np.float64))
+    elif kind == "truncated":
+        np.save(path, x)
+        path.write_bytes(path.read_bytes()[:-10])
+    elif kind == "garbage":
+        path.write_bytes(b"not numpy at all")
+    elif kind == "fortran":
+        np.save(path, np.asfortranarray(np.zeros((2, 64), np.float32)))
+
+
+@pytest.mark.c
+@pytest.mark.parametrize(
+    "kind,message",
+    [
+        ("shape", "input 'x' (.*) has shape (2, 64), expected (1, 64)"),
+        ("dtype", "has dtype float64, expected float32"),
+        ("truncated", "expected 384 for a float32 array of 64 elements"),
+        ("garbage", "not a .npy file"),
+        ("fortran", "Fortran-order arrays are not supported"),
+    ],
+)
+def test_bad_input_files_fail_cleanly(digits, tmp_path, kind, message):
+    _, out, _ = digits
+    bad = tmp_path / "x.npy"
+    _bad_npy(bad, kind)
+    res = subprocess.run(
+        [str(out / "net"), "--in", f"x={bad}", "--out-dir", str(tmp_path / "res")],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("net: error: ")
+    import re
+
+    assert re.search(re.escape(message).replace("\\.\\*", ".*"), lines[0]), lines[0]
+    assert not (tmp_path / "res").exists() or not list((tmp_path / "res").iterdir())
+
+
+@pytest.mark.c
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "missing --out-dir"),
+        (["--out-dir", "RES"], "missing --in x=FILE.npy"),
+        (["--in", "y=a.npy", "--out-dir", "RES"], "unknown input 'y'"),
+        (["--in", "x", "--out-dir", "RES"], "--in expects NAME=FILE.npy"),
+        (["--bogus"], "unexpected argument '--bogus'"),
+        (["--in", "x=missing.npy", "--out-dir", "RES"], "cannot open"),
+    ],
+)
+def test_bad_arguments_fail_cleanly(digits, tmp_path, args, message):
+    _, out, _ = digits
+    args = [a.replace("RES", str(tmp_path / "res")) for a in args]
+    res = subprocess.run([str(out / "net"), *args], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode != 0 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- 9. untrusted names
+@pytest.mark.c
+def test_untrusted_names_never_reach_c_unescaped(tmp_path):
+    evil = 'x"); system("rm -rf /"); /* */ \\'
+    with gd.Graph("g*/ evil") as g:
+        x = gd.placeholder("in", (2,))
+        gd.relu(x, name=evil.replace(":", ""))
+    out = codegen.export(g, tmp_path / "e", name="evil")
+    for f in ("evil.c", "evil.h", "main.c"):
+        code = _strip_comments_and_strings((out / f).read_text())
+        assert "system(" not in code and "rm -rf" not in code, f
+    res = run_binary(out / "evil", {"in": np.array([-1, 2], np.float32)}, tmp_path / "res")
+    assert res.returncode == 0, res.stderr
+    files = list((tmp_path / "res").iterdir())
+    assert len(files) == 1 and np.load(files[0]).tolist() == [0, 2]
+
+
+def _strip_comments_and_strings(src: str) -> str:
+    """C source without its comments and string literals (what the compiler treats as code)."""
+    out, i = [], 0
+    while i < len(src):
+        if src.startswith("/*", i):
+            i = src.index("*/", i + 2) + 2
+        elif src[i] == '"':
+            i += 1
+            while src[i] != '"':
+                i += 2 if src[i] == "\\" else 1
+            i += 1
+        else:
+            out.append(src[i])
+            i += 1
+    return "".join(out)

@@ -1,7 +1,8 @@
-"""Hostile model files: ONNX models and .flowc graphs crafted to exhaust memory or to crash the
-loaders. Each must give one FlowcError whose one-line message names the file, tensor or node,
-quickly and without allocating what the file asks for (the imports that could allocate run in
-a subprocess under a 1 GiB address-space limit)."""
+"""Hostile and malformed model files: ONNX models and .flowc graphs crafted to exhaust memory or
+to crash the loaders, and files that are empty, truncated, garbage, cyclic, corrupt, pickled or
+that point outside their folder. Each must give a FlowcError (where a test checks the message:
+one line naming the file, tensor or node), quickly and without allocating what the file asks for
+(the imports that could allocate run in a subprocess under a 1 GiB address-space limit)."""
 
 from __future__ import annotations
 
@@ -354,6 +355,26 @@ def test_external_data_must_be_a_regular_file_in_the_models_folder(tmp_path):
         assert "tensor 'w'" in message and match in message, message
 
 
+@pytest.mark.parametrize("location", ["../outside.bin", "/etc/passwd", "sub/../../outside.bin"])
+def test_external_data_outside_the_folder_is_refused(tmp_path, location):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (tmp_path / "outside.bin").write_bytes(bytes(24))
+    t = external("w", [2, 3], location=location)
+    path = save(
+        folder, [helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", [1, 2])], [vi("y", [1, 3])], [t]
+    )
+    with pytest.raises(gd.FlowcError, match="outside the model's folder .* refused"):
+        gd.load_onnx(path)
+
+
+def test_huge_declared_tensors_are_refused_before_allocating(tmp_path):
+    t = external("w", [1 << 20, 1 << 20], location="w.bin")
+    path = save(tmp_path, [helper.make_node("Add", ["x", "w"], ["y"])], [vi("x", [1])], [vi("y", [1])], [t])
+    with pytest.raises(gd.FlowcError, match="tensor 'w' declares 4398046511104 bytes"):
+        gd.load_onnx(path)
+
+
 # ----------------------------------------------------------------------------- 4. .flowc files
 
 
@@ -550,3 +571,121 @@ def test_the_cli_prints_one_line_and_exits_1(good, tmp_path):
     assert res.returncode == 1, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("flowc: error:") and "bad.flowc" in lines[0], res.stderr
+
+
+# ----------------------------------------------------------------------------- 6. broken ONNX files
+
+
+@pytest.mark.parametrize(
+    "content,match",
+    [(b"", "empty file"), (b"\x08\x07garbage\xff\xff\xff", "not an ONNX model"), (None, "not an ONNX model")],
+)
+def test_empty_truncated_and_garbage_files(tmp_path, content, match):
+    path = tmp_path / "bad.onnx"
+    if content is None:
+        good = save(
+            tmp_path,
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [vi("x", [2])],
+            [vi("y", [2])],
+            [numpy_helper.from_array(np.ones(1000, np.float32), "unused")],
+        )
+        content = good.read_bytes()[:2000]
+    path.write_bytes(content)
+    with pytest.raises(gd.FlowcError, match=match):
+        gd.load_onnx(path)
+    res = subprocess.run(
+        [sys.executable, "-m", "codegen.cli", "inspect", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert res.returncode == 1 and res.stderr.startswith("flowc: error: ") and match in res.stderr
+
+
+def test_cyclic_and_unsorted_graphs_are_refused(tmp_path):
+    nodes = [
+        helper.make_node("Relu", ["b"], ["a"]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    with pytest.raises(gd.FlowcError, match="reads 'b', which no earlier node or input defines"):
+        gd.load_onnx(save(tmp_path, nodes, [vi("x", [2])], [vi("y", [2])]))
+
+
+# ----------------------------------------------------------------------------- 7. corrupt .flowc files
+
+
+def _corrupt(tmp_path, zoo, edit):
+    src = tmp_path / "good.flowc"
+    gd.save(zoo, src)
+    with zipfile.ZipFile(src) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    edit(members)
+    bad = tmp_path / "bad.flowc"
+    with zipfile.ZipFile(bad, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    return bad
+
+
+def _edit_json(fn):
+    def edit(members):
+        doc = json.loads(members["graph.json"])
+        fn(doc)
+        members["graph.json"] = json.dumps(doc).encode()
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit,error,match",
+    [
+        (_edit_json(lambda d: d.update(format="other")), gd.SerializationError, "not a flowc graph file"),
+        (_edit_json(lambda d: d.update(version=99)), gd.SerializationError, "unsupported version 99"),
+        (
+            _edit_json(lambda d: d["nodes"][3].update(inputs=[["ghost", 0]])),
+            gd.GraphError,
+            "missing node 'ghost'",
+        ),
+        (
+            _edit_json(lambda d: d["nodes"][0]["outputs"][0].update(dtype="complex64")),
+            gd.SerializationError,
+            "unsupported dtype complex64",
+        ),
+        (_edit_json(lambda d: d["nodes"][0].pop("op")), gd.SerializationError, "malformed graph.json"),
+        (lambda m: m.pop("constants/0.npy"), gd.SerializationError, "not a readable"),
+        (
+            lambda m: m.update({"constants/0.npy": b"\x93NUMPY garbage"}),
+            gd.SerializationError,
+            "not a readable",
+        ),
+        (lambda m: m.update({"graph.json": b"{not json"}), gd.SerializationError, "not a readable"),
+    ],
+)
+def test_bad_files_are_refused(edit, error, match, zoo, tmp_path):
+    with pytest.raises(error, match=match):
+        gd.load(_corrupt(tmp_path, zoo, edit))
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage" * 10, None])
+def test_empty_truncated_and_missing_files(content, zoo, tmp_path):
+    path = tmp_path / "x.flowc"
+    if content is None:
+        gd.save(zoo, path)
+        content = path.read_bytes()[: path.stat().st_size // 2]
+    path.write_bytes(content)
+    with pytest.raises(gd.SerializationError, match="x.flowc"):
+        gd.load(path)
+    with pytest.raises(gd.SerializationError, match="no such file"):
+        gd.load(tmp_path / "absent.flowc")
+
+
+def test_pickled_arrays_are_never_loaded(zoo, tmp_path):
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
+    bad = _corrupt(tmp_path, zoo, lambda m: m.update({"constants/0.npy": buf.getvalue()}))
+    with pytest.raises(gd.SerializationError):
+        gd.load(bad)

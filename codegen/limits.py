@@ -51,3 +51,24 @@ def check_program(program, target: Target):
         if nbytes > target.spec.max_bytes:
             raise _refuse(f"model: {what}", nbytes, target)
     return program
+
+
+def check_rank_ram(program, rank: int, max_ram: int):
+    """A rank's arena fits ``max_ram`` bytes (--max-ram of a multi-rank build); the refusal
+    names the rank, both sizes and the value of the largest arena buffer."""
+    if program.arena_bytes <= max_ram:
+        return program
+    sizes = {
+        loc.index: program.graph.type_of(ref).nbytes
+        for ref, loc in program.loc.items()
+        if loc.kind == "arena"
+    }
+    biggest = max(sizes, key=sizes.get, default=None)
+    holder = next(
+        (ref for ref, loc in program.loc.items() if loc.kind == "arena" and loc.index == biggest), None
+    )
+    node = program.graph.node(holder.node) if holder is not None else None
+    what = f"; its largest buffer holds node '{node.name}' (op {node.op}, {sizes[biggest]} B)" if node else ""
+    raise FlowcError(
+        f"rank {rank} needs an arena of {program.arena_bytes} B, more than --max-ram {max_ram} B{what}"
+    )

@@ -3,8 +3,11 @@
     outputs -> limits     every tensor fits the target's address space (codegen/limits.py)
             -> prune ... prune_inlined (codegen/passes.py, target-neutral)
             -> lower      the backend's own graph passes (C: products onto the packed GEMM)
-            -> partition  one graph per rank (the slot of codegen.partition: one rank today)
-            -> schedule   the order of the nodes (codegen/schedule.py)
+            -> partition  one graph per MPI rank with Send/Recv steps (codegen/partition.py;
+                          the graph as it is without ``ranks``); each later stage then
+                          gives one result per rank (``PerRank``)
+            -> schedule   the order of the nodes (codegen/schedule.py; a rank's graph is in
+                          its run order already)
             -> storage    where every value lives, arena buffer requests (codegen/storage.py)
             -> plan       the arena plan: the Program (codegen/program.py, codegen/memory.py)
             -> render     the backend's sources (C: codegen/backends/c/emit.py)
@@ -34,8 +37,10 @@ import graphdef as gd
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
 
-from . import backends, limits, passes, program, schedule, storage
+from . import backends, limits, partition, passes, program, schedule, storage
 from .target import Target
+
+PLACEMENTS = ("auto", *partition.ALGORITHMS)
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,12 @@ class Options:
     weights: str = "auto"
     product: str | None = None
     fold_limit: int = passes.FOLD_LIMIT
+    ranks: int | None = None
+    placement: str = "auto"
+    compress: str | None = None
+    max_ram: int | None = None
+    alpha: float = partition.ALPHA
+    beta: float = partition.BETA
 
     def with_(self, **changes) -> Options:
         return replace(self, **changes)
@@ -80,27 +91,76 @@ def _graph_stage(fn):
     return lambda g, c: fn(g)
 
 
-def _partition(graph: Graph, c: Compilation) -> Graph:
-    """One rank: the graph as it is. Several ranks (placement, Send/Recv) come here."""
-    return graph
+class PerRank(tuple):
+    """A stage's output for each rank of a partition, in rank order."""
+
+    def describe(self) -> str:
+        return "\n".join(f"rank {r}: {v.describe()}" for r, v in enumerate(self))
 
 
-def _schedule(graph: Graph, c: Compilation) -> schedule.Schedule:
-    return schedule.make(graph, c.options.schedule)
+def placement(graph: Graph, options: Options) -> str:
+    """The placement algorithm ``options`` ask for ("auto": annotated when some node carries a
+    rank, else pipeline)."""
+    if options.placement not in PLACEMENTS:
+        raise FlowcError(f"unknown placement '{options.placement}'; known: {', '.join(PLACEMENTS)}")
+    if options.placement != "auto":
+        return options.placement
+    return "annotated" if any(partition.annotated_rank(n) is not None for n in graph.nodes) else "pipeline"
 
 
-def _storage(sched: schedule.Schedule, c: Compilation) -> storage.Storage:
-    return storage.assign(
-        sched, c.output_names, lambda node, ins: c.backend.scratch_bytes(node, ins, c.options)
-    )
+def _partition(graph: Graph, c: Compilation):
+    """Without ``ranks``: the graph as it is. With: a codegen.partition.Partition, its ranks'
+    graphs in the order of the whole graph's schedule."""
+    o = c.options
+    if o.ranks is None:
+        return graph
+    if not c.backend.MULTI_RANK or o.target.spec.product != "program":
+        raise FlowcError(
+            f"--ranks builds MPI programs for Linux machines (host, aarch64-linux, ...); not for "
+            f"{o.target.arch} with backend {o.backend}"
+        )
+    order = schedule.schedule(graph, o.schedule)
+    return partition.split(graph, o.ranks, placement(graph, o), order, o.compress, o.max_ram, o.alpha, o.beta)
 
 
-def _plan(st: storage.Storage, c: Compilation) -> program.Program:
-    return limits.check_program(program.place(st, c.options.planner, c.options.time_limit), c.options.target)
+def _schedule(value, c: Compilation):
+    if isinstance(value, partition.Partition):
+        return PerRank(
+            schedule.Schedule(g, g.nodes, f"{value.algorithm} partition, run order") for g in value.graphs
+        )
+    return schedule.make(value, c.options.schedule)
 
 
-def _render(prog: program.Program, c: Compilation):
-    return c.backend.render(prog, c.options)
+def _storage(value, c: Compilation):
+    def assign(sched, names):
+        return storage.assign(sched, names, lambda node, ins: c.backend.scratch_bytes(node, ins, c.options))
+
+    if isinstance(value, PerRank):
+        part = c.results["partition"]
+        names = c.output_names
+        return PerRank(assign(s, [names[k] for k in part.output_indices(r)]) for r, s in enumerate(value))
+    return assign(value, c.output_names)
+
+
+def _plan(value, c: Compilation):
+    o = c.options
+
+    def plan(st):
+        return limits.check_program(program.place(st, o.planner, o.time_limit), o.target)
+
+    if not isinstance(value, PerRank):
+        return plan(value)
+    programs = PerRank(plan(st) for st in value)
+    if o.max_ram is not None:
+        for r, p in enumerate(programs):
+            limits.check_rank_ram(p, r, o.max_ram)
+    return programs
+
+
+def _render(value, c: Compilation):
+    if isinstance(value, PerRank):
+        return c.backend.render_ranks(list(value), c.results["partition"], c.output_names, c.options)
+    return c.backend.render(value, c.options)
 
 
 def _build(sources, c: Compilation):
@@ -152,8 +212,15 @@ class Compilation:
 
     @property
     def lowered(self) -> Graph:
-        """The graph the schedule orders (after partition)."""
-        return self.results["partition"]
+        """The graph the schedule orders, before partition (the whole graph when partitioned)."""
+        value = self.results["partition"]
+        return value.graph if isinstance(value, partition.Partition) else value
+
+    @property
+    def partition(self) -> partition.Partition | None:
+        """The partition over ranks, None for one process."""
+        value = self.results.get("partition")
+        return value if isinstance(value, partition.Partition) else None
 
     @property
     def program(self) -> program.Program:
@@ -164,8 +231,14 @@ class Compilation:
         return self.results["render"]
 
     def graphs(self) -> list[tuple[str, Graph]]:
-        """(stage, graph) for every stage that made a graph."""
-        return [(k, v) for k, v in self.results.items() if isinstance(v, Graph)]
+        """(stage, graph) for every stage that made a graph (a partition: one per rank)."""
+        out = []
+        for k, v in self.results.items():
+            if isinstance(v, Graph):
+                out.append((k, v))
+            elif isinstance(v, partition.Partition):
+                out += [(f"{k} rank {r}", g) for r, g in enumerate(v.graphs)]
+        return out
 
     def describe(self, stage: str) -> str:
         """A stage's output as text: a graph's summary, the schedule, storage, plan, sources."""
@@ -197,8 +270,9 @@ def run(
     value = graph
     for stage in stages(options):
         value = stage.run(value, c)
-        if check and isinstance(value, Graph):
-            gd.verify(value)
+        if check:
+            for g in [value] if isinstance(value, Graph) else getattr(value, "graphs", []):
+                gd.verify(g)
         c.results[stage.name] = value
         if trace is not None:
             trace(stage.name, value)

@@ -2,13 +2,15 @@
 
 Rules, in order:
 - placeholders, constants and variables live where the caller / the weights / the state
-  put them; aliases (reshape and friends) share their input's memory;
+  put them; aliases (reshape and friends) and in-place steps (a receive completing) share
+  their input's memory;
 - an elementwise step may write over an input that dies at that step (same bytes, same
   shape), so the two values share one buffer;
 - a computed value that is a graph output is written straight into the caller's output
   buffer; everything else gets an arena buffer, a ``memory.BufferReq`` (size, first step,
   last step) that the memory plan places;
 - a step's scratch memory (the backend says how much) is one more buffer, live at that step;
+- the inputs of a step that holds them (an asynchronous send) stay live until the run ends;
 - outputs that are inputs, constants, state or a second name of another output are copied
   at the end of the run; assign ops store their new values into the state at the end.
 
@@ -114,7 +116,7 @@ def assign(
     for n in order:
         for i in range(len(n.outputs)):
             groups.find(n.ref(i))
-        if get_op(n.op).kind == ALIAS:
+        if get_op(n.op).kind == ALIAS or get_op(n.op).in_place:
             groups.union(n.inputs[0], n.ref())
 
     outputs_of: dict[ValueRef, list[int]] = {}
@@ -129,7 +131,8 @@ def assign(
         for r in n.inputs:
             g = groups.find(r)
             last[g] = max(last.get(g, -1), pos[n.name])
-    for r in list(outputs_of) + [v for _, v in updates]:
+    held = [r for n in steps if get_op(n.op).holds_inputs for r in n.inputs]  # async sends
+    for r in list(outputs_of) + [v for _, v in updates] + held:
         last[groups.find(r)] = end
 
     def root_node(g: ValueRef) -> Node:

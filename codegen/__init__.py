@@ -13,10 +13,11 @@ array([2., 4.], dtype=float32)
 """
 
 from . import memory, passes, pipeline, schedule
-from .compiled import CompiledModel, TensorSpec, compile, compile_many, export, program_for
+from .compiled import CompiledModel, RankModel, TensorSpec, compile, compile_many, export, program_for
 
 __all__ = [
     "CompiledModel",
+    "RankModel",
     "TensorSpec",
     "compile",
     "compile_many",

@@ -1,9 +1,17 @@
 """The flowc command line: compile a model to a project folder and binary, or inspect it.
 
-    flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c] [--ranks N] [--threads N] [--no-build]
+    flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c] [--threads N] [--no-build]
                   [--max-ram BYTES] [--max-flash BYTES]
+                  [--ranks N [--placement auto|annotated|pipeline|greedy] [--compress fp16|bf16]]
     flowc inspect MODEL [--arch ARCH] [--target c] [--threads N] [--stage STAGE] [--svg FILE]
+                  [--ranks N [--placement P] [--compress C] [--max-ram BYTES] [--microbatches K]
+                   [--alpha-us US] [--beta-gbps GB/S]]
     (both take --shape NAME=D0xD1x.. and --value NAME=V0,V1,..|FILE.npy for ONNX inputs)
+
+--ranks N splits the graph over N MPI ranks (codegen/partition.py) into one program that
+``mpiexec -n N OUT/NAME`` runs; inspect then prints the placement, the bytes sent on each cut
+edge, each rank's arena and the step time the cost model and the alpha-beta transfer model
+predict.
 
 inspect runs the same pipeline as compile (codegen/pipeline.py) with the same options and
 prints what it builds: stages, schedule and memory plan; --stage NAME prints one stage's
@@ -31,10 +39,10 @@ from collections import Counter
 from pathlib import Path
 
 import graphdef as gd
-from graphdef.errors import FlowcError, UnsupportedError
+from graphdef.errors import FlowcError
 from graphdef.ir import Graph
 
-from . import backends, compiled, memory, pipeline, schedule
+from . import backends, compiled, memory, partition, pipeline, schedule
 from .target import ARCHES, Target, parse_bytes
 
 
@@ -109,8 +117,7 @@ def load_model(spec: str, shapes: dict | None = None, values: dict | None = None
 
 def cmd_compile(args) -> int:
     backends.get(args.target)  # an unknown target fails before the model loads
-    if args.ranks != 1:
-        raise UnsupportedError("--ranks above 1 is not available in this version")
+    check_ranks(args)
     Target(args.arch, args.portable, args.threads)  # a bad arch fails before the model loads
     for limit in (args.max_ram, args.max_flash):
         if limit is not None:
@@ -127,6 +134,9 @@ def cmd_compile(args) -> int:
         threads=args.threads,
         max_ram=args.max_ram,
         max_flash=args.max_flash,
+        ranks=args.ranks,
+        placement=args.placement,
+        compress=args.compress,
     )
     m = json.loads((out / "metadata.json").read_text())
     if args.no_build:
@@ -139,6 +149,10 @@ def cmd_compile(args) -> int:
         f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s; arena {m['arena_bytes']} B "
         f"(lower bound {m['arena_lower_bound']} B), weights {m['weight_bytes']} B"
     )
+    if m.get("ranks"):
+        for r, p in enumerate(m["per_rank"]):
+            print(f"  rank {r}: arena {p['arena_bytes']} B, weights {p['weight_bytes']} B")
+        print(f"  run: mpiexec -n {m['ranks']} {out / args.name} --in NAME=FILE.npy --out-dir DIR")
     if "footprint" in m:
         from .backends.c.mcu import Footprint
 
@@ -148,10 +162,27 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def check_ranks(args) -> None:
+    """--ranks and its options, before the model loads."""
+    if args.ranks is not None and args.ranks < 1:
+        raise FlowcError(f"--ranks must be at least 1, got {args.ranks}")
+    if args.ranks is None and (args.placement != "auto" or args.compress):
+        raise FlowcError("--placement and --compress split a model over MPI ranks: give --ranks N")
+    if args.placement not in pipeline.PLACEMENTS:
+        raise FlowcError(f"unknown --placement '{args.placement}'; known: {', '.join(pipeline.PLACEMENTS)}")
+
+
 def cmd_inspect(args) -> int:
     """What ``flowc compile`` with the same options builds, stage by stage (codegen.pipeline)."""
+    check_ranks(args)
     target = Target(args.arch, args.portable, args.threads)
     options = pipeline.Options(target=target, backend=args.target)
+    if args.ranks is not None:
+        options = options.with_(
+            ranks=args.ranks, placement=args.placement, compress=args.compress,
+            max_ram=None if args.max_ram is None else parse_bytes(args.max_ram, "max-ram"),
+            alpha=args.alpha_us * 1e-6, beta=args.beta_gbps * 1e9,
+        )  # fmt: skip
     shown = [s.name for s in pipeline.stages(options)][:-1]  # inspect builds nothing
     if args.stage is not None and args.stage not in shown:
         raise FlowcError(f"--stage {args.stage!r} is not a stage; stages: {', '.join(shown)}")
@@ -160,6 +191,8 @@ def cmd_inspect(args) -> int:
     if args.stage:
         print(c.describe(args.stage))
         return 0
+    if c.partition is not None:
+        return inspect_ranks(args, graph, c)
     where = f"target {args.target} on {args.arch}"
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {where}")
     supported = set(gd.all_ops())
@@ -189,6 +222,22 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def inspect_ranks(args, graph: Graph, c: pipeline.Compilation) -> int:
+    """The partition over ranks: placement, cut edges, per-rank arena, predicted step time."""
+    part, o = c.partition, c.options
+    print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {part.ranks} ranks")
+    print(part.describe())
+    for r, p in enumerate(c.program):
+        print(f"rank {r}: arena {p.arena_bytes} B (lower bound {p.lower_bound} B), "
+              f"weights {p.weight_bytes} B, {len(p.steps)} steps")  # fmt: skip
+    print(f"transfers: alpha {o.alpha * 1e6:.3g} us, beta {o.beta / 1e9:.3g} GB/s")
+    one = sum(schedule.cost(c.lowered, n).seconds for n in c.lowered.nodes)
+    for k in sorted({1, args.microbatches}):
+        pr = partition.predict(part, k, o.alpha, o.beta)
+        print(f"{pr.describe()}; one rank: {one * k * 1e6:.1f} us, speed-up {one * k / pr.seconds:.2f}x")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="flowc", description="ahead-of-time compiler from dataflow graphs to C")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -198,7 +247,6 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--name", default="model")
     c.add_argument("--arch", default="host", help=", ".join(ARCHES))
     c.add_argument("--target", default="c")
-    c.add_argument("--ranks", type=int, default=1)
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--no-build", action="store_true")
     c.add_argument("--portable", action="store_true", help="no -march=native: runs on any CPU of the arch")
@@ -213,8 +261,17 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--portable", action="store_true")
     i.add_argument("--stage", help="print one stage's output in full (a stage of codegen.pipeline)")
     i.add_argument("--svg", help="also draw the memory plan to this SVG file")
+    i.add_argument("--max-ram", metavar="BYTES", help="with --ranks: each rank's arena at most this")
+    i.add_argument("--microbatches", type=int, default=1, help="with --ranks: also predict K microbatches")
+    i.add_argument("--alpha-us", type=float, default=partition.ALPHA * 1e6, help="transfer latency (us)")
+    i.add_argument("--beta-gbps", type=float, default=partition.BETA / 1e9, help="transfer bandwidth (GB/s)")
     i.set_defaults(func=cmd_inspect)
     for p in (c, i):
+        p.add_argument("--ranks", type=int, help="split the graph over N MPI ranks (mpiexec -n N)")
+        p.add_argument("--placement", default="auto", help="with --ranks: " + ", ".join(pipeline.PLACEMENTS))
+        p.add_argument(
+            "--compress", choices=("fp16", "bf16"), help="with --ranks: narrow transfers on the wire"
+        )
         p.add_argument(
             "--shape",
             action="append",

@@ -167,6 +167,10 @@ class CompiledModel:
 
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
         """Outputs by name, as fresh arrays. Feeds must match the inputs' shapes and dtypes."""
+        return self._call(feeds, self.inputs, self.outputs)
+
+    def _call(self, feeds: dict, needed, produced) -> dict[str, np.ndarray]:
+        """Run with the ``needed`` inputs fed (the others NULL); the ``produced`` outputs."""
         known = {t.name for t in self.inputs}
         unknown = sorted(set(feeds) - known)
         if unknown:
@@ -174,37 +178,86 @@ class CompiledModel:
                 f"model '{self.name}' has no input(s) {', '.join(map(repr, unknown))}; "
                 f"inputs: {', '.join(sorted(known))}"
             )
-        missing = [t for t in self.inputs if t.name not in feeds]
+        missing = [t for t in needed if t.name not in feeds]
         if missing:
             raise FeedError(
                 f"model '{self.name}' needs feed(s) "
                 + ", ".join(f"'{t.name}' ({TensorType(t.shape, t.dtype)})" for t in missing)
             )
-        ins = []
+        ffi, ins, outs, results = self._ffi, [], [], {}
         for t in self.inputs:
+            if t not in needed:
+                ins.append(ffi.NULL)
+                continue
             a = np.ascontiguousarray(feed_value(t.name, TensorType(t.shape, t.dtype), feeds[t.name]))
-            ins.append(self._ffi.from_buffer(a if a.size else np.zeros(1, np.uint8)))
-        results, outs = {}, []
+            ins.append(ffi.from_buffer(a if a.size else np.zeros(1, np.uint8)))
         for t in self.outputs:
+            if t not in produced:
+                outs.append(ffi.NULL)
+                continue
             out = np.empty(t.shape, dtypes.np_dtype(t.dtype))
             results[t.name] = out
-            outs.append(self._ffi.from_buffer(out if out.size else np.zeros(1, np.uint8)))
+            outs.append(ffi.from_buffer(out if out.size else np.zeros(1, np.uint8)))
         by_role = {
             "input": ins,
             "output": outs,
-            "arena": [self._ffi.from_buffer(self._aligned(max(self.arena_bytes, 1)))],
-            "state": [self._ffi.from_buffer(self._state)],
+            "arena": [ffi.from_buffer(self._aligned(max(self.arena_bytes, 1)))],
+            "state": [ffi.from_buffer(self._state)],
             "pool": [self._pool],
+            "mpi": [getattr(self, "_mpi", None)],
         }
         status = self._run(*(by_role[p.role][p.index] for p in self.api.run.params))
         if status:
-            msg = self._ffi.string(getattr(self._lib, self.api.status_string.name)(status)).decode()
+            msg = ffi.string(getattr(self._lib, self.api.status_string.name)(status)).decode()
             raise ExecutionError(f"model '{self.name}' failed: {msg} (status {status})")
         return results
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{t.name}: {TensorType(t.shape, t.dtype)}" for t in self.inputs)
         return f"<CompiledModel {self.name}({ins}), arena {self.arena_bytes} B>"
+
+
+class RankModel(CompiledModel):
+    """One rank's handle on a graph compiled over MPI ranks (``compile(..., ranks=N, comm=c)``),
+    loaded in every process of the communicator. Every rank calls it with the same feeds (the
+    inputs its part reads are required; the others may be left out): it returns the outputs
+    this rank computes, or every output on every rank with ``gather=True`` (broadcast from
+    their owners). ``rank`` / ``ranks``; ``owner`` maps each input and output name to its rank.
+    """
+
+    def __init__(self, library: Path, metadata: dict, comm, gather: bool):
+        from mpi4py import MPI
+
+        super().__init__(library, metadata)
+        self.comm, self.gather = comm, gather
+        self.rank, self.ranks = comm.Get_rank(), metadata["ranks"]
+        self.owner = {t["name"]: t["rank"] for t in metadata["inputs"] + metadata["outputs"]}
+        ffi, lib = self._ffi, self._lib
+        nbytes, start, stop = (getattr(lib, f.name) for f in self.api.mpi)
+        ctx = ffi.new("char[]", nbytes())
+        if start(ctx, ffi.cast("void *", MPI._addressof(comm))):  # one line on stderr said why
+            raise ExecutionError(
+                f"model '{self.name}' is compiled for {self.ranks} ranks; "
+                f"the communicator has {comm.Get_size()}"
+            )
+        self._mpi = ffi.gc(ctx, stop)
+        self.arena_bytes = getattr(lib, self.api.arena_bytes.name)(self.rank)
+
+    def run(self, feeds: dict) -> dict[str, np.ndarray]:
+        mine = [t for t in self.outputs if self.owner[t.name] == self.rank]
+        needed = [t for t in self.inputs if self.owner[t.name] == self.rank]
+        results = self._call({k: v for k, v in feeds.items()}, needed, mine)
+        if not self.gather:
+            return results
+        out = {}
+        for t in self.outputs:
+            a = results[t.name] if t in mine else np.empty(t.shape, dtypes.np_dtype(t.dtype))
+            self.comm.Bcast(a.reshape(-1).view(np.uint8), root=self.owner[t.name])
+            out[t.name] = a
+        return out
+
+    def __repr__(self) -> str:
+        return f"<RankModel {self.name} rank {self.rank} of {self.ranks}, arena {self.arena_bytes} B>"
 
 
 def compile(
@@ -217,28 +270,76 @@ def compile(
     planner: str = "best",
     portable: bool = False,
     threads: int = 1,
+    ranks: int | None = None,
+    comm=None,
+    gather: bool = False,
+    placement: str = "auto",
+    compress: str | None = None,
 ) -> CompiledModel:  # noqa: A001 - the public spelling
     """Compile ``graph`` to C, build it as a shared library and load it with cffi.
 
     ``portable``: no -march=native; ``threads``: worker threads for the heavy steps.
+
+    ``ranks``: split the graph over that many MPI ranks (``placement``: codegen.partition's
+    algorithm or "auto"; ``compress``: "fp16" / "bf16" on the wire) and return a ``RankModel``
+    for this process; every process of ``comm`` (an mpi4py communicator of ``ranks``
+    processes; default MPI.COMM_WORLD) calls compile and then the model alike. Rank 0 builds
+    with mpicc, the others load its build (or build it themselves where the cache folder is
+    not shared).
     """
     check_name(name)
-    cc = toolchain.find_cc(cc)
     target = Target("host", portable, threads)
     options = pipeline.Options(
         target=target,
         outputs=outputs,
         planner=planner,
-        cc=cc,
+        cc=toolchain.find_cc(cc) if ranks is None else toolchain.find_mpicc(cc),
         flags=tuple(flags),
         name=name,
         product="shared",
+        ranks=ranks,
+        placement=placement,
+        compress=compress,
     )
     key = graph_key(graph, outputs or graph.outputs, _key_options(options))
+    if ranks is None:
+        return CompiledModel(*_build_cached(graph, options, key, cache))
+    comm = _communicator(comm, ranks)
+    error = None
+    if comm.Get_rank() == 0:
+        try:
+            _build_cached(graph, options, key, cache)
+        except FlowcError as e:
+            error = str(e)
+    error = comm.bcast(error, root=0)
+    if error is not None:  # every rank raises rank 0's error
+        raise FlowcError(error)
+    return RankModel(*_build_cached(graph, options, key, True), comm, gather)
+
+
+def _communicator(comm, ranks: int):
+    """``comm`` (default: mpi4py's COMM_WORLD), checked to have ``ranks`` processes."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise FlowcError(
+            "compile(..., ranks=N) runs under MPI: pip install 'flowc[mpi]' (mpi4py, mpich)"
+        ) from e
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if comm.Get_size() != ranks:
+        raise FlowcError(
+            f"compile(..., ranks={ranks}) needs a communicator of {ranks} processes (mpiexec -n {ranks}); "
+            f"this one has {comm.Get_size()}"
+        )
+    return comm
+
+
+def _build_cached(graph: Graph, options: pipeline.Options, key: str, cache: bool) -> tuple[Path, dict]:
+    """(library, metadata) of the build under ``key`` in the cache, built when missing."""
     if key in _loaded:
-        return CompiledModel(*_loaded[key])
+        return _loaded[key]
     folder = cache_root() / key
-    library, meta_path = folder / f"lib{name}.so", folder / "metadata.json"
+    library, meta_path = folder / f"lib{options.name}.so", folder / "metadata.json"
     if not (cache and library.is_file() and meta_path.is_file()):
         tmp = toolchain.temp_dir_beside(folder)
         try:
@@ -250,7 +351,7 @@ def compile(
             shutil.rmtree(tmp, ignore_errors=True)
     metadata = json.loads(meta_path.read_text())
     _loaded[key] = (library, metadata)
-    return CompiledModel(library, metadata)
+    return library, metadata
 
 
 def _key_options(options: pipeline.Options) -> dict:
@@ -264,6 +365,11 @@ def _key_options(options: pipeline.Options) -> dict:
         "target": options.target.key(),
         "backend": options.backend,
         "weights": options.weights,
+        **(
+            {}
+            if options.ranks is None
+            else {"ranks": options.ranks, "placement": options.placement, "compress": options.compress}
+        ),
     }
 
 
@@ -281,6 +387,9 @@ def export(
     threads: int = 1,
     max_ram=None,
     max_flash=None,
+    ranks: int | None = None,
+    placement: str = "auto",
+    compress: str | None = None,
 ) -> Path:
     """Write a project folder (header, sources, Makefile, CMakeLists.txt, metadata.json) and,
     unless ``build_binary`` is False, build it:
@@ -296,6 +405,10 @@ def export(
     is refused with a FlowcError giving both numbers, and nothing is written. They bound the
     arena (+ state, + stack and C library data on an MCU) and the weights (+ code on an MCU).
 
+    ``ranks``: one SPMD program over that many MPI ranks (``mpiexec -n ranks out_dir/name``),
+    built with mpicc; ``placement`` and ``compress`` as for compile(); ``max_ram`` then bounds
+    each rank's arena, and the pipeline placement keeps every rank under it.
+
     The folder appears complete or not at all: it is written beside and renamed into place.
     """
     check_name(name)
@@ -305,14 +418,19 @@ def export(
         "max_flash": None if max_flash is None else parse_bytes(max_flash, "max-flash"),
     }
     out_dir = Path(out_dir)
+    if ranks is None:
+        cc = toolchain.find_cc(cc, target)
+    elif build_binary:
+        cc = toolchain.find_mpicc(cc)
     options = pipeline.Options(
-        target=target, outputs=outputs, planner=planner, cc=toolchain.find_cc(cc, target), flags=tuple(flags),
-        name=name, product=None if build_binary else "none",
+        target=target, outputs=outputs, planner=planner, cc=cc, flags=tuple(flags), name=name,
+        product=None if build_binary else "none", ranks=ranks, placement=placement, compress=compress,
+        max_ram=None if ranks is None else limits["max_ram"],
     )  # fmt: skip
     c = pipeline.run(graph, options, until="render")
-    program = c.program
-    ram = {"arena": program.arena_bytes, "state": program.state_bytes}
-    check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
+    for program in c.program if ranks is not None else [c.program]:
+        ram = {"arena": program.arena_bytes, "state": program.state_bytes}
+        check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
     tmp = toolchain.temp_dir_beside(out_dir)
     try:
         built = c.backend.build(c.sources, tmp, options.with_(product=options.product or target.spec.product))

@@ -8,7 +8,9 @@ A backend is a module with:
 - ``lower(graph, options) -> Graph``: its own graph passes (the pipeline's "lower" stage);
 - ``scratch_bytes(node, in_types, options) -> int``: step-local memory its kernel for a node
   needs (the storage stage plans it into the arena);
-- ``render(program, options) -> Sources`` and ``build(sources, folder, options) -> Built``.
+- ``render(program, options) -> Sources`` and ``build(sources, folder, options) -> Built``;
+- ``MULTI_RANK``: whether it renders partitions, with ``render_ranks(programs, partition,
+  output_names, options) -> Sources`` (one SPMD program over MPI ranks).
 
 Passes, partition, schedule and memory planning are shared (codegen/*.py); each backend
 keeps its op table, templates (templates/<name>/) and runtime. Today: ``c``.

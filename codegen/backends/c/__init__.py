@@ -4,7 +4,7 @@
 - gemm_ops.py, sgemm.py, lowering.py: the backend's own products on the packed float32
   GEMM, their plans and packing, and the passes that put products on them;
 - emit.py, api.py, cnames.py, layout.py: rendering a Program through templates/c and
-  templates/build;
+  templates/build; spmd.py: a partition's Programs as one MPI program (templates/mpi);
 - build.py, mcu.py: compilers, and the microcontroller firmware and footprint.
 """
 
@@ -21,6 +21,7 @@ from .lowering import lower_products
 from .table import LEGALIZE  # noqa: F401
 
 NAME = "c"
+MULTI_RANK = True  # renders partitions: one SPMD program over MPI ranks (spmd.py)
 
 
 def build_isa(options) -> str:
@@ -44,6 +45,12 @@ def scratch_bytes(node, ins, options) -> int:
 
 def render(program, options) -> Sources:
     return emit.emit(program, options.name, options.weights, options.target, build_isa(options))
+
+
+def render_ranks(programs, partition, output_names, options) -> Sources:
+    from . import spmd
+
+    return spmd.render_ranks(programs, partition, output_names, options, build_isa(options))
 
 
 @dataclass
@@ -70,6 +77,19 @@ def build(sources: Sources, folder: Path, options) -> Built:
 
     target, name, product = options.target, options.name, options.product
     toolchain.write_sources(sources, folder, target)
+    if sources.metadata.get("ranks"):  # an SPMD program over MPI ranks: built with mpicc
+        toolchain.copy_mpi(folder)
+        if product not in ("program", "shared"):
+            return Built(folder, "none")
+        if target.kind != "host":
+            raise toolchain.ToolchainError(
+                f"a multi-rank build for {target.arch} needs that machine's MPI: build the written folder "
+                "there (make MPICC=...), or compile with --no-build"
+            )
+        mpicc = toolchain.find_mpicc(options.cc)
+        build_fn = toolchain.build_binary if product == "program" else toolchain.build_shared
+        flags = (*options.flags, "-Impi")
+        return Built(folder, product, build_fn(folder, name, sources, mpicc, flags, target))
     cc = toolchain.find_cc(options.cc, target)
     if product == "shared":
         return Built(

@@ -4,7 +4,9 @@
 model's header declares. The header (templates/c/header.h.j2), the model's C file, the drivers
 (main.c, firmware.c), the cffi declarations of ``CompiledModel`` and metadata.json all read
 this one description, so an argument added here (a communicator for MPI, a stream for CUDA)
-reaches every caller.
+reaches every caller. A model over MPI ranks (``mpi=True``) takes the rank's communication
+context last (role "mpi") and, for the SPMD model, declares the functions that make that
+context from a communicator (``mpi``) and give each rank's arena size (``arena_bytes``).
 
 >>> api = entry_points("net", [("in_x", "float")], [("out_y", "float")], stateful=False, threads=1)
 >>> api.run.declaration()
@@ -21,7 +23,8 @@ from dataclasses import asdict, dataclass
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter: its C name and type, its ``role`` (input, output, arena, state, pool)
+    """One parameter: its C name and type, its ``role`` (input, output, arena, state, pool,
+    mpi, comm, rank)
     and, for inputs and outputs, which one."""
 
     name: str
@@ -63,16 +66,20 @@ class Function:
 @dataclass(frozen=True)
 class EntryPoints:
     """Every function of a generated model: ``run`` and the optional state and thread-pool
-    functions (None / empty when the model has no state or one thread)."""
+    functions (None / empty when the model has no state or one thread); for the SPMD model
+    over MPI ranks, the communication context's functions and each rank's arena size."""
 
     name: str
     run: Function
     status_string: Function
     state_init: Function | None
     pool: tuple[Function, ...]
+    mpi: tuple[Function, ...] = ()
+    arena_bytes: Function | None = None
 
     def functions(self) -> list[Function]:
-        return [self.run, *([self.state_init] if self.state_init else []), *self.pool, self.status_string]
+        return [self.run, *([self.state_init] if self.state_init else []), *self.pool, *self.mpi,
+                *([self.arena_bytes] if self.arena_bytes else []), self.status_string]  # fmt: skip
 
     def cdef(self) -> str:
         return "\n".join(f.cdef() for f in self.functions())
@@ -90,11 +97,15 @@ class EntryPoints:
             )
 
         return cls(doc["name"], fn(doc["run"]), fn(doc["status_string"]), fn(doc["state_init"]),
-                   tuple(fn(f) for f in doc["pool"]))  # fmt: skip
+                   tuple(fn(f) for f in doc["pool"]), tuple(fn(f) for f in doc.get("mpi", ())),
+                   fn(doc.get("arena_bytes")))  # fmt: skip
 
 
-def entry_points(name: str, inputs, outputs, stateful: bool, threads: int) -> EntryPoints:
-    """``inputs`` / ``outputs``: (C parameter name, C element type) per tensor, in order."""
+def entry_points(
+    name: str, inputs, outputs, stateful: bool, threads: int, mpi: bool = False, spmd: bool = False
+) -> EntryPoints:
+    """``inputs`` / ``outputs``: (C parameter name, C element type) per tensor, in order;
+    ``mpi``: the run takes a communication context; ``spmd``: the model over all ranks."""
     params = [Param(c, f"const {t} *", "input", k) for k, (c, t) in enumerate(inputs)]
     params += [Param(c, f"{t} *", "output", k) for k, (c, t) in enumerate(outputs)]
     params.append(Param("arena", "void *", "arena"))
@@ -102,6 +113,8 @@ def entry_points(name: str, inputs, outputs, stateful: bool, threads: int) -> En
         params.append(Param("state", "void *", "state"))
     if threads > 1:
         params.append(Param("pool", "void *", "pool"))
+    if mpi or spmd:
+        params.append(Param("mpi", "void *", "mpi"))
     run = Function(
         f"{name}_run",
         "int",
@@ -129,4 +142,17 @@ def entry_points(name: str, inputs, outputs, stateful: bool, threads: int) -> En
         )  # fmt: skip
     status = Function(f"{name}_status_string", "const char *", (Param("status", "int", "status"),),
                       "A short English description of a status code.")  # fmt: skip
-    return EntryPoints(name, run, status, state_init, pool)
+    if not spmd:
+        return EntryPoints(name, run, status, state_init, pool)
+    contexts = (
+        Function(f"{name}_mpi_bytes", "size_t", (), "bytes of one communication context"),
+        Function(f"{name}_mpi_start", "int",
+                 (Param("mpi", "void *", "mpi"), Param("comm", "const void *", "comm")),
+                 f"set up a context on the communicator at comm (an MPI_Comm *; NULL: MPI_COMM_WORLD) of "
+                 f"{name.upper()}_RANKS ranks: 0, or non-zero after one line on stderr"),
+        Function(f"{name}_mpi_stop", "void", (Param("mpi", "void *", "mpi"),),
+                 "free the context's communicator"),
+    )  # fmt: skip
+    arena = Function(f"{name}_arena_bytes", "size_t", (Param("rank", "int", "rank"),),
+                     "bytes of the arena rank 'rank' needs (0 for a rank outside the model)")  # fmt: skip
+    return EntryPoints(name, run, status, state_init, pool, contexts, arena)

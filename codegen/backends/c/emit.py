@@ -216,6 +216,7 @@ class Steps:
     calls: list[str]  # their calls in the run function, in order
     headers: set[str]
     uses_pool: bool
+    requests: int = 0  # MPI requests of the communication steps (sends and receives)
 
 
 def lower_step(node, index: int, name: str, graph, isa: str = "scalar") -> tuple[Step, Call]:
@@ -240,15 +241,17 @@ def steps(
 ) -> Steps:
     out = Steps([], [], {"kernels/scalar.h"}, False)
     g = program.graph
+    request: dict[str, int] = {}  # a send's or receive's request; a wait uses its receive's
     for index, node in enumerate(program.steps):
-        if all(t.size == 0 for t in node.outputs):
-            continue  # nothing to compute
+        if all(t.size == 0 for t in node.outputs or [g.type_of(r) for r in node.inputs]):
+            continue  # nothing to compute (or to send: an empty tensor's receive is left out too)
         step, call = lower_step(node, index, name, g, isa)
         takes_scratch = get_op(node.op).kind != ELEMENTWISE and kernel_of(node.op).scratch is not None
         parallel = call.parallel
         out.headers.update(call.headers)
         args = {"x": step.x, "y": step.y, "k": call.k, "func": step.func, "ins": step.ins, "outs": step.outs}
-        body = env.get_template(f"c/ops/{call.template}.c.j2").render(**args)
+        where = call.template if "/" in call.template else f"c/ops/{call.template}"
+        body = env.get_template(f"{where}.c.j2").render(**args)
         prelude = (
             env.get_template(f"c/ops/{call.prelude}.prelude.c.j2").render(**args) if call.prelude else ""
         )
@@ -256,6 +259,7 @@ def steps(
         params += [f"{t.ctype} *{v}" for t, v in zip(step.outs, step.y)]
         params += ["void *scratch"] if takes_scratch else []
         params += ["void *pool"] if parallel else []
+        params += ["fc_mpi *mpi", "MPI_Request *req"] if call.comm else []
         out.steps.append(
             {
                 "index": index,
@@ -276,22 +280,37 @@ def steps(
         if parallel:
             call_args.append("pool")
             out.uses_pool = True
+        if call.comm:
+            if node.op == "recv_wait":
+                slot = request[node.inputs[0].node]
+            else:
+                slot = request[node.name] = len(request)
+            call_args += ["fc_m", f"&req[{slot}]"]
         out.calls.append(f"{step.func}({', '.join(call_args)})")
     if threads > 1:
         out.headers.add("threadpool.h")
+    out.requests = len(request)
     return out
 
 
 # ----------------------------------------------------------------------------- the model
 def emit(
-    program: Program, name: str, weights_mode: str = "auto", target: Target | None = None, isa: str = "scalar"
+    program: Program,
+    name: str,
+    weights_mode: str = "auto",
+    target: Target | None = None,
+    isa: str = "scalar",
+    rank: int | None = None,
 ) -> Sources:
     """All generated files of one model called ``name`` (already a valid C identifier), for a
-    build whose compiler selects the float32 GEMM kernel ``isa``."""
+    build whose compiler selects the float32 GEMM kernel ``isa``. ``rank``: the model is one
+    rank's part of an SPMD program (codegen/backends/c/spmd.py): its run takes the MPI
+    context, and only its model files are made (the SPMD program has the drivers)."""
     target = target or Target()
     g = program.graph
     env = environment()
-    names = Names(reserved={"mem", "st", "status", "arena", "state", "pool", "i", name})
+    reserved = {"mem", "st", "status", "arena", "state", "pool", "i", "r", "mpi", "fc_m", "req", name}
+    names = Names(reserved=reserved)
     ins, outs = io_tensors(program, name, names)
     api = entry_points(
         name,
@@ -299,6 +318,7 @@ def emit(
         [(t["cname"], t["ctype"]) for t in outs],
         stateful=bool(program.variables),
         threads=target.threads,
+        mpi=rank is not None,
     )
     w = weights(program, name, names, weights_mode, target.spec.weight_align)
     ptr = Pointers(program, ins, outs, w)
@@ -331,7 +351,10 @@ def emit(
         unused.append("arena")
     if target.threads > 1 and not st.uses_pool:
         unused.append("pool")
+    if rank is not None and not st.requests:
+        unused.append("mpi")
     null_checks = [f"!{t['cname']}" for t in ins + outs] + (["!arena"] if uses_arena else [])
+    null_checks += ["!mpi"] if st.requests else []
     null_checks += ["!state"] if has_state else []
     m = {
         "name": name,
@@ -363,6 +386,7 @@ def emit(
                 "arena": "arena",
                 "state": "state",
                 "pool": "pool",
+                "mpi": "mpi",
             }
         ),
         "firmware_call": api.run.call(
@@ -372,9 +396,12 @@ def emit(
                 "arena": "fw_arena",
                 "state": "fw_state",
                 "pool": "NULL",
+                "mpi": "NULL",
             }
         ),
         "headers": sorted(st.headers),
+        # a rank's part of an SPMD program: its MPI requests, waited for at the end of a run
+        "comm": {"requests": st.requests, "rank": rank} if st.requests else None,
         # products planned for the GEMM kernel of this build's flags: another kernel would need
         # other scratch sizes, so a rebuild with other flags stops with this message
         "isa_guard": (
@@ -419,7 +446,10 @@ def emit(
         src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
         src.files[f"{name}_weights.bin"] = w.blob
     src.c_files = [f"{name}.c"] + ([f"{name}_weights.c"] if w.blob is not None else [])
-    src.c_files += [THREADPOOL] if target.threads > 1 else []
+    src.c_files += [THREADPOOL] if target.threads > 1 and rank is None else []
+    if rank is not None:  # the SPMD program's drivers and build files come from spmd.py
+        src.metadata = _metadata(program, name, ins, outs, w.blob is not None, api)
+        return src
     if target.spec.product == "library":  # a static library, and a firmware that runs it on a QEMU board
         mcu = {
             "board": target.spec.board,
@@ -468,21 +498,25 @@ def firmware_data(env: jinja2.Environment, ins: list[dict], feeds: dict | None) 
     return env.get_template("build/firmware_data.h.j2").render(arrays=arrays, version=VERSION)
 
 
+def io_metadata(items) -> list[dict]:
+    """The inputs or outputs (io_tensors) as metadata.json lists them; an "owner" (the rank that
+    reads or writes the tensor, in a model over MPI ranks) as "rank"."""
+    return [
+        {
+            "name": t["label"],
+            "c_name": t["cname"],
+            "dtype": t["dtype"],
+            "shape": t["shape"],
+            "file": t["file"] + ".npy",
+            **({"rank": t["owner"]} if "owner" in t else {}),
+        }
+        for t in items
+    ]
+
+
 def _metadata(program: Program, name: str, ins, outs, blob_mode: bool, api: EntryPoints) -> dict:
     g = program.graph
-
-    def io(items):
-        return [
-            {
-                "name": t["label"],
-                "c_name": t["cname"],
-                "dtype": t["dtype"],
-                "shape": t["shape"],
-                "file": t["file"] + ".npy",
-            }
-            for t in items
-        ]
-
+    io = io_metadata
     return {
         "flowc": VERSION,
         "name": name,

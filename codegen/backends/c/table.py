@@ -46,13 +46,17 @@ class Call:
     (definitions before the function: plans, thread tasks, epilogues); ``k`` is the plain
     data they print, with ``k["unused"]`` the step function's parameters the body does not
     read; ``headers`` are the runtime_c kernel headers the step needs; ``parallel``: the step
-    hands parts of its work to the thread pool (the step function then takes ``pool``)."""
+    hands parts of its work to the thread pool (the step function then takes ``pool``);
+    ``comm``: the step talks to other ranks (it then takes the run's MPI context ``mpi`` and
+    its own request ``req``). A template with a folder (``mpi/step``) is found from
+    templates/ rather than templates/c/ops/."""
 
     template: str
     k: dict
     headers: tuple[str, ...] = ()
     prelude: str | None = None
     parallel: bool = False
+    comm: bool = False
 
 
 @dataclass(frozen=True)

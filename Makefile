@@ -9,11 +9,13 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,models]'
+	$(PY) -m pip install --quiet -e '.[test,models,mpi]'
 	touch $(STAMP)
 
+# the digit classifier, then the same classifier split over 2 MPI ranks (skipped without MPI)
 demo: $(STAMP)
 	$(PY) samples/digits.py
+	$(PY) samples/pipeline.py
 
 test: $(STAMP)
 	$(PY) -m pytest graphdef codegen tests
@@ -21,8 +23,11 @@ test: $(STAMP)
 # speed: the GEMM kernel against numpy and the FMA peak, then the model set against
 # onnxruntime (1 and 2 threads) and numpy; prints the tables the README quotes
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/gemm.py
 	$(PY) bench/models.py --threads 1 2
+	$(PY) bench/pingpong.py
+	$(PY) bench/pipeline.py
 
 # compile time of generated 1k/10k/100k-node graphs to C sources, seconds per stage
 bench-compile: $(STAMP)

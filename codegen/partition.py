@@ -50,11 +50,17 @@ from graphdef.registry import COMMUNICATION, SOURCE, get_op
 from . import schedule
 
 # ----------------------------------------------------------------------------- transfers
-ALPHA = 1.5e-6
-"""Seconds of latency per message (the alpha of the alpha-beta model), measured by
-bench/pingpong.py through MPICH between two processes of this machine."""
-BETA = 5e9
-"""Bytes per second of a large message (the beta), measured likewise."""
+ALPHA = 0.85e-6
+"""Seconds of latency per message (the alpha of the alpha-beta model), fitted by
+bench/pingpong.py through MPICH between two processes of this 2-core machine (0.85 us; an
+earlier machine of the same kind: 1.7 us). ``flowc inspect --alpha-us`` sets another."""
+BETA = 10.9e9
+"""Bytes per second of a large message (the beta), fitted likewise (10.9 GB/s; earlier:
+5.1 GB/s). ``flowc inspect --beta-gbps`` sets another."""
+
+EAGER_BYTES = 65536
+"""Messages up to this size complete when sent (MPI buffers them: the eager protocol); larger
+ones only once the receiver has posted its receive (rendezvous), which ``predict`` models."""
 
 MAX_TAG = 32767  # the smallest MPI_TAG_UB the MPI standard allows
 
@@ -603,8 +609,10 @@ def predict(
     step_seconds: Callable[[Graph, Node], float] | None = None,
 ) -> Prediction:
     """Simulate the ranks' run orders with the cost model (``step_seconds``; default the
-    schedule's roofline) and the alpha-beta transfers: a wait ends when the rank gets there
-    or the value arrives (its send's time plus the transfer), whichever is later."""
+    schedule's roofline) and the alpha-beta transfers. A message arrives its transfer time
+    after it is sent or, above ``EAGER_BYTES``, after its receive is posted if that is later;
+    a wait ends when the rank gets there or the value arrives, whichever is later; a run (one
+    microbatch) ends when its own sends have arrived (the generated run's final wait)."""
     seconds = step_seconds or (lambda g, n: schedule.cost(g, n).seconds)
     ranks = part.ranks
     clock = [0.0] * ranks
@@ -612,28 +620,49 @@ def predict(
     wait = [0.0] * ranks
     durations = [[seconds(g, n) if get_op(n.op).kind != COMMUNICATION else 0.0 for n in g.nodes]
                  for g in part.graphs]  # fmt: skip
+    sizes = {e.tag: e.wire.nbytes for e in part.edges}
+
+    def arrival(tag: int) -> float | None:
+        """When the message ``tag`` arrives, once both its send and its receive are posted."""
+        if tag not in sent or (sizes[tag] > EAGER_BYTES and tag not in posted):
+            return None
+        start = sent[tag] if sizes[tag] <= EAGER_BYTES else max(sent[tag], posted[tag])
+        return start + transfer_seconds(sizes[tag], alpha, beta)
+
+    def block(r: int, until: float) -> None:
+        if until > clock[r]:
+            wait[r] += until - clock[r]
+            clock[r] = until
+
     for _ in range(microbatches):
         sent: dict[int, float] = {}
+        posted: dict[int, float] = {}
         pos = [0] * ranks
-        while any(pos[r] < len(g.nodes) for r, g in enumerate(part.graphs)):
+        while any(pos[r] <= len(g.nodes) for r, g in enumerate(part.graphs)):
             progressed = False
             for r, g in enumerate(part.graphs):
                 while pos[r] < len(g.nodes):
                     n = g.nodes[pos[r]]
                     if n.op == "recv_wait":
-                        if n.attrs["tag"] not in sent:
+                        arrive = arrival(n.attrs["tag"])
+                        if arrive is None:
                             break
-                        arrive = sent.pop(n.attrs["tag"]) + transfer_seconds(n.outputs[0].nbytes, alpha, beta)
-                        if arrive > clock[r]:
-                            wait[r] += arrive - clock[r]
-                            clock[r] = arrive
+                        block(r, arrive)
                     elif n.op == "send":
                         sent[n.attrs["tag"]] = clock[r]
+                    elif n.op == "recv":
+                        posted[n.attrs["tag"]] = clock[r]
                     d = durations[r][pos[r]]
                     clock[r] += d
                     compute[r] += d
                     pos[r] += 1
                     progressed = True
+                if pos[r] == len(g.nodes):  # the final wait for this rank's sends
+                    ends = [arrival(n.attrs["tag"]) for n in g.nodes if n.op == "send"]
+                    if all(t is not None for t in ends):
+                        block(r, max(ends, default=0.0))
+                        pos[r] += 1
+                        progressed = True
             if not progressed:
                 raise FlowcError("the partition deadlocks")
     return Prediction(tuple(compute), tuple(wait), max(clock), microbatches)

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -53,6 +54,7 @@ def sample_graphs() -> dict[str, tuple[gd.Graph, dict]]:
         "digits": (digits.build(batch=4, weights=digits._params(1)), {"x": rng.random((4, 64), np.float32)}),
         "lenet": (lenet.build(batch=2), {"x": rng.standard_normal((2, 1, 28, 28)).astype(np.float32)}),
         "diamond": (HERE.diamond(), HERE.feeds_for(HERE.diamond())),
+        "pipeline": (HERE.sample("pipeline").build(8, digits._params(2)), {"x": rng.random((8, 64), np.float32)}),
         "mlp": (HERE.mlp(width=64, layers=8, batch=8), HERE.feeds_for(HERE.mlp(width=64, layers=8, batch=8))),
     }
 
@@ -117,7 +119,8 @@ def run_binary(toolchain, exe: Path, ranks: int, feeds: dict, folder: Path, *ext
         args += ["--in", f"{k}=in_{k}.npy"]
     res, _ = mpirun(toolchain, ranks, exe, *args, "--out-dir", folder / "res", *extra)
     assert res.returncode == 0, res.stdout + res.stderr
-    meta = json.loads((exe.parent / "metadata.json").read_text())
+    folder_of = exe.parent if (exe.parent / "metadata.json").exists() else exe.parent.parent  # cmake: b/
+    meta = json.loads((folder_of / "metadata.json").read_text())
     return {t["name"]: np.load(folder / "res" / t["file"]) for t in meta["outputs"]}
 
 
@@ -143,7 +146,7 @@ def cwd_run(toolchain, exe, ranks, feeds, tmp_path, *extra):
 SAMPLE_CASES = [
     ("digits", 2, "pipeline"), ("digits", 3, "greedy"), ("digits", 4, "pipeline"),
     ("lenet", 2, "greedy"), ("lenet", 3, "pipeline"), ("lenet", 4, "greedy"),
-    ("diamond", 3, "annotated"), ("mlp", 4, "pipeline"), ("mlp", 2, "greedy"),
+    ("diamond", 3, "annotated"), ("pipeline", 2, "annotated"), ("mlp", 4, "pipeline"), ("mlp", 2, "greedy"),
 ]  # fmt: skip
 
 
@@ -221,17 +224,28 @@ def test_bench_reports_every_rank(toolchain, models, tmp_path):
         )
 
 
-def test_generated_makefile_builds_without_flowc(toolchain, models, tmp_path):
+@pytest.mark.parametrize("tool", ["make", "cmake"])
+def test_generated_build_files_build_without_flowc(toolchain, models, tmp_path, tool):
+    """The written Makefile (MPICC=...) and CMakeLists.txt (find_package(MPI)) build the program."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"no {tool}")
     graph, feeds = models["digits"]
     out = tmp_path / "out"
     codegen.export(graph, out, name="net", ranks=2, placement="pipeline", build_binary=False)
     assert not (out / "net").exists()
-    cc = shlex.split(toolchain.mpicc)
-    subprocess.run(
-        ["make", "-s", f"MPICC={' '.join(cc)}"], cwd=out, check=True, capture_output=True, timeout=300
-    )
-    got = cwd_run(toolchain, out / "net", 2, feeds, tmp_path)
-    check_identical(got, one_process(graph, feeds), "Makefile build")
+    mpi_bin = str(Path(shlex.split(toolchain.mpicc)[0]).parent)
+    env = {**os.environ, "PATH": mpi_bin + os.pathsep + os.environ.get("PATH", "")}
+    if tool == "make":
+        cmds, exe = [["make", "-s", f"MPICC={toolchain.mpicc}"]], out / "net"
+    else:
+        cmds = [["cmake", "-S", ".", "-B", "b", f"-DMPI_C_COMPILER={shlex.split(toolchain.mpicc)[0]}"],
+                ["cmake", "--build", "b"]]  # fmt: skip
+        exe = out / "b" / "net"
+    for cmd in cmds:
+        res = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=300, env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+    got = cwd_run(toolchain, exe, 2, feeds, tmp_path)
+    check_identical(got, one_process(graph, feeds), f"{tool} build")
 
 
 # ----------------------------------------------------------------------------- in process

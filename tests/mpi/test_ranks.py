@@ -54,7 +54,10 @@ def sample_graphs() -> dict[str, tuple[gd.Graph, dict]]:
         "digits": (digits.build(batch=4, weights=digits._params(1)), {"x": rng.random((4, 64), np.float32)}),
         "lenet": (lenet.build(batch=2), {"x": rng.standard_normal((2, 1, 28, 28)).astype(np.float32)}),
         "diamond": (HERE.diamond(), HERE.feeds_for(HERE.diamond())),
-        "pipeline": (HERE.sample("pipeline").build(8, digits._params(2)), {"x": rng.random((8, 64), np.float32)}),
+        "pipeline": (  # annotated: a layer on each rank
+            HERE.sample("pipeline").build(8, digits._params(2)),
+            {"x": rng.random((8, 64), np.float32)},
+        ),
         "mlp": (HERE.mlp(width=64, layers=8, batch=8), HERE.feeds_for(HERE.mlp(width=64, layers=8, batch=8))),
     }
 

@@ -17,11 +17,11 @@ gives the median over rounds, and the speed-up between the best rounds (the leas
 Outputs of every rank count must equal the 1-rank output bitwise.
 
 Then prediction against measurement: ``codegen.partition.predict`` simulates each rank's run order
-with the roofline cost model (``codegen.schedule.cost``) and the alpha-beta model of a message,
-alpha and beta fitted by bench/pingpong.py on this machine (or given). The roofline's absolute
-times differ from the C kernels', so the table also gives the speed-up ratios, and a "calibrated"
-prediction: every step's roofline time scaled by measured / predicted at 1 rank. More ranks than
-cores (3 and 4 on a 2-core machine) oversubscribe them: measured, but not comparable.
+with the cost model of the partition (``codegen.partition.step_seconds``: FLOPs and bytes at this
+machine's measured rates) and the alpha-beta model of a message, alpha and beta fitted by
+bench/pingpong.py on this machine (or given). The table gives the predicted times, the speed-up
+ratios, and a "calibrated" prediction: every step's time scaled by measured / predicted at 1
+rank. More ranks than cores (3 and 4 on a 2-core machine) oversubscribe them: measured, but not comparable.
 
 Last, a projection to 8 .. 1024 ranks over InfiniBand for larger models (--project) with
 K = 4 x ranks microbatches: the compute stays this machine's cost model; the transfers are
@@ -218,11 +218,10 @@ def split(graph, ranks: int, alpha_s: float, beta_bps: float) -> partition.Parti
 
 
 def predict(part, microbatches: int, alpha_s: float, beta_bps: float, scale: float = 1.0):
-    """partition.predict, every step's roofline seconds times ``scale``."""
-    from codegen import schedule
+    """partition.predict, every step's estimated seconds times ``scale``."""
 
-    step = None if scale == 1.0 else (lambda g, n: scale * schedule.cost(g, n).seconds)
-    return partition.predict(part, microbatches, alpha_s, beta_bps, step_seconds=step)
+    step = None if scale == 1.0 else (lambda g, n: scale * partition.step_seconds(g, n))
+    return partition.predict(part, microbatches, alpha_s, beta_bps, time_of=step)
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -325,7 +324,7 @@ def measured_table(meas: dict, rank_counts: list[int], k: int) -> str:
 
 
 def prediction_rows(graph, meas: dict, rank_counts: list[int], k: int, alpha: float, beta: float):
-    """Per rank count: roofline prediction, calibrated prediction, measurement. The partitions
+    """Per rank count: prediction, calibrated prediction, measurement. The partitions
     are the binaries' own (built with the default alpha and beta); ``alpha``/``beta`` time the
     transfers."""
     parts = {n: split(graph, n, partition.ALPHA, partition.BETA) for n in rank_counts}
@@ -435,9 +434,9 @@ def bench_model(name: str, args, folder: Path, alpha: float, beta: float, source
               f"best rounds (goal 1.6x); 2-rank outputs bitwise equal to 1-rank: "
               f"{meas[2]['bitwise_equal_to_1_rank']}")  # fmt: skip
     pred, scale = prediction_rows(graph, meas, rank_counts, k, alpha, beta)
-    print(f"\n## prediction (roofline + alpha-beta) against measurement: {what}, {k} microbatches a step")
+    print(f"\n## prediction (cost model + alpha-beta) against measurement: {what}, {k} microbatches a step")
     print(f"transfers: alpha {alpha * 1e6:.2f} us, beta {beta / 1e9:.2f} GB/s ({source}); calibrated: "
-          f"every roofline time x {scale:.3f} (measured / predicted at 1 rank)")  # fmt: skip
+          f"every step's estimate x {scale:.3f} (measured / predicted at 1 rank)")  # fmt: skip
     print(prediction_table(pred))
     return {"model": what, "measured": {str(n): meas[n] for n in rank_counts}, "rel_err_vs_onnxruntime": rel,
             "prediction": pred, "calibration_scale": scale}  # fmt: skip
@@ -459,7 +458,8 @@ def project_model(name: str, folder: Path) -> dict | None:
     print(f"\n## projection: {what}, {nodes} computing nodes, K = 4 x ranks (simulated in full up to "
           f"K = {EXACT_MICROBATCHES}; beyond, simulated for K/8 and K/4 microbatches and extended linearly "
           f"by the steady-state period T(K/4) - T(K/8) per K/8 microbatches)")  # fmt: skip
-    print(f"compute: this machine's roofline cost model; transfers: assumed HDR InfiniBand figures, "
+    print(f"compute: this machine's cost model (partition.step_seconds); transfers: assumed HDR "
+          f"InfiniBand figures, "
           f"alpha {IB_ALPHA_US} us, beta {IB_BETA_GBPS} GB/s (200 Gb/s link)")  # fmt: skip
     print(projection_table(rows))
     print(f"({time.perf_counter() - t0:.0f} s for this model: export, import, partitions, simulations)")

@@ -231,7 +231,7 @@ def inspect_ranks(args, graph: Graph, c: pipeline.Compilation) -> int:
         print(f"rank {r}: arena {p.arena_bytes} B (lower bound {p.lower_bound} B), "
               f"weights {p.weight_bytes} B, {len(p.steps)} steps")  # fmt: skip
     print(f"transfers: alpha {o.alpha * 1e6:.3g} us, beta {o.beta / 1e9:.3g} GB/s")
-    one = sum(schedule.cost(c.lowered, n).seconds for n in c.lowered.nodes)
+    one = sum(partition.step_seconds(c.lowered, n) for n in c.lowered.nodes)
     for k in sorted({1, args.microbatches}):
         pr = partition.predict(part, k, o.alpha, o.beta)
         print(f"{pr.describe()}; one rank: {one * k * 1e6:.1f} us, speed-up {one * k / pr.seconds:.2f}x")

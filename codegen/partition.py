@@ -69,6 +69,11 @@ def transfer_seconds(nbytes: int, alpha: float = ALPHA, beta: float = BETA) -> f
     return alpha + nbytes / beta
 
 
+def step_seconds(graph: Graph, node: Node) -> float:
+    """A step's estimated time on one core (``schedule.Cost.run_seconds``: FLOPs and bytes)."""
+    return schedule.cost(graph, node).run_seconds
+
+
 # ----------------------------------------------------------------------------- placement
 _RANK = re.compile(r"rank:(\d+)")
 
@@ -165,7 +170,7 @@ def pipeline(graph: Graph, ranks: int, order: list[Node] | None = None, max_ram:
     the largest stage's estimated seconds (a linear partition, by bisection on that maximum);
     with ``max_ram``, a stage also ends before its estimated live bytes would pass it."""
     order = [n for n in (order or schedule.schedule(graph)) if not _is_source(n)]
-    cost = [max(schedule.cost(graph, n).seconds, 1e-12) for n in order]
+    cost = [max(step_seconds(graph, n), 1e-12) for n in order]
     prefix = np.concatenate([[0.0], np.cumsum(cost)])
     last_use: dict[ValueRef, int] = {}
     for i, n in enumerate(order):
@@ -247,7 +252,7 @@ def greedy(graph: Graph, ranks: int, alpha: float = ALPHA, beta: float = BETA, *
                 if place[ref.node] != r:
                     t += transfer_seconds(graph.type_of(ref).nbytes, alpha, beta)
                 ready = max(ready, t)
-            finish = ready + schedule.cost(graph, n).seconds
+            finish = ready + step_seconds(graph, n)
             if best is None or finish < best[0] - 1e-15:
                 best = (finish, r)
         finish, r = best
@@ -518,7 +523,7 @@ class _RankBuilder:
         steps; never before the rank's first step."""
         g = self.graph_of(nodes)
         costs = [
-            schedule.cost(g, n).seconds if schedule.is_step(n) and get_op(n.op).kind != COMMUNICATION else 0.0
+            step_seconds(g, n) if schedule.is_step(n) and get_op(n.op).kind != COMMUNICATION else 0.0
             for n in nodes
         ]
         start = np.concatenate([[0.0], np.cumsum(costs)])
@@ -606,14 +611,14 @@ def predict(
     microbatches: int = 1,
     alpha: float = ALPHA,
     beta: float = BETA,
-    step_seconds: Callable[[Graph, Node], float] | None = None,
+    time_of: Callable[[Graph, Node], float] | None = None,
 ) -> Prediction:
-    """Simulate the ranks' run orders with the cost model (``step_seconds``; default the
-    schedule's roofline) and the alpha-beta transfers. A message arrives its transfer time
+    """Simulate the ranks' run orders with the cost model (``time_of``; default
+    ``step_seconds``) and the alpha-beta transfers. A message arrives its transfer time
     after it is sent or, above ``EAGER_BYTES``, after its receive is posted if that is later;
     a wait ends when the rank gets there or the value arrives, whichever is later; a run (one
     microbatch) ends when its own sends have arrived (the generated run's final wait)."""
-    seconds = step_seconds or (lambda g, n: schedule.cost(g, n).seconds)
+    seconds = time_of or step_seconds
     ranks = part.ranks
     clock = [0.0] * ranks
     compute = [0.0] * ranks

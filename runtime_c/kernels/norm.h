@@ -44,6 +44,11 @@
 
 FC_VF_INLINE void fc_layer_norm_vec_f32(const float *x, const float *scale, const float *bias, float *y,
                                         long outer, long inner, double eps) {
+    /* Every loop runs over a count fixed before it (pairs, whole vectors, the rest), not from
+     * where the loop before it stopped: with the sizes constant, GCC then sees each remainder
+     * loop's exact trip count (0 for inner = 768) instead of warning that an unbounded one
+     * "invokes undefined behavior" (-Waggressive-loop-optimizations). */
+    const long pairs = inner / (2 * FC_VF_VL) * (2 * FC_VF_VL), full = inner / FC_VF_VL * FC_VF_VL;
     long o, i;
     if (inner <= 0)
         return;
@@ -52,39 +57,39 @@ FC_VF_INLINE void fc_layer_norm_vec_f32(const float *x, const float *scale, cons
         float *yr = y + o * inner;
         fc_vf s0 = FC_VF_SPLAT(0.0f), s1 = s0, mv, rv;
         float sum, sq, mu, r;
-        for (i = 0; i + 2 * FC_VF_VL <= inner; i += 2 * FC_VF_VL) {
+        for (i = 0; i < pairs; i += 2 * FC_VF_VL) {
             s0 = s0 + fc_vf_load(xr + i);
             s1 = s1 + fc_vf_load(xr + i + FC_VF_VL);
         }
-        for (; i + FC_VF_VL <= inner; i += FC_VF_VL)
+        for (i = pairs; i < full; i += FC_VF_VL)
             s0 = s0 + fc_vf_load(xr + i);
         sum = fc_vf_sum(s0 + s1);
-        for (; i < inner; i++)
+        for (i = full; i < inner; i++)
             sum += xr[i];
         mu = sum / (float)inner;
         mv = FC_VF_SPLAT(mu);
         s0 = s1 = FC_VF_SPLAT(0.0f);
-        for (i = 0; i + 2 * FC_VF_VL <= inner; i += 2 * FC_VF_VL) {
+        for (i = 0; i < pairs; i += 2 * FC_VF_VL) {
             const fc_vf d0 = fc_vf_load(xr + i) - mv, d1 = fc_vf_load(xr + i + FC_VF_VL) - mv;
             s0 = d0 * d0 + s0;
             s1 = d1 * d1 + s1;
         }
-        for (; i + FC_VF_VL <= inner; i += FC_VF_VL) {
+        for (i = pairs; i < full; i += FC_VF_VL) {
             const fc_vf d0 = fc_vf_load(xr + i) - mv;
             s0 = d0 * d0 + s0;
         }
         sq = fc_vf_sum(s0 + s1);
-        for (; i < inner; i++)
+        for (i = full; i < inner; i++)
             sq += (xr[i] - mu) * (xr[i] - mu);
         r = 1.0f / sqrtf(sq / (float)inner + (float)eps);
         rv = FC_VF_SPLAT(r);
-        for (i = 0; i + FC_VF_VL <= inner; i += FC_VF_VL) {
+        for (i = 0; i < full; i += FC_VF_VL) {
             fc_vf v = (fc_vf_load(xr + i) - mv) * rv * fc_vf_load(scale + i);
             if (bias != NULL)
                 v = v + fc_vf_load(bias + i);
             fc_vf_store(yr + i, v);
         }
-        for (; i < inner; i++)
+        for (i = full; i < inner; i++)
             yr[i] = (xr[i] - mu) * r * scale[i] + (bias != NULL ? bias[i] : 0.0f);
     }
 }

@@ -345,6 +345,55 @@ def _scalar_constant(graph: Graph, ref: ValueRef, out_rank: int):
     return None
 
 
+POW_EXPONENTS = (-1.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
+"""Constant exponents ``reduce_pow`` rewrites: small integers into multiplications, halves
+into a square root (times a power)."""
+
+
+def reduce_pow(graph: Graph) -> Graph:
+    """``pow(x, c)`` of a float x with a constant scalar c in POW_EXPONENTS as multiplications
+    and square roots, which fuse into the elementwise loop instead of calling libm's pow per
+    element (GPT-2's tanh-GELU: ``x + 0.044715 * pow(x, 3)``).
+
+    Integers: x * x (2, exact), (x * x) * x (3), (x * x) * (x * x) (4), 1 / x (-1, exact);
+    within 1 ulp of pow for each multiplication. 0.5: sqrt(x), exactly what numpy computes
+    for it. 1.5 and 2.5: b^n * sqrt(b) with b = x + 0 (pow(-0, 1.5) is +0) and b = +inf
+    where x is -inf (pow(-inf, 1.5) is +inf; sqrt would give NaN). Negative x gives NaN, as
+    pow does.
+    """
+    targets = {}
+    for n in graph.nodes:
+        if n.op == "pow" and n.outputs[0].dtype in ("float16", "float32", "float64"):
+            c = _scalar_constant(graph, n.inputs[1], n.outputs[0].rank)
+            if c is not None and float(c) in POW_EXPONENTS and graph.type_of(n.inputs[0]) == n.outputs[0]:
+                targets[n.name] = float(c)
+    if not targets:
+        return graph
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        if node.name not in targets:
+            rb.keep(node)
+            continue
+        c = targets[node.name]
+        with default_graph_scope(rb.new), device(node.device):
+            x = rb.inputs(node)[0]
+            if c == -1.0:
+                y = gd.reciprocal(x)
+            elif c == 1.0:
+                y = gd.identity(x)
+            elif c == 0.5:
+                y = gd.sqrt(x)
+            else:
+                whole = int(c)
+                base = x if c == whole else gd.where(gd.equal(x, -np.inf), np.inf, gd.add(x, 0.0))
+                sq = gd.mul(base, base) if whole >= 2 else None
+                parts = {1: base, 2: sq, 3: None if sq is None else gd.mul(sq, base),
+                         4: None if sq is None else gd.mul(sq, sq)}  # fmt: skip
+                y = parts[whole] if c == whole else gd.mul(parts[whole], gd.sqrt(base))
+        rb.bind(node, [y.ref])
+    return rb.finish()
+
+
 def fuse_elementwise(graph: Graph) -> Graph:
     """Merge chains of elementwise ops into ``fused`` nodes evaluated in one loop.
 
@@ -461,6 +510,7 @@ def pipeline(
         ("decompose", lambda g: decompose(g, rules)),
         ("fold_constants", lambda g: fold_constants(g, limit=fold_limit)),
         ("check_constants", check_constants),
+        ("reduce_pow", reduce_pow),
         ("cse", cse),
         ("prune_dead", prune),
         ("fuse_elementwise", fuse_elementwise),

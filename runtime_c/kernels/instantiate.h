@@ -17,6 +17,8 @@
  *     FC_IS_FLOAT  1 for float types, 0 for ints
  *     FC_LOWEST    the smallest value of the storage type, as FC_A (-inf for floats)
  *     FC_M(fn)     the libm function for FC_A (floats only): FC_M(exp) is expf or exp
+ *     FC_VM(fn)    exp or tanh as kernels/vmath.h has them for float (vectorizable), libm's
+ *                  for double: FC_VM(exp) is fc_vm_expf or exp
  *     FC_ISNEG(v)  v < 0 for signed integer types, 0 for u8 (avoids -Wtype-limits; ints only)
  */
 #define FC_FN(name) FC_CAT(name, FC_SFX)
@@ -24,6 +26,7 @@
 #ifdef FC_WANT_FLOATS
 #define FC_SFX f16
 #define FC_M(fn) fn##f
+#define FC_VM(fn) fc_vm_##fn##f
 #define FC_T fc_f16
 #define FC_A float
 #define FC_ACC float
@@ -34,6 +37,7 @@
 #include FC_INC
 #undef FC_SFX
 #undef FC_M
+#undef FC_VM
 #undef FC_T
 #undef FC_A
 #undef FC_ACC
@@ -44,6 +48,7 @@
 
 #define FC_SFX f32
 #define FC_M(fn) fn##f
+#define FC_VM(fn) fc_vm_##fn##f
 #define FC_T float
 #define FC_A float
 #define FC_ACC float
@@ -54,6 +59,7 @@
 #include FC_INC
 #undef FC_SFX
 #undef FC_M
+#undef FC_VM
 #undef FC_T
 #undef FC_A
 #undef FC_ACC
@@ -64,6 +70,7 @@
 
 #define FC_SFX f64
 #define FC_M(fn) fn
+#define FC_VM(fn) fn
 #define FC_T double
 #define FC_A double
 #define FC_ACC double
@@ -74,6 +81,7 @@
 #include FC_INC
 #undef FC_SFX
 #undef FC_M
+#undef FC_VM
 #undef FC_T
 #undef FC_A
 #undef FC_ACC

@@ -9,6 +9,7 @@
 #define FC_KERNELS_SCALAR_H
 
 #include "flowc_rt.h"
+#include "kernels/vmath.h"
 
 #define FC_INC "kernels/scalar_float.inc"
 #define FC_WANT_FLOATS

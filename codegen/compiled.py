@@ -246,7 +246,7 @@ class RankModel(CompiledModel):
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
         mine = [t for t in self.outputs if self.owner[t.name] == self.rank]
         needed = [t for t in self.inputs if self.owner[t.name] == self.rank]
-        results = self._call({k: v for k, v in feeds.items()}, needed, mine)
+        results = self._call(feeds, needed, mine)
         if not self.gather:
             return results
         out = {}

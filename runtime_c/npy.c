@@ -300,3 +300,46 @@ void fc_npy_free(fc_npy *a) {
     free(a->data);
     a->data = NULL;
 }
+
+static void describe_shape(char *buf, size_t len, int rank, const long *shape) {
+    size_t n = (size_t)snprintf(buf, len, "(");
+    int i;
+    for (i = 0; i < rank && n < len; ++i)
+        n += (size_t)snprintf(buf + n, len - n, "%ld%s", shape[i], rank == 1 ? "," : (i + 1 < rank ? ", " : ""));
+    if (n < len) snprintf(buf + n, len - n, ")");
+}
+
+int fc_npy_check(const fc_npy *a, const char *name, const char *path, const char *dtype, int rank,
+                 const long *shape, char *err, size_t errlen) {
+    char got[128], want[128];
+    if (strcmp(a->dtype, dtype) != 0) {
+        snprintf(err, errlen, "input '%s' (%s) has dtype %s, expected %s", name, path, a->dtype, dtype);
+        return -1;
+    }
+    if (a->rank != rank || memcmp(a->shape, shape, sizeof(long) * (size_t)rank) != 0) {
+        describe_shape(got, sizeof got, a->rank, a->shape);
+        describe_shape(want, sizeof want, rank, shape);
+        snprintf(err, errlen, "input '%s' (%s) has shape %.100s, expected %.100s", name, path, got, want);
+        return -1;
+    }
+    return 0;
+}
+
+char *fc_npy_path(const char *dir, const char *file) {
+    size_t n = strlen(dir) + strlen(file) + 2;
+    char *path = (char *)malloc(n);
+    if (path) snprintf(path, n, "%s/%s", dir, file);
+    return path;
+}
+
+void fc_npy_error_line(const char *prefix, const char *msg) {
+    const unsigned char *p;
+    fputs(prefix, stderr);
+    for (p = (const unsigned char *)msg; *p; ++p) {
+        if (*p >= 32 && *p < 127)
+            fputc(*p, stderr);
+        else
+            fprintf(stderr, "\\x%02x", *p);
+    }
+    fputc('\n', stderr);
+}

@@ -38,4 +38,16 @@ void fc_npy_free(fc_npy *a);
 /* Bytes per element of a dtype name, 0 if unknown. */
 size_t fc_npy_itemsize(const char *dtype);
 
+/* Whether a loaded input has the dtype and shape the model wants: 0, or -1 with
+ * "input 'NAME' (PATH) has dtype .../shape ..., expected ..." in err. */
+int fc_npy_check(const fc_npy *a, const char *name, const char *path, const char *dtype, int rank,
+                 const long *shape, char *err, size_t errlen);
+
+/* dir/file, malloc'ed (NULL when out of memory). */
+char *fc_npy_path(const char *dir, const char *file);
+
+/* One line on stderr: prefix, then msg with every byte that is not printable ASCII written as
+ * \xNN (msg quotes arguments and file names: no control characters reach the terminal). */
+void fc_npy_error_line(const char *prefix, const char *msg);
+
 #endif /* FC_NPY_H */

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from graphdef.errors import FlowcError
 
 from ... import partition as partition_mod
+from ...storage import ALIGN
 from .api import entry_points
 from .cnames import Names, c_comment
 from .emit import VERSION, Sources, emit, environment, io_metadata, io_tensors
@@ -98,7 +99,6 @@ def render_ranks(
                 "call": call,
                 "arena_bytes": pr.program.arena_bytes,
                 "unused": [t["cname"] for t in ins + outs if t["cname"] not in used],
-                "uses_pool": "pool" in call,
             }
         )
     m = {
@@ -111,7 +111,7 @@ def render_ranks(
         "inputs": ins,
         "outputs": outs,
         "arena_bytes": max(r["arena_bytes"] for r in ranks),
-        "align": 64,
+        "align": ALIGN,
         "threads": target.threads,
         "decl": {
             "run": api.run.declaration(),

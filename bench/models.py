@@ -1,20 +1,24 @@
 """flowc against onnxruntime and numpy on a set of models, side by side in one run.
 
-    python bench/models.py [--threads 1 2] [--runs 200] [--only NAME] [--markdown FILE]
+    python bench/models.py [--threads 1 2] [--runs 200] [--only NAME] [--set small zoo] [--json FILE]
 
-Each model is defined in PyTorch (CPU, random weights, eval mode), exported to ONNX once,
-then timed on the same input by: the flowc standalone binary (its own --bench loop), the flowc
-shared library called from Python through cffi, onnxruntime (intra-op threads 1 and 2), and
-the numpy interpreter. Medians of many runs; peers are interleaved in rounds because this
-machine is shared and noisy. flowc builds one binary per thread count (--threads N of
-`flowc compile`). Prints one table: medians in microseconds and the ratio flowc binary /
-onnxruntime at the same thread count (below 1.0: flowc is faster).
+Two sets: ``small``, models defined here (an MLP, LeNet, a small ResNet, a MobileNetV3-like
+network, a small encoder, a ResNet-18), exported by the TorchScript exporter; ``zoo``, model
+definitions written by others (bench/zoo.py: torchvision ResNet-50, MobileNetV3-Large and
+EfficientNet-B0, a transformers BERT encoder and GPT-2 decoder), each exported by both torch.onnx
+exporters (rows ``name/ts`` and ``name/dynamo``). Each model (CPU,
+random weights from a seed, eval mode) is exported to ONNX once, then timed on the same input
+by: the flowc standalone binary (its own --bench loop), the flowc shared library called from
+Python through cffi, onnxruntime (intra-op threads 1 and 2), and the numpy interpreter. Medians
+of many runs; peers are interleaved in rounds because this machine is shared and noisy. flowc
+builds one binary per thread count (--threads N of `flowc compile`). Prints one table: medians
+in microseconds and the ratio flowc binary / onnxruntime at the same thread count (below 1.0:
+flowc is faster).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
@@ -22,8 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -33,6 +35,10 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "bench"))
+
+import zoo  # noqa: E402
 
 import codegen  # noqa: E402
 import graphdef as gd  # noqa: E402
@@ -184,24 +190,36 @@ def models():
     }
 
 
-def export(name, module, example, folder: Path) -> Path:
-    import torch
+ZOO = {  # name -> builder of (module, example, description); bench/zoo.py
+    "resnet50": lambda: zoo.torchvision("resnet50"),
+    "mobilenet_v3_large": lambda: zoo.torchvision("mobilenet_v3_large"),
+    "efficientnet_b0": lambda: zoo.torchvision("efficientnet_b0"),
+    "bert": lambda: zoo.bert(layers=4, seq=128, hidden=256),
+    "gpt2": lambda: zoo.gpt2(layers=4, seq=128, hidden=256),
+}
+SHORT = {"torchscript": "ts", "dynamo": "dynamo"}
 
-    torch.backends.mha.set_fastpath_enabled(False)
-    module.eval()
-    path = folder / f"{name}.onnx"
-    with warnings.catch_warnings(), redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            (example,),
-            str(path),
-            input_names=["input"],
-            output_names=["output"],
-            opset_version=17,
-            dynamo=False,
-        )
-    return path
+
+def entries(sets: list[str]):
+    """(row name, exporter, builder of (module, example)) of the chosen sets, in table order."""
+    if "small" in sets:
+        small = {}
+
+        def build(name):
+            if not small:
+                small.update(models())
+            return small[name]
+
+        for name in ("mlp-b1", "mlp-b32", "lenet", "resnet-small", "mobilenetv3", "transformer", "resnet18"):
+            yield name, "torchscript", lambda name=name: build(name)
+    if "zoo" in sets:
+        for name, make in ZOO.items():
+            for exporter in zoo.EXPORTERS:
+                yield f"{name}/{SHORT[exporter]}", exporter, lambda make=make: (make() or (None, None))[:2]
+
+
+def export(name, module, example, folder: Path, exporter: str = "torchscript") -> Path:
+    return zoo.export(module, example, folder / f"{name.replace('/', '-')}.onnx", exporter)
 
 
 def median_us(fn, runs: int) -> float:
@@ -227,10 +245,10 @@ def binary_us(binary: Path, feeds: dict, runs: int, folder: Path) -> float:
     return float(out.strip().split("=")[1])
 
 
-def bench_model(name, module, example, folder: Path, threads: list[int], runs: int) -> dict:
+def bench_model(name, module, example, folder: Path, threads: list[int], runs: int, exporter: str) -> dict:
     import onnxruntime as ort
 
-    path = export(name, module, example, folder)
+    path = export(name, module, example, folder, exporter)
     x = example.numpy()
     feeds = {"input": x}
     graph = gd.load_onnx(path)
@@ -300,16 +318,21 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--only", default="")
+    ap.add_argument("--set", nargs="+", choices=["small", "zoo"], default=["small", "zoo"])
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (module, example) in models().items():
+        for name, exporter, build in entries(args.set):
             if args.only and args.only not in name:
                 continue
-            folder = Path(tmp) / name
+            module, example = build()
+            if module is None:
+                print(f"{name}: skipped (torchvision or transformers missing: pip install -e '.[bench]')")
+                continue
+            folder = Path(tmp) / name.replace("/", "-")
             folder.mkdir()
-            rows.append(bench_model(name, module, example, folder, args.threads, args.runs))
+            rows.append(bench_model(name, module, example, folder, args.threads, args.runs, exporter))
             print(f"{name}: done", file=sys.stderr)
     print(table(rows, args.threads))
     if args.json:

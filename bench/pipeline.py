@@ -49,7 +49,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -60,6 +59,8 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+import zoo  # noqa: E402
 
 import graphdef as gd  # noqa: E402
 from codegen import export as flowc_export  # noqa: E402
@@ -74,18 +75,6 @@ PROJECTED = ["resnet50", "resnet152", "bert24", "gpt2_256"]  # gpt2_256: deep en
 
 
 # ----------------------------------------------------------------------------- models
-def torchvision_or_none():
-    """torchvision, or None when it is not installed. Its meta registrations need a torch build
-    it was not compiled against; ResNets do not use them, so an empty module stands in."""
-    stub = "torchvision._meta_registrations"
-    sys.modules.setdefault(stub, types.ModuleType(stub))
-    try:
-        import torchvision
-    except ImportError:
-        return None
-    return torchvision
-
-
 def resnet(name: str, size: int):
     """(module, example input, description): torchvision's ``name`` with random weights, or the
     nearest basic-block ResNet of bench/models.py without torchvision."""
@@ -93,7 +82,7 @@ def resnet(name: str, size: int):
 
     torch.manual_seed(0)
     example = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
-    tv = torchvision_or_none()
+    tv = zoo.torchvision_or_none()
     if tv is not None:
         module = getattr(tv.models, name)(weights=None)
         return module.eval(), example, f"torchvision {name}, input 1x3x{size}x{size}"
@@ -106,86 +95,19 @@ def resnet(name: str, size: int):
     return module.eval(), example, f"bench/models.py {name} (torchvision missing), input 1x3x{size}x{size}"
 
 
-BERT_VOCAB = 1000
-
-
-def bert(layers: int, seq: int):
-    """(module, example token ids, description) of a transformers BertModel built from a config
-    (hidden 256, 4 heads, FFN 1024; random weights, nothing downloaded) returning the last hidden
-    state, or None without transformers."""
-    torchvision_or_none()  # transformers imports torchvision when it is there: the stub first
-    try:
-        import torch
-        from transformers import BertConfig, BertModel
-    except ImportError:
-        return None
-    torch.manual_seed(0)
-    cfg = BertConfig(
-        vocab_size=BERT_VOCAB, hidden_size=256, num_hidden_layers=layers, num_attention_heads=4,
-        intermediate_size=1024, max_position_embeddings=max(seq, 128),
-    )  # fmt: skip
-
-    class LastHidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bert = BertModel(cfg, add_pooling_layer=False)
-
-        def forward(self, ids):
-            return self.bert(input_ids=ids).last_hidden_state
-
-    ids = torch.randint(0, BERT_VOCAB, (1, seq), generator=torch.Generator().manual_seed(1))
-    return LastHidden().eval(), ids, f"transformers BertModel, {layers} layers, hidden 256, ids 1x{seq}"
-
-
-def gpt2(layers: int, seq: int):
-    """(module, example token ids, description) of a transformers GPT2Model built from a config
-    (hidden 128, 4 heads, FFN 512; random weights, no cache) returning the last hidden state, or
-    None without transformers. Deep and narrow: ~33 computing nodes a layer, enough for the
-    pipeline placement to give each of 1024 ranks a stage at 256 layers."""
-    torchvision_or_none()
-    try:
-        import torch
-        from transformers import GPT2Config, GPT2Model
-    except ImportError:
-        return None
-    torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=BERT_VOCAB, n_layer=layers, n_embd=128, n_head=4, n_positions=seq,
-                     bos_token_id=0, eos_token_id=0, use_cache=False)  # fmt: skip
-
-    class LastHidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gpt = GPT2Model(cfg)
-
-        def forward(self, ids):  # an explicit all-ones mask: without one, the export meets aten::diff
-            mask = torch.ones_like(ids)
-            return self.gpt(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-
-    ids = torch.randint(0, BERT_VOCAB, (1, seq), generator=torch.Generator().manual_seed(1))
-    return LastHidden().eval(), ids, f"transformers GPT2Model, {layers} layers, hidden 128, ids 1x{seq}"
-
-
 def build_model(name: str, size: int, seq: int):
     """``resnetNN`` (torchvision; input 1x3xSIZExSIZE), ``bertN`` (N encoder layers; ``seq``
     token ids) or ``gpt2_N`` (N decoder layers; ``seq`` token ids); None when its package is missing."""
     if name.startswith("gpt2"):
-        return gpt2(int(name[5:] or 256), seq)
+        return zoo.gpt2(int(name[5:] or 256), seq)
     if name.startswith("bert"):
-        return bert(int(name[4:] or 4), seq)
+        return zoo.bert(int(name[4:] or 4), seq)
     return resnet(name, size)
 
 
 def export_onnx(module, example, path: Path) -> Path:
-    """ONNX opset 17 (bench/models.py's export), IR version lowered to 10 for onnxruntime."""
-    import models
-    import onnx
-
-    out = models.export(path.stem, module, example, path.parent)
-    m = onnx.load(str(out))
-    if m.ir_version > 10:
-        m.ir_version = 10
-        onnx.save(m, str(out))
-    return out
+    """ONNX opset 17 through the TorchScript exporter, IR version 10 for onnxruntime (bench/zoo.py)."""
+    return zoo.export(module, example, path, "torchscript")
 
 
 # ----------------------------------------------------------------------------- transfers
@@ -251,7 +173,7 @@ def measure(graph, rank_counts: list[int], k: int, reps: int, rounds: int, folde
     if np.dtype(t.dtype).kind == "f":
         x = rng.standard_normal(shape).astype(t.dtype)
     else:  # token ids
-        x = rng.integers(0, BERT_VOCAB, shape).astype(t.dtype)
+        x = rng.integers(0, zoo.VOCAB, shape).astype(t.dtype)
     x_path = folder / "x.npy"
     np.save(x_path, x)
     exes, build_s = {}, {}

@@ -1,3 +1,3 @@
 """Every op record, one module per family. Importing this package registers them all."""
 
-from . import bits, comm, elementwise, fused, index, math, nn, reduce, resize, shape, state  # noqa: F401
+from . import bits, comm, elementwise, fused, index, math, nn, reduce, resize, rnn, shape, state  # noqa: F401

@@ -205,9 +205,10 @@ def test_input_projection_is_one_gemm(cases):
 
 
 def test_zero_initial_state_skips_first_recurrence(cases):
-    """Without initial_h the first step has no H @ R^T gemm."""
+    """Without initial_h the first step has no H @ R^T: its lstm_cell takes no state."""
     spec, g = cases["lstm_fwd"].spec, cases["lstm_fwd"].graph
-    assert sum(n.op == "gemm" for n in g.nodes) == 1 + (spec.seq - 1)
+    assert [len(n.inputs) for n in g.nodes if n.op == "lstm_cell"] == [2] + [4] * (spec.seq - 1)
+    assert sum(n.op == "gemm" for n in g.nodes) == 1  # the input projection
 
 
 # ----------------------------------------------------------------------------- refusals

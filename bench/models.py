@@ -3,11 +3,11 @@
     python bench/models.py [--threads 1 2] [--runs 200] [--only NAME] [--set small zoo] [--json FILE]
 
 Two sets: ``small``, models defined here (an MLP, LeNet, a small ResNet, a MobileNetV3-like
-network, a small encoder, a ResNet-18), exported by the TorchScript exporter; ``zoo``, model
-definitions written by others (bench/zoo.py: torchvision ResNet-50, MobileNetV3-Large and
-EfficientNet-B0, a transformers BERT encoder and GPT-2 decoder), each exported by both torch.onnx
-exporters (rows ``name/ts`` and ``name/dynamo``). Each model (CPU,
-random weights from a seed, eval mode) is exported to ONNX once, then timed on the same input
+network, a small encoder, a ResNet-18, 2-layer GRU and LSTM over 32 steps), exported by the
+TorchScript exporter; ``zoo``, model definitions written by others (bench/zoo.py: torchvision
+ResNet-50, MobileNetV3-Large and EfficientNet-B0, a transformers BERT encoder and GPT-2
+decoder), each exported by both torch.onnx exporters (rows ``name/ts`` and ``name/dynamo``).
+Each model (CPU, random weights from a seed, eval mode) is exported to ONNX once, then timed on the same input
 by: the flowc standalone binary (its own --bench loop), the flowc shared library called from
 Python through cffi, onnxruntime (intra-op threads 1 and 2), and the numpy interpreter. Medians
 of many runs; peers are interleaved in rounds because this machine is shared and noisy. flowc
@@ -177,6 +177,16 @@ def models():
         def forward(self, ids):
             return self.out(self.enc(self.emb(ids) + self.pos))
 
+    class Recurrent(nn.Module):
+        def __init__(self, kind):
+            super().__init__()
+            self.rnn = kind(64, 128, num_layers=2, batch_first=True)
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, x):
+            y, _ = self.rnn(x)
+            return self.head(y[:, -1])
+
     gen = torch.Generator().manual_seed(1)
     img = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
     return {
@@ -187,6 +197,8 @@ def models():
         "mobilenetv3": (MobileNetV3(), img(1, 3, 224, 224)),
         "transformer": (Encoder(), torch.randint(0, 1000, (1, 64), generator=gen)),
         "resnet18": (ResNet((64, 128, 256, 512), (2, 2, 2, 2)), img(1, 3, 224, 224)),
+        "gru": (Recurrent(nn.GRU), img(1, 32, 64)),
+        "lstm": (Recurrent(nn.LSTM), img(1, 32, 64)),
     }
 
 
@@ -210,7 +222,8 @@ def entries(sets: list[str]):
                 small.update(models())
             return small[name]
 
-        for name in ("mlp-b1", "mlp-b32", "lenet", "resnet-small", "mobilenetv3", "transformer", "resnet18"):
+        for name in ("mlp-b1", "mlp-b32", "lenet", "resnet-small", "mobilenetv3", "transformer", "resnet18",
+                     "gru", "lstm"):  # fmt: skip
             yield name, "torchscript", lambda name=name: build(name)
     if "zoo" in sets:
         for name, make in ZOO.items():

@@ -17,8 +17,10 @@
  *     FC_IS_FLOAT  1 for float types, 0 for ints
  *     FC_LOWEST    the smallest value of the storage type, as FC_A (-inf for floats)
  *     FC_M(fn)     the libm function for FC_A (floats only): FC_M(exp) is expf or exp
- *     FC_VM(fn)    exp, tanh or erf as kernels/vmath.h has them for float (vectorizable), libm's
- *                  for double: FC_VM(exp) is fc_vm_expf or exp
+ *     FC_VM(fn)    exp, expm1, log, log1p, tanh, erf, sin or cos as kernels/vmath.h has them for
+ *                  float (vectorizable), libm's for double: FC_VM(exp) is fc_vm_expf or exp
+ *     FC_PICK(c, a, b)  c ? a : b; for float kernels/vmath.h's fc_vm_pick, a bit blend the
+ *                  compiler cannot turn into a branch (a loop with a branch does not vectorize)
  *     FC_ISNEG(v)  v < 0 for signed integer types, 0 for u8 (avoids -Wtype-limits; ints only)
  */
 #define FC_FN(name) FC_CAT(name, FC_SFX)
@@ -27,6 +29,7 @@
 #define FC_SFX f16
 #define FC_M(fn) fn##f
 #define FC_VM(fn) fc_vm_##fn##f
+#define FC_PICK(c, a, b) fc_vm_pick((c), (a), (b))
 #define FC_T fc_f16
 #define FC_A float
 #define FC_ACC float
@@ -38,6 +41,7 @@
 #undef FC_SFX
 #undef FC_M
 #undef FC_VM
+#undef FC_PICK
 #undef FC_T
 #undef FC_A
 #undef FC_ACC
@@ -49,6 +53,7 @@
 #define FC_SFX f32
 #define FC_M(fn) fn##f
 #define FC_VM(fn) fc_vm_##fn##f
+#define FC_PICK(c, a, b) fc_vm_pick((c), (a), (b))
 #define FC_T float
 #define FC_A float
 #define FC_ACC float
@@ -60,6 +65,7 @@
 #undef FC_SFX
 #undef FC_M
 #undef FC_VM
+#undef FC_PICK
 #undef FC_T
 #undef FC_A
 #undef FC_ACC
@@ -71,6 +77,7 @@
 #define FC_SFX f64
 #define FC_M(fn) fn
 #define FC_VM(fn) fn
+#define FC_PICK(c, a, b) ((c) ? (a) : (b))
 #define FC_T double
 #define FC_A double
 #define FC_ACC double
@@ -82,6 +89,7 @@
 #undef FC_SFX
 #undef FC_M
 #undef FC_VM
+#undef FC_PICK
 #undef FC_T
 #undef FC_A
 #undef FC_ACC

@@ -215,16 +215,19 @@ FC_VF_INLINE void fc_dwconv_plane_(const float *FC_RESTRICT ph, const float *FC_
     }
 }
 
+/* Input planes [lo, hi) of the n * c (plane i * c + j: image i, channel j), each with its
+ * m / c output planes; 0 and n * c for all. Disjoint ranges may run at once, each with its own
+ * scratch, and give the values of one call for all. */
 FC_VF_INLINE void fc_dwconv_f32(const float *x, const float *w, const float *b, float *y,
-                                const fc_dwconv_geom *g, float *scratch) {
+                                const fc_dwconv_geom *g, float *scratch, long lo, long hi) {
     const long mult = g->m / g->c, taps = g->kh * g->kw;
     float *ph = scratch, *run = scratch + g->sh * g->sw * g->rows * g->cols;
-    long n, m, i;
-    for (n = 0; n < g->n; n++) {
-        for (m = 0; m < g->m; m++) {
-            float *ym = y + (n * g->m + m) * g->oh * g->ow;
-            if (m % mult == 0)
-                fc_dwconv_phases_(x + (n * g->c + m / mult) * g->h * g->w, ph, 0.0f, g);
+    long p, k, i;
+    for (p = lo; p < hi; p++) {
+        fc_dwconv_phases_(x + p * g->h * g->w, ph, 0.0f, g);
+        for (k = 0; k < mult; k++) {
+            const long m = p % g->c * mult + k; /* output channel */
+            float *ym = y + (p * mult + k) * g->oh * g->ow;
             fc_dwconv_plane_(ph, w + m * taps, b ? b[m] : 0.0f, run, g);
             for (i = 0; i < g->oh; i++)
                 memcpy(ym + i * g->ow, run + i * g->cols, (size_t)g->ow * sizeof *ym);

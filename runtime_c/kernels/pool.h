@@ -53,6 +53,8 @@ FC_INLINE long fc_pool_src(const fc_pool_geom *g, int ax, long i, long t) {
  * windows as g with n = 1, c = m = planes; pads hold -inf for max and 0 for sums, so no window
  * needs a bounds check. Averages divide each sum by the count of fc_pool_count.
  * A plane holding a NaN goes through fc_max_pool_f32 (NaN propagation as in numpy).
+ * It computes planes [lo, hi) (0 and planes for all): disjoint ranges may run at once, each
+ * with its own scratch, and give the values of one call for all.
  * Scratch: fc_dwconv_scratch_floats(d) + ow floats.
  */
 FC_VF_INLINE void fc_pool2d_block_(const float *FC_RESTRICT ph, float *FC_RESTRICT out, long o, int nv,
@@ -81,14 +83,14 @@ FC_VF_INLINE void fc_pool2d_block_(const float *FC_RESTRICT ph, float *FC_RESTRI
 }
 
 FC_VF_INLINE void fc_pool2d_f32(const float *x, float *y, const fc_pool_geom *pg, const fc_dwconv_geom *g,
-                                int is_max, float *scratch) {
+                                int is_max, float *scratch, long lo, long hi) {
     const long len = (g->oh - 1) * g->cols + g->ow, plane = g->rows * g->cols;
     float *ph = scratch, *run = scratch + g->sh * g->sw * plane, *cw = run + len;
     long pl, o, i, j, t1, t2;
     if (!is_max)
         for (j = 0; j < g->ow; j++)
             cw[j] = (float)fc_pool_count(pg, 2, j);
-    for (pl = 0; pl < g->c; pl++) {
+    for (pl = lo; pl < hi; pl++) {
         const float *xp = x + pl * g->h * g->w;
         float *yp = y + pl * g->oh * g->ow;
         if (is_max && fc_vf_any_nan(xp, g->h * g->w)) {

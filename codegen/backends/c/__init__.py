@@ -39,8 +39,9 @@ def lower(graph: Graph, options) -> Graph:
 
 
 def scratch_bytes(node, ins, options) -> int:
-    """Bytes of step-local memory the C step of ``node`` needs on this build."""
-    return table.scratch_bytes(node, ins, build_isa(options))
+    """Bytes of step-local memory the C step of ``node`` needs on this build (a step split
+    over the target's threads: every part's)."""
+    return table.scratch_bytes(node, ins, build_isa(options), options.target.threads)
 
 
 def render(program, options) -> Sources:

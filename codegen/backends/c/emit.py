@@ -28,7 +28,7 @@ from .api import EntryPoints, entry_points
 from .cnames import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
 from .ops.elementwise import elementwise_step
 from .sgemm import ISA_IDS
-from .table import Call, Step, TensorCtx, kernel_of
+from .table import Call, Step, TensorCtx, kernel_of, part_bounds, part_scratch, parts_of, split_of
 
 VERSION = "0.1.0"
 ROOT = Path(__file__).resolve().parents[3]
@@ -219,8 +219,9 @@ class Steps:
     requests: int = 0  # MPI requests of the communication steps (sends and receives)
 
 
-def lower_step(node, index: int, name: str, graph, isa: str = "scalar") -> tuple[Step, Call]:
-    """The Step a lowering sees and the Call it makes (elementwise steps share one loop)."""
+def lower_step(node, index: int, name: str, graph, isa: str = "scalar", parts: int = 1) -> tuple[Step, Call]:
+    """The Step a lowering sees and the Call it makes (elementwise steps share one loop);
+    ``parts`` > 1: the lowering renders a range of the step's units (table.Split)."""
     in_t = [graph.type_of(r) for r in node.inputs]
     step = Step(
         node=node,
@@ -230,10 +231,43 @@ def lower_step(node, index: int, name: str, graph, isa: str = "scalar") -> tuple
         y=[f"y{j}" for j in range(len(node.outputs))],
         func=f"{name}_step_{index}",
         isa=isa,
+        parts=parts,
     )
     if get_op(node.op).kind == ELEMENTWISE:
         return step, elementwise_step(step)
     return step, kernel_of(node.op).lower(step)
+
+
+def split_step(
+    env: jinja2.Environment, step: Step, in_t, params: list[str], takes_scratch: bool, unused, body: str
+) -> tuple[str, str]:
+    """(prelude, body) of a step split in ``step.parts`` (templates/c/ops/parts*.c.j2): the
+    op's ``body``, rendered for units [lo, hi), becomes a function of its own; each part calls
+    it on its bounds (whole grains of the step's Split) and its slice of the scratch, and the
+    step function runs the parts on the pool and returns the last failure, as one thread would."""
+    node, parts = step.node, step.parts
+    fields = params[: len(step.x) + len(step.y)]
+    init = step.x + step.y
+    call = [f"A->{v}" for v in init]
+    if takes_scratch:
+        fields.append("unsigned char *scratch")
+        init.append("(unsigned char *)scratch")
+        per_part = part_scratch(node, in_t, step.isa, parts)
+        call.append(f"A->scratch ? A->scratch + (long)part * {per_part} : NULL" if per_part else "A->scratch")
+    split = {
+        "parts": parts,
+        "bounds": part_bounds(split_of(node, in_t), parts),
+        "params": params + ["long lo", "long hi"],
+        "fields": fields,
+        "init": init,
+        "call": call + ["bounds[part]", "bounds[part + 1]"],
+        "unused": unused,
+        "body": body,
+    }
+    return (
+        env.get_template("c/ops/parts.prelude.c.j2").render(func=step.func, split=split),
+        env.get_template("c/ops/parts.c.j2").render(func=step.func, split=split),
+    )
 
 
 def steps(
@@ -245,9 +279,11 @@ def steps(
     for index, node in enumerate(program.steps):
         if all(t.size == 0 for t in node.outputs or [g.type_of(r) for r in node.inputs]):
             continue  # nothing to compute (or to send: an empty tensor's receive is left out too)
-        step, call = lower_step(node, index, name, g, isa)
+        in_t = [g.type_of(r) for r in node.inputs]
+        parts = parts_of(node, in_t, threads)
+        step, call = lower_step(node, index, name, g, isa, parts)
         takes_scratch = get_op(node.op).kind != ELEMENTWISE and kernel_of(node.op).scratch is not None
-        parallel = call.parallel
+        parallel = call.parallel or parts > 1
         out.headers.update(call.headers)
         args = {"x": step.x, "y": step.y, "k": call.k, "func": step.func, "ins": step.ins, "outs": step.outs}
         where = call.template if "/" in call.template else f"c/ops/{call.template}"
@@ -258,6 +294,11 @@ def steps(
         params = [f"const {t.ctype} *{v}" for t, v in zip(step.ins, step.x)]
         params += [f"{t.ctype} *{v}" for t, v in zip(step.outs, step.y)]
         params += ["void *scratch"] if takes_scratch else []
+        unused = call.k.get("unused", [])
+        if parts > 1:  # the body computes units [lo, hi) in a function of its own; the step runs the parts
+            prelude_parts, body = split_step(env, step, in_t, params, takes_scratch, unused, body)
+            prelude += prelude_parts
+            unused = []
         params += ["void *pool"] if parallel else []
         params += ["fc_mpi *mpi", "MPI_Request *req"] if call.comm else []
         out.steps.append(
@@ -268,7 +309,7 @@ def steps(
                 "comment": c_comment(repr(node.name)[1:-1]),
                 "types": ", ".join(str(t) for t in node.outputs),
                 "params": params,
-                "unused": call.k.get("unused", []),
+                "unused": unused,
                 "body": body,
                 "prelude": prelude,
             }

@@ -14,6 +14,12 @@ family, like graphdef/ops/):
   node already fits. The shared ``decompose`` pass applies them with graphdef's own
   decompositions.
 
+Threads: every elementwise step, and a kernel with a ``split``, describes its work as a
+``Split``, independent units along an outer range (elements, rows, planes). ``parts_of``
+decides from the cost model (``PART_WORK``) and the build's threads how many parts of the
+model's pool take the step; its lowering then sees ``Step.parts`` and renders units [lo, hi),
+and emit.py runs the parts. (Products split themselves: lowering.py sets their ``parts``.)
+
 Sources (placeholder, constant, variable) and aliases (reshape family) need no entry.
 """
 
@@ -46,7 +52,8 @@ class Call:
     (definitions before the function: plans, thread tasks, epilogues); ``k`` is the plain
     data they print, with ``k["unused"]`` the step function's parameters the body does not
     read; ``headers`` are the runtime_c kernel headers the step needs; ``parallel``: the step
-    hands parts of its work to the thread pool (the step function then takes ``pool``);
+    hands parts of its work to the thread pool itself (products; the step function then takes
+    ``pool``; a step split by its ``Kernel.split`` is run on the pool by emit.py instead);
     ``comm``: the step talks to other ranks (it then takes the run's MPI context ``mpi`` and
     its own request ``req``). A template with a folder (``mpi/step``) is found from
     templates/ rather than templates/c/ops/."""
@@ -60,13 +67,29 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Split:
+    """A step's work as ``units`` independent pieces along its outer range (elements, rows,
+    planes), each computed the same way whatever part takes it, so a split step's results are
+    bitwise those of one thread. ``grain``: part bounds fall on multiples of this many units
+    (elementwise loops: 16 elements, a 64-byte line of float32, so that the parts' vector loops
+    start where one thread's do); ``work``: the cost model's estimate of the whole step, bytes
+    read and written plus arithmetic operations (see ``PART_WORK``)."""
+
+    units: int
+    work: int
+    grain: int = 1
+
+
+@dataclass(frozen=True)
 class Kernel:
     """``lower(step) -> Call``; ``scratch(ins, outs, attrs, isa)``: bytes of step-local memory
     the kernel needs on a build for GEMM ISA ``isa`` (placed in the arena, live during the step
-    only), or None for none."""
+    only), or None for none; with parts (``split``), that of one part. ``split(ins, outs,
+    attrs)``: the step's ``Split`` when its outer range can be split over threads, else None."""
 
     lower: Callable
     scratch: Callable | None = None
+    split: Callable | None = None
 
 
 class TensorCtx(TensorType):
@@ -93,8 +116,9 @@ class TensorCtx(TensorType):
 class Step:
     """What a ``Kernel.lower`` sees of one step: the node, its input and output types, the C
     names of its input pointers ``x`` and output pointers ``y``, ``func``, the name of the
-    step function (a prefix for the step's own definitions), and ``isa``, the float32 GEMM
-    kernel the build's compiler selects (runtime_c/kernels/sgemm.h)."""
+    step function (a prefix for the step's own definitions), ``isa``, the float32 GEMM
+    kernel the build's compiler selects (runtime_c/kernels/sgemm.h), and ``parts``, how many
+    parts of the thread pool run the step (``parts_of``; more than 1: render units [lo, hi))."""
 
     node: Node
     ins: list[TensorCtx]
@@ -103,10 +127,29 @@ class Step:
     y: list[str]
     func: str
     isa: str = "scalar"
+    parts: int = 1
 
     @property
     def attrs(self):
         return self.node.attrs
+
+    # A split step (``parts`` > 1) renders the units [lo, hi) of its Split, ``lo`` and ``hi``
+    # being parameters of the C function it is rendered into (emit.py); one part renders all.
+    @property
+    def split(self) -> bool:
+        return self.parts > 1
+
+    def at(self, ptr: str, per_unit: int) -> str:
+        """Pointer ``ptr`` advanced to unit ``lo`` (``per_unit`` elements per unit)."""
+        return f"{ptr} + lo * {per_unit}" if self.split else ptr
+
+    def count(self, units: int) -> str:
+        """The number of units this rendering computes: all ``units``, or ``hi - lo``."""
+        return "hi - lo" if self.split else str(units)
+
+    def span(self, units: int) -> list[str]:
+        """The bounds (lo, hi) of this rendering's units, as C expressions."""
+        return ["lo", "hi"] if self.split else ["0", str(units)]
 
     @staticmethod
     def lit(value, dtype: str) -> str:
@@ -132,13 +175,13 @@ def expr(op: str, pattern: Callable) -> None:
     EXPRS[op] = Expr(pattern)
 
 
-def kernel(*ops: str, scratch: Callable | None = None):
+def kernel(*ops: str, scratch: Callable | None = None, split: Callable | None = None):
     """Decorator: ``lower(step) -> Call`` is how ``ops`` become C."""
 
     def register(fn):
         for op in ops:
             _unique(op)
-            KERNELS[op] = Kernel(fn, scratch)
+            KERNELS[op] = Kernel(fn, scratch, split)
         return fn
 
     return register
@@ -192,12 +235,98 @@ def kernel_of(op: str) -> Kernel:
         raise UnsupportedError(f"op {op} has no C kernel") from None
 
 
-def scratch_bytes(node: Node, ins: list[TensorType], isa: str) -> int:
-    """Bytes of step-local memory the C step of ``node`` needs on a build for ``isa`` (0 for none)."""
+def scratch_bytes(node: Node, ins: list[TensorType], isa: str, threads: int = 1) -> int:
+    """Bytes of step-local memory the C step of ``node`` needs on a build for ``isa`` with
+    ``threads`` threads (0 for none): each part of a split step has its own (``part_scratch``)."""
     entry = KERNELS.get(node.op)
     if entry is None or entry.scratch is None:
         return 0
-    return entry.scratch(ins, node.outputs, node.attrs, isa)
+    parts = parts_of(node, ins, threads)
+    return part_scratch(node, ins, isa, parts) * parts
+
+
+def part_scratch(node: Node, ins: list[TensorType], isa: str, parts: int) -> int:
+    """Scratch bytes of one part of a step split in ``parts`` (rounded up to 64 bytes, a cache
+    line, when there are several, so that no two threads write the same line)."""
+    entry = KERNELS.get(node.op)
+    if entry is None or entry.scratch is None:
+        return 0
+    nbytes = entry.scratch(ins, node.outputs, node.attrs, isa)
+    return -(-nbytes // 64) * 64 if parts > 1 else nbytes
+
+
+# ----------------------------------------------------------------------------- threads
+PART_WORK = 196_608
+"""The least work (``Split.work``) worth a part of its own: a step is split over n threads
+only when each of its n parts gets at least this much, so a split step does at least 384 Ki.
+
+Measured on the 2-core Xeon this was tuned on (gcc 12, -O3 -march=native, AVX-512):
+- handing a step to the pool and waiting for it (fc_pool_run of a task whose two parts must
+  meet, workers spinning) costs 1.2 us (median; tenth percentile 0.9 us);
+- with the work estimates below, one thread does about 150 units a nanosecond (adds, dwconv
+  3x3, layer norm, softmax; a step whose estimate is low for its time splits later, never
+  earlier);
+- steps timed alone at 1 and 2 threads (standalone builds, best of 40 interleaved runs, split
+  forced): 1.2 us steps gain nothing (an add of 16 Ki floats: 0.95x), 2.2 to 2.5 us steps gain
+  1.4x (layer norm of 16 x 768, an add of 32 Ki floats), 4 to 5 us ones 1.3x to 1.6x (tanh of
+  4 Ki floats, softmax of 128 x 64, layer norm of 32 x 768), 9 us and more 1.5x to 1.9x.
+So a split step starts at about 2.6 us, twice the time where splitting stops paying. When the
+other core is busy the calling thread runs every part itself: then a split step costs 1% to
+6% more than a whole one (medians of the same runs)."""
+
+TRANSCENDENTAL = 64
+"""Work of one exp, log, tanh, erf, trigonometric or similar value: about 0.5 to 1 ns each on
+one core, 64 to 150 units (adds and multiplies: 1; measured over 64 Ki floats)."""
+
+_TRANSCENDENTAL_OPS = frozenset(
+    "exp log tanh sigmoid softplus elu gelu erf pow sin cos tan asin acos atan sinh cosh asinh "
+    "acosh atanh".split()
+)
+
+
+def work(ins: list[TensorType], outs: list[TensorType], ops: int) -> int:
+    """The cost model's work of a step: its bytes read and written plus ``ops`` operations."""
+    return sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs) + int(ops)
+
+
+def _element_ops(node: Node) -> int:
+    """Operations of one element of an elementwise step (a fused program: of each instruction)."""
+    ops = [op for op, _, _ in node.attrs["program"]] if node.op == "fused" else [node.op]
+    return sum(TRANSCENDENTAL if op in _TRANSCENDENTAL_OPS else 1 for op in ops)
+
+
+def split_of(node: Node, ins: list[TensorType]) -> Split | None:
+    """How the step of ``node`` splits over threads: elementwise steps by blocks of elements,
+    kernels by their ``split`` (None: the step is not split)."""
+    opdef = get_op(node.op)
+    if opdef.kind == ELEMENTWISE:
+        out = node.outputs[0]
+        return Split(out.size, work(ins, node.outputs, out.size * _element_ops(node)), grain=16)
+    entry = KERNELS.get(node.op)
+    if entry is None or entry.split is None:
+        return None
+    return entry.split(ins, node.outputs, node.attrs)
+
+
+def parts_for(split: Split | None, threads: int) -> int:
+    """Parts of a step: as many as threads, as long as each gets ``PART_WORK`` and a grain."""
+    if split is None or threads <= 1:
+        return 1
+    blocks = -(-split.units // split.grain)
+    parts = min(threads, blocks, split.work // PART_WORK)
+    return parts if parts > 1 else 1
+
+
+def parts_of(node: Node, ins: list[TensorType], threads: int) -> int:
+    """Parts of the step of ``node`` on a build with ``threads`` threads (1: not split)."""
+    return parts_for(split_of(node, ins), threads) if threads > 1 else 1
+
+
+def part_bounds(split: Split, parts: int) -> list[int]:
+    """The parts' bounds: part k computes units [bounds[k], bounds[k + 1]), whole grains
+    (the last one may be short), as even as grains allow."""
+    blocks = -(-split.units // split.grain)
+    return [min(split.units, blocks * k // parts * split.grain) for k in range(parts + 1)]
 
 
 def lowering(op: str) -> str:

@@ -86,7 +86,7 @@ def elementwise_step(s) -> Call:
     values = [v for v, r in zip(values, read) if r] + values[len(ins) :]
     k = {
         "unused": [x[j] for j, r in enumerate(read) if not r],
-        "outer": outer,
+        **_bounds(s, outer, inner),
         "inner": inner,
         "bases": [{"name": f"b{j}", "expr": b} for j, b in enumerate(bases) if b != "0" and read[j]],
         "locals": values,
@@ -96,6 +96,24 @@ def elementwise_step(s) -> Call:
         "ctype": out.ctype,
     }
     return Call("elementwise", k)
+
+
+def _bounds(s, outer: int, inner: int) -> dict:
+    """The loops' bounds: every row and column, or (a split step, table.Split over the output's
+    elements) the rows and columns of elements [lo, hi)."""
+    if not s.split:
+        return {"rows": ["0", str(outer)], "cols": ["0", str(inner)], "clip": []}
+    if outer == 1:
+        return {"rows": ["0", "1"], "cols": ["lo", "hi"], "clip": []}
+    start = f"o * {inner}"
+    return {
+        "rows": [f"lo / {inner}", f"(hi + {inner - 1}) / {inner}"],
+        "cols": ["i0", "i1"],
+        "clip": [
+            f"i0 = {start} < lo ? lo - {start} : 0",
+            f"i1 = hi - {start} < {inner} ? hi - {start} : {inner}",
+        ],
+    }
 
 
 def program_locals(program, types: list[TensorType], values: list[dict]) -> None:

@@ -19,7 +19,7 @@ from graphdef.ops.nn import gemm_dims, matmul, matmul_shapes
 from graphdef.ops.shape import expand, transpose
 
 from .. import layout as L
-from ..table import Call, kernel, legalize
+from ..table import TRANSCENDENTAL, Call, Split, kernel, legalize, work
 
 GEMM_H = ("kernels/gemm.h",)
 
@@ -139,11 +139,22 @@ def _conv_call(s, fn: str, m: int, unused=()):
     return Call("conv", k, ("kernels/conv.h",))
 
 
-@kernel("conv", scratch=_conv_scratch)
+def _conv_split(ins, outs, attrs):
+    """The depthwise kernel splits by input planes (image, channel), each with its outputs
+    (work: a multiply-add per tap, and 8 operations an input value for its phase planes)."""
+    g = depthwise_geom(ins, outs, attrs)
+    if g is None:
+        return None
+    return Split(g["n"] * g["c"], work(ins, outs, 2 * outs[0].size * g["kh"] * g["kw"] + 8 * ins[0].size))
+
+
+@kernel("conv", scratch=_conv_scratch, split=_conv_split)
 def _conv(s):
     dw = depthwise_geom(s.ins, s.outs, s.attrs)
     if dw is not None:
-        return Call("dwconv", {"g": dw, "bias": s.arg(2)}, ("kernels/conv.h",))
+        return Call(
+            "dwconv", {"g": dw, "bias": s.arg(2), "span": s.span(dw["n"] * dw["c"])}, ("kernels/conv.h",)
+        )
     return _conv_call(s, "fc_conv", s.ins[1].shape[0], unused=["scratch"])
 
 
@@ -176,20 +187,42 @@ def _pool_geom(x: TensorType, y: TensorType, attrs) -> dict:
     }
 
 
-@kernel("max_pool", "avg_pool", scratch=_pool_scratch)
+def _pool_split(ins, outs, attrs):
+    """Pooling splits by planes (image, channel) (work: 4 operations a window cell, 4 an input
+    value for the phase planes and the NaN scan)."""
+    x = ins[0]
+    cells = outs[0].size * math.prod(attrs["kernel_shape"])
+    return Split(x.shape[0] * x.shape[1], work(ins, outs, 4 * cells + 4 * x.size))
+
+
+def _pool_planes(s, k: dict, y: TensorType) -> None:
+    """The generic kernels' planes: all of them, or (split) planes [lo, hi) of x and y, with a
+    geometry of their count (then not static: hi - lo is known at run time)."""
+    planes = k["planes"]
+    k.update(
+        planes=s.count(planes),
+        storage="const" if s.split else "static const",
+        x=s.at(s.x[0], s.ins[0].size // planes),
+        y=s.at(s.y[0], y.size // planes),
+    )
+
+
+@kernel("max_pool", "avg_pool", scratch=_pool_scratch, split=_pool_split)
 def _pool(s):
     k = _pool_geom(s.ins[0], s.outs[0], s.attrs)
     phases = pool_phases(s.ins, s.outs, s.attrs)
     if phases is not None:
-        k.update(d=phases, fn="fc_pool2d_f32", is_max=int(s.node.op == "max_pool"))
+        k.update(d=phases, fn="fc_pool2d_f32", is_max=int(s.node.op == "max_pool"), span=s.span(k["planes"]))
         return Call("pool2d", k, ("kernels/pool.h",))
+    _pool_planes(s, k, s.outs[0])
     k.update(fn=s.fn(f"fc_{s.node.op}"), args=[], unused=["scratch"])
     return Call("pool", k, ("kernels/pool.h",))
 
 
-@kernel("lp_pool")
+@kernel("lp_pool", split=_pool_split)
 def _lp_pool(s):
     k = _pool_geom(s.ins[0], s.outs[0], s.attrs)
+    _pool_planes(s, k, s.outs[0])
     k.update(fn=s.fn("fc_lp_pool"), args=[s.lit(s.attrs["p"], "float64")])
     return Call("pool", k, ("kernels/pool.h",))
 
@@ -203,15 +236,23 @@ def _pool_grad(s):
 
 
 # ----------------------------------------------------------------------------- normalization
-@kernel("layer_norm")
+def _layer_norm_split(ins, outs, attrs):
+    """Layer norm splits by the rows it normalizes (a mean, a variance, a scaling: 16
+    operations an element, as timed)."""
+    x = ins[0]
+    outer, _, _ = L.around(x.shape, range(attrs["axis"], x.rank))
+    return Split(outer, work(ins, outs, 16 * x.size))
+
+
+@kernel("layer_norm", split=_layer_norm_split)
 def _layer_norm(s):
     x = s.ins[0]
     outer, length, _ = L.around(x.shape, range(s.attrs["axis"], x.rank))
     fn = "fc_layer_norm_vec" if x.dtype == "float32" else "fc_layer_norm"  # norm.h float32 path
     return Call(
         "layer_norm",
-        {"fn": s.fn(fn), "outer": outer, "inner": length, "eps": s.lit(s.attrs["epsilon"], "float64"),
-         "bias": s.arg(2)},
+        {"fn": s.fn(fn), "x": s.at(s.x[0], length), "y": s.at(s.y[0], length), "outer": s.count(outer),
+         "inner": length, "eps": s.lit(s.attrs["epsilon"], "float64"), "bias": s.arg(2)},
         ("kernels/norm.h",),
     )  # fmt: skip
 
@@ -228,10 +269,20 @@ def _layer_norm_params(op):
     return (apply("layer_norm", [x, *full], None, **op.attrs),)
 
 
-@kernel("softmax", "log_softmax")
+def _softmax_split(ins, outs, attrs):
+    """Softmax splits by its outer slices (a maximum, a sum, a scaling and an exponential: a
+    transcendental an element)."""
+    outer, _, _ = L.around(ins[0].shape, [attrs["axis"]])
+    return Split(outer, work(ins, outs, TRANSCENDENTAL * ins[0].size))
+
+
+@kernel("softmax", "log_softmax", split=_softmax_split)
 def _softmax(s):
     outer, length, inner = L.around(s.ins[0].shape, [s.attrs["axis"]])
     fn = f"fc_{s.node.op}" + ("_vec" if s.ins[0].dtype == "float32" else "")  # norm.h float32 paths
     return Call(
-        "softmax", {"fn": s.fn(fn), "outer": outer, "len": length, "inner": inner}, ("kernels/norm.h",)
-    )
+        "softmax",
+        {"fn": s.fn(fn), "x": s.at(s.x[0], length * inner), "y": s.at(s.y[0], length * inner),
+         "outer": s.count(outer), "len": length, "inner": inner},
+        ("kernels/norm.h",),
+    )  # fmt: skip

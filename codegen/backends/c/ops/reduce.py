@@ -9,16 +9,29 @@ from graphdef.ops.reduce import REDUCTIONS, reduced_shape, runs
 from graphdef.ops.shape import reshape
 
 from .. import layout as L
-from ..table import Call, kernel, legalize
+from ..table import Call, Split, kernel, legalize, work
 
 
-@kernel(*REDUCTIONS)
+def _view(x, axes) -> tuple[int, int, int]:
+    """(outer, len, inner) of the one run of reduced axes."""
+    group = (runs(x.shape, axes) or [[]])[0]
+    return L.around(x.shape, group) if group else (x.size, 1, 1)
+
+
+def _reduce_split(ins, outs, attrs):
+    """A reduction splits by its outer slices (work: 32 operations an input value, as timed:
+    about 0.4 ns each)."""
+    outer, _, _ = _view(ins[0], attrs["axes"])
+    return Split(outer, work(ins, outs, 32 * ins[0].size))
+
+
+@kernel(*REDUCTIONS, split=_reduce_split)
 def _reduce(s):
-    x = s.ins[0]
-    group = (runs(x.shape, s.attrs["axes"]) or [[]])[0]
-    outer, length, inner = L.around(x.shape, group) if group else (x.size, 1, 1)
+    outer, length, inner = _view(s.ins[0], s.attrs["axes"])
     return Call(
-        "reduce", {"fn": s.fn(f"fc_{s.node.op}"), "outer": outer, "len": length, "inner": inner},
+        "reduce",
+        {"fn": s.fn(f"fc_{s.node.op}"), "x": s.at(s.x[0], length * inner), "y": s.at(s.y[0], inner),
+         "outer": s.count(outer), "len": length, "inner": inner},
         ("kernels/reduce.h",),
     )  # fmt: skip
 

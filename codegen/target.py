@@ -41,8 +41,7 @@ class Arch:
     static library with a test firmware and a footprint report), ``weight_align`` (bytes;
     microcontrollers pack flash tightly), ``packed_gemm`` (float32 products on the packed GEMM;
     its family of edge-tile micro-kernels costs ~20 KB of flash for nothing on a core without
-    a vector unit), ``outlined_steps`` (each step stays a function of its own, so the stack
-    bound and the footprint split see them) and ``max_threads``.
+    a vector unit) and ``max_threads``.
     """
 
     name: str
@@ -58,7 +57,6 @@ class Arch:
     product: str = "program"
     weight_align: int = 64
     packed_gemm: bool = True
-    outlined_steps: bool = False
     max_threads: int = 256
     pointer_bits: int = 64
 
@@ -74,7 +72,6 @@ _MCU_DATA = {
     "product": "library",
     "weight_align": 8,
     "packed_gemm": False,
-    "outlined_steps": True,
     "max_threads": 1,
     "pointer_bits": 32,
 }

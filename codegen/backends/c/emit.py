@@ -465,8 +465,10 @@ def emit(
         "cc_line": f"CC = {target.compiler}" if target.compiler else "CC ?= cc",
         "ldflags": " ".join(target.ldflags()),
         "arch": target.arch,
-        # steps kept out of line (microcontrollers: the stack bound and the footprint split see them)
-        "step_storage": "static FC_NOINLINE" if target.spec.outlined_steps else "static",
+        # every step a function of its own: the stack bound and the footprint split see them, and
+        # GCC's guessed profile of one long run function calls its later code cold (a chain of
+        # status checks) and then leaves its loops scalar (an elementwise step 10x slower)
+        "step_storage": "static FC_NOINLINE",
         "const_align": w.align,
         "program": target.spec.product == "program",
         "cmake_hint": (

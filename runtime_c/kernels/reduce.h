@@ -52,4 +52,44 @@
 
 #undef FC_REDUCE_LOOP_
 
+/* float32 sum and mean over contiguous rows (inner == 1, e.g. a global average pool):
+ * fc_reduce_{sum,mean}_rows_f32(x, y, outer, len). The generic loop keeps one running sum a
+ * row, which the compiler may not vectorize (that would reorder the additions) and which
+ * waits on every addition; here four vector accumulators take the row in a fixed order (the
+ * same result on every run and thread count), then their lanes, then the tail. */
+#include "kernels/vecf.h"
+
+FC_VF_INLINE float fc_reduce_row_sum_f32_(const float *x, long len) {
+    /* loops over counts, not `i + step <= len` (GCC's loop analysis misfires on those) */
+    const long blocks = len / (4 * FC_VF_VL), vectors = len / FC_VF_VL;
+    fc_vf a0 = FC_VF_SPLAT(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    long b, i;
+    float s;
+    for (b = 0; b < blocks; b++) {
+        const float *p = x + b * 4 * FC_VF_VL;
+        a0 += fc_vf_load(p);
+        a1 += fc_vf_load(p + FC_VF_VL);
+        a2 += fc_vf_load(p + 2 * FC_VF_VL);
+        a3 += fc_vf_load(p + 3 * FC_VF_VL);
+    }
+    for (b = blocks * 4; b < vectors; b++)
+        a0 += fc_vf_load(x + b * FC_VF_VL);
+    s = fc_vf_sum((a0 + a1) + (a2 + a3));
+    for (i = vectors * FC_VF_VL; i < len; i++)
+        s += x[i];
+    return s;
+}
+
+FC_VF_INLINE void fc_reduce_sum_rows_f32(const float *x, float *y, long outer, long len) {
+    long o;
+    for (o = 0; o < outer; o++)
+        y[o] = fc_reduce_row_sum_f32_(x + o * len, len);
+}
+
+FC_VF_INLINE void fc_reduce_mean_rows_f32(const float *x, float *y, long outer, long len) {
+    long o;
+    for (o = 0; o < outer; o++)
+        y[o] = fc_reduce_row_sum_f32_(x + o * len, len) / (float)len;
+}
+
 #endif /* FLOWC_KERNELS_REDUCE_H */

@@ -1,4 +1,5 @@
-"""The float32 fast paths (depthwise conv, pooling, softmax, layer norm) against the interpreter,
+"""The float32 fast paths (depthwise conv, pooling, softmax, layer norm, sums and means over
+contiguous rows) against the interpreter,
 built three ways: -march=native, portable (no -march) and with FC_NO_VECTOR (plain C99).
 
 Shapes are chosen so that vector loops have tails (widths not multiples of 4, 8 or 16) and
@@ -136,6 +137,17 @@ for cid, xs, axis, bias in (
         arr(xs, -4.0, 6.0),
     )
 
+# sums and means over contiguous rows (the vector-accumulator kernel from 16 values on):
+# lengths around the 4-vector step, a global average pool, values of both signs and sizes
+for cid, xs, axes in (
+    ("gap-56", (1, 5, 56, 56), (2, 3)),
+    ("row-16", (3, 16), (1,)),
+    ("row-67", (4, 67), (1,)),
+    ("row-257", (2, 257), (1,)),
+    ("all-1000", (1000,), (0,)),
+):
+    x = arr(xs, -1e3, 1e3)
+    case(f"rows-{cid}", lambda x, axes=axes: (gd.reduce_mean(x, axes), gd.reduce_sum(x, axes)), x)
 
 BUILDS = {"native": {}, "portable": dict(portable=True), "scalar": dict(flags=("-DFC_NO_VECTOR",))}
 
@@ -166,3 +178,17 @@ def test_depthwise_reaches_fast_kernel():
         sources = pipeline.run(g, pipeline.Options(name="dw")).sources
         text = "".join(v for v in sources.files.values() if isinstance(v, str))
         assert f"{fn}(" in text
+
+
+def test_row_sums_reach_vector_kernel():
+    """float32 sums and means over contiguous rows of 16 or more render the rows kernel;
+    shorter rows and other axes the generic loop."""
+    from codegen import pipeline
+
+    for shape, axes, rows in (((2, 64), (1,), True), ((2, 8), (1,), False), ((64, 2), (0,), False)):
+        with gd.Graph("r") as g:
+            x = gd.placeholder("x", shape)
+            g.set_outputs(gd.reduce_mean(x, axes), gd.reduce_sum(x, axes))
+        text = "".join(v for v in pipeline.run(g, pipeline.Options(name="r")).sources.files.values()
+                       if isinstance(v, str))  # fmt: skip
+        assert ("fc_reduce_mean_rows_f32(" in text and "fc_reduce_sum_rows_f32(" in text) == rows

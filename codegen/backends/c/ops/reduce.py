@@ -25,15 +25,18 @@ def _reduce_split(ins, outs, attrs):
     return Split(outer, work(ins, outs, 32 * ins[0].size))
 
 
+ROW_KERNELS = {"reduce_sum": "fc_reduce_sum_rows_f32", "reduce_mean": "fc_reduce_mean_rows_f32"}
+"""float32 sums and means over contiguous rows (inner 1) with vector accumulators (reduce.h)."""
+
+
 @kernel(*REDUCTIONS, split=_reduce_split)
 def _reduce(s):
     outer, length, inner = _view(s.ins[0], s.attrs["axes"])
-    return Call(
-        "reduce",
-        {"fn": s.fn(f"fc_{s.node.op}"), "x": s.at(s.x[0], length * inner), "y": s.at(s.y[0], inner),
-         "outer": s.count(outer), "len": length, "inner": inner},
-        ("kernels/reduce.h",),
-    )  # fmt: skip
+    k = {"fn": s.fn(f"fc_{s.node.op}"), "x": s.at(s.x[0], length * inner), "y": s.at(s.y[0], inner),
+         "outer": s.count(outer), "len": length, "inner": inner, "rows": False}  # fmt: skip
+    if s.node.op in ROW_KERNELS and s.ins[0].dtype == "float32" and inner == 1 and length >= 16:
+        k.update(fn=ROW_KERNELS[s.node.op], rows=True)
+    return Call("reduce", k, ("kernels/reduce.h",))
 
 
 @legalize(*REDUCTIONS)

@@ -20,11 +20,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest graphdef codegen tests
 
-# speed: the GEMM kernel against numpy and the FMA peak, then the model set against
-# onnxruntime (1 and 2 threads) and numpy; prints the tables the README quotes
+# speed: the GEMM kernel against numpy and the FMA peak, the vector math's accuracy and speed,
+# the memory bandwidth and the memory-bound steps, then the model sets (small, and the zoo of
+# torchvision/transformers models through both exporters) against onnxruntime at 1 and 2
+# threads; prints the tables the README quotes
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/gemm.py
+	$(PY) bench/vmath.py
+	$(PY) bench/membound.py
 	$(PY) bench/models.py --threads 1 2
 	$(PY) bench/pingpong.py
 	$(PY) bench/pipeline.py

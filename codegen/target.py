@@ -20,6 +20,7 @@ Three kinds of architecture:
 
 from __future__ import annotations
 
+import platform
 import re
 import shutil
 from dataclasses import asdict, dataclass
@@ -223,7 +224,14 @@ class Target:
         # -fno-math-errno: the generated code never reads errno, and a loop calling sqrtf
         # only vectorizes when sqrtf need not set it (the values are the same)
         base = ("-O3", "-ffp-contract=fast", "-fno-math-errno")
-        return base if self.portable else (*base, "-march=native")
+        if self.portable:
+            return base
+        # on x86-64, loops the compiler vectorizes use 512-bit registers where the CPU has them
+        # (GCC picks 256 for some AVX-512 CPUs): elementwise chains with exp/sigmoid ~20% faster,
+        # EfficientNet-B0 0.93x, MobileNetV3-Large 0.98x of the time (the GEMM kernels choose
+        # their own width); no effect on CPUs without AVX-512
+        wide = ("-mprefer-vector-width=512",) if platform.machine().lower() in ("x86_64", "amd64") else ()
+        return (*base, "-march=native", *wide)
 
     def ldflags(self) -> tuple[str, ...]:
         """Link flags of a standalone program (-static for cross-compiled Linux binaries)."""

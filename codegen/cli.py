@@ -209,12 +209,16 @@ def cmd_inspect(args) -> int:
         f"peak live bytes: topological order {schedule.peak_bytes(lowered, topo)}, "
         f"chosen order {schedule.peak_bytes(lowered, list(c.results['schedule'].order))}"
     )
+    from .backends.c.winograd import describe as conv_algorithm
+
     program = c.program
     print("schedule (step, op, node, ASAP us, ALAP us, slack us, flops):")
     for i, n in enumerate(program.steps):
         cost = schedule.cost(lowered, n)
         times = " ".join(f"{v * 1e6:9.2f}" for v in (lv.asap[n.name], lv.alap[n.name], lv.slack(n.name)))
-        print(f"  {i:4d} {n.op:16s} {n.name[:40]:40s} {times} {cost.flops}")
+        line = f"  {i:4d} {n.op:16s} {n.name[:40]:40s} {times} {cost.flops}"
+        algorithm = conv_algorithm(n)  # a convolution's, with the cost model's estimates
+        print(f"{line} {algorithm}" if algorithm else line)
     print(program.describe())
     if args.svg:
         Path(args.svg).write_text(memory.draw_svg(program.buffers, program.plan))

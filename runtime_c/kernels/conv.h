@@ -215,24 +215,44 @@ FC_VF_INLINE void fc_dwconv_plane_(const float *FC_RESTRICT ph, const float *FC_
     }
 }
 
+/* An elementwise epilogue of the depthwise kernel, with the signature of fc_sgemm_epilogue:
+ * applied in place to cols outputs at c (rows is 1) of output plane i0 (image i0 / m, channel
+ * i0 % m), from position j0 of the plane on; arg is the caller's. */
+typedef void (*fc_dwconv_epilogue)(float *c, long ldc, long rows, long cols, long i0, long j0,
+                                   const void *arg);
+
 /* Input planes [lo, hi) of the n * c (plane i * c + j: image i, channel j), each with its
  * m / c output planes; 0 and n * c for all. Disjoint ranges may run at once, each with its own
- * scratch, and give the values of one call for all. */
-FC_VF_INLINE void fc_dwconv_f32(const float *x, const float *w, const float *b, float *y,
-                                const fc_dwconv_geom *g, float *scratch, long lo, long hi) {
+ * scratch, and give the values of one call for all. epi (or NULL) is applied to each output
+ * plane in runs of whole rows of about 4 KiB, right after they are stored (still in L1). */
+FC_VF_INLINE void fc_dwconv_epi_f32(const float *x, const float *w, const float *b, float *y,
+                                    const fc_dwconv_geom *g, float *scratch, long lo, long hi,
+                                    fc_dwconv_epilogue epi, const void *arg) {
     const long mult = g->m / g->c, taps = g->kh * g->kw;
+    const long chunk = g->ow >= 1024 ? 1 : 1024 / g->ow; /* output rows per epilogue call */
     float *ph = scratch, *run = scratch + g->sh * g->sw * g->rows * g->cols;
-    long p, k, i;
+    long p, k, i, r;
     for (p = lo; p < hi; p++) {
         fc_dwconv_phases_(x + p * g->h * g->w, ph, 0.0f, g);
         for (k = 0; k < mult; k++) {
             const long m = p % g->c * mult + k; /* output channel */
             float *ym = y + (p * mult + k) * g->oh * g->ow;
             fc_dwconv_plane_(ph, w + m * taps, b ? b[m] : 0.0f, run, g);
-            for (i = 0; i < g->oh; i++)
-                memcpy(ym + i * g->ow, run + i * g->cols, (size_t)g->ow * sizeof *ym);
+            for (i = 0; i < g->oh; i += chunk) {
+                const long i1 = i + chunk < g->oh ? i + chunk : g->oh;
+                for (r = i; r < i1; r++)
+                    memcpy(ym + r * g->ow, run + r * g->cols, (size_t)g->ow * sizeof *ym);
+                if (epi)
+                    epi(ym + i * g->ow, (i1 - i) * g->ow, 1, (i1 - i) * g->ow, p * mult + k, i * g->ow, arg);
+            }
         }
     }
+}
+
+/* fc_dwconv_epi_f32 without an epilogue. */
+FC_VF_INLINE void fc_dwconv_f32(const float *x, const float *w, const float *b, float *y,
+                                const fc_dwconv_geom *g, float *scratch, long lo, long hi) {
+    fc_dwconv_epi_f32(x, w, b, y, g, scratch, lo, hi, NULL, NULL);
 }
 
 #endif /* FLOWC_KERNELS_CONV_H */

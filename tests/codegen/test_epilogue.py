@@ -149,7 +149,7 @@ def test_big_products_are_split_and_binary_runs_threaded(tmp_path):
         h = gd.relu(gd.conv2d(x, gd.constant(f32(64, 32, 3, 3, scale=0.1)), gd.constant(f32(64)), padding=1))
         gd.identity(gd.matmul(gd.reshape(h, (16, 2304)), gd.constant(f32(2304, 64, scale=0.02))), name="y")
     opt = optimized(g, threads=2)
-    assert [n.attrs["parts"] for n in opt.nodes if n.op in ("sgemm", "conv_gemm")] == [2, 2]
+    assert [n.attrs["parts"] for n in opt.nodes if n.op in ("sgemm", "conv_gemm", "conv_winograd")] == [2, 2]
     out = codegen.export(g, tmp_path / "out", name="big", threads=2)
     header = (tmp_path / "out" / "big.h").read_text()
     assert "#define BIG_THREADS 2" in header and "big_pool_start" in header

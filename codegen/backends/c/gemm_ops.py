@@ -10,8 +10,10 @@ references that rebuild the logical operands from the packed data, so the interp
   B raw (strided) or packed, as the ``plan`` (the fields of fc_sgemm_plan) says.
 - ``conv_gemm(x, w, bias?)``: a convolution as one product per image and group, weights
   packed, the input read directly (1x1 kernels) or through im2col into step scratch memory.
+- ``dwconv(x, w, bias?)``: a float32 depthwise convolution on its direct kernel (ops/nn.py),
+  made by ``fuse_epilogues`` only, when it takes its consumer as an epilogue.
 
-Both may carry an elementwise ``epilogue`` (``lowering.fuse_epilogues`` moves the one
+All three may carry an elementwise ``epilogue`` (``lowering.fuse_epilogues`` moves the one
 elementwise consumer of a product into it): ``(program, slot, layouts)`` where ``program`` is
 that consumer's instructions (see ``fused``), ``slot`` the position of the product among its
 inputs, and the other inputs follow bias as extra inputs of the node, each read at matrix
@@ -32,7 +34,7 @@ from graphdef.ir import TensorType
 from graphdef.ops._util import check_dtype
 from graphdef.ops.fused import run_program
 from graphdef.ops.nn import conv_ref
-from graphdef.registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop
+from graphdef.registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop, get_op
 
 from .ops.elementwise import program_locals
 from .ops.nn import geom
@@ -369,14 +371,80 @@ defop(
 )
 
 
+# ----------------------------------------------------------------------------- dwconv
+_DW_CONV = ("strides", "pads", "dilations", "group")
+
+
+def _dw_split(xs, attrs):
+    """(conv inputs x, w and bias if any, epilogue inputs) of a dwconv node."""
+    k = 3 if attrs["bias"] else 2
+    return list(xs[:k]), list(xs[k:])
+
+
+def _dwconv_infer(types, attrs):
+    conv_in, extras = _dw_split(types, attrs)
+    x, w = conv_in[:2]
+    for t in conv_in:
+        check_dtype(t, ("float32",))
+    if attrs["group"] != x.shape[1] or w.shape[1] != 1 or x.rank > 4:
+        raise ShapeError(f"dwconv needs one input channel per group: x {x.shape}, w {w.shape}")
+    out = get_op("conv").infer(conv_in, {a: attrs[a] for a in _DW_CONV})
+    return _check_epilogue(out, extras, attrs)
+
+
+def _dwconv_ref(xs, attrs):
+    conv_in, extras = _dw_split(xs, attrs)
+    y = conv_ref(conv_in, {a: attrs[a] for a in _DW_CONV}).astype(np.float32)
+    return _epilogue(y, extras, attrs, "ref")
+
+
+defop(
+    "dwconv",
+    ("x", "w", "more*?"),
+    _dwconv_infer,
+    _dwconv_ref,
+    _INTERNAL,
+    attrs={
+        "strides": Attr("ints"),
+        "pads": Attr("ints"),
+        "dilations": Attr("ints"),
+        "group": Attr("int"),
+        "bias": Attr("bool", False),
+        "epilogue": EPILOGUE_ATTRS["epilogue"],
+    },
+    kind=KERNEL,
+    flops=lambda ins, outs, attrs: 2 * outs[0].size * math.prod(ins[1].shape[2:]),
+    doc="float32 depthwise convolution (one input channel per group) of at most two spatial axes "
+    "with an elementwise epilogue (lowering.fuse_epilogues); inputs x, w, then bias if ``bias``, "
+    "then epilogue inputs, each read at (output channel i, output position j) of image b as "
+    "``x[i*rs + j*cs + b*s1]`` (layouts as for conv_gemm, one group)",
+    examples=(
+        # channel multiplier 2, stride 2, with a bias
+        Example(
+            (Sample((1, 2, 5, 5)), Sample((4, 1, 3, 3)), Sample((4,))),
+            {"strides": (2, 2), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 2, "bias": True},
+            grad=False,
+        ),
+        # two images, 1-D, no bias
+        Example(
+            (Sample((2, 3, 9)), Sample((3, 1, 3))),
+            {"strides": (1,), "pads": (1, 1), "dilations": (2,), "group": 3},
+            grad=False,
+        ),
+    ),
+)
+
+
 # ----------------------------------------------------------------------------- C lowering
-def epilogue_context(node, ins) -> dict | None:
+def epilogue_context(node, ins, first: int | None = None) -> dict | None:
     """The per-element code of a product's epilogue: the product's value is ``cr[j]`` in a tile
-    row, epilogue input q is read through pointer ``e<q>`` (templates/c/ops/epilogue.c.j2)."""
+    row, epilogue input q is read through pointer ``e<q>`` (templates/c/ops/epilogue.c.j2);
+    ``first``: the node's first epilogue input (default: after the operands and the plan's bias)."""
     if not node.attrs["epilogue"]:
         return None
     program, slot, layouts = node.attrs["epilogue"]
-    first = 3 if plan_of(node.attrs).bias else 2
+    if first is None:
+        first = 3 if plan_of(node.attrs).bias else 2
     extras = []
     for q, (rs, cs, strides) in enumerate(layouts):
         load = f"e{q}[j]" if cs == 1 else f"e{q}[j * {cs}]" if cs else f"e{q}[0]"

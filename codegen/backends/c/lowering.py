@@ -19,6 +19,8 @@ from ...passes import Rebuild
 from . import layout as L
 from . import sgemm as SP
 from .gemm_ops import plan_of
+from .ops.nn import depthwise_geom
+from .winograd import lower_winograd
 
 
 def lower_products(graph: Graph, isa: str, threads: int = 1) -> Graph:
@@ -49,7 +51,8 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
       fold into its rows), or any batched product of raw operands;
     - gemm with a constant b and a bias per column (or none);
     - conv with constant weights (and bias), except depthwise ones (group == channels, one
-      input channel per group), which keep their direct kernel.
+      input channel per group), which keep their direct kernel; a 3x3 stride-1 one becomes a
+      Winograd ``conv_winograd`` where the cost model says it is faster (winograd.py).
     Everything else (other dtypes, conv_transpose, ...) is left as it is. Products of at
     least ``PARALLEL_FLOPS`` get ``parts = threads``.
     """
@@ -75,7 +78,7 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             cg = ins[1].shape[1]
             depthwise = a["group"] == ins[0].shape[1] and cg == 1 and a["group"] > 1
             if not depthwise and (len(node.inputs) < 3 or _const_array(graph, node.inputs[2]) is not None):
-                new = _lower_conv(graph, node, ins, isa)
+                new = lower_winograd(graph, node, ins, isa, threads) or _lower_conv(graph, node, ins, isa)
         if new is None:
             rb.keep(node)
             continue
@@ -94,11 +97,12 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
 def fuse_epilogues(graph: Graph) -> Graph:
     """Fold the elementwise consumer of a fast-GEMM product into the product as its epilogue.
 
-    Legal when the product (sgemm or conv_gemm, float32) has that one consumer and is not a
-    graph output, the consumer is float32 throughout and has the product's shape, and every
-    other input of the consumer is read with a fixed stride per matrix row, column and batch
-    entry (full tensors such as a residual, per-channel or per-column vectors, scalars). The
-    merged node keeps the consumer's name and place (all its inputs exist there).
+    Legal when the product (sgemm, conv_gemm or conv_winograd, float32; or a float32 depthwise
+    conv, which becomes a ``dwconv``) has that one consumer and is not a graph output, the
+    consumer is float32 throughout and has the product's shape, and every other input of the
+    consumer is read with a fixed stride per matrix row, column and batch entry (full tensors
+    such as a residual, per-channel or per-column vectors, scalars).
+    The merged node keeps the consumer's name and place (all its inputs exist there).
     """
     consumers: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
     for n in graph.nodes:
@@ -116,8 +120,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
         for slot, r in enumerate(e.inputs):
             prod = graph.node(r.node)
             if (
-                prod.op not in ("sgemm", "conv_gemm")
-                or prod.attrs["epilogue"]
+                not _takes_epilogue(graph, prod)
                 or consumers[prod.name] != [e.name]
                 or r in outputs
                 or prod.name in controlled
@@ -142,11 +145,13 @@ def fuse_epilogues(graph: Graph) -> Graph:
             rb.keep(node)
             continue
         prod, slot, extras, layouts = merge[node.name]
-        attrs = dict(prod.attrs.items())
+        attrs, op = dict(prod.attrs.items()), prod.op
+        if op == "conv":  # a depthwise one: the direct kernel's node with an epilogue
+            attrs, op = {**attrs, "bias": len(prod.inputs) == 3}, "dwconv"
         attrs["epilogue"] = (program_of(node), slot, layouts)
         merged = Node(
             node.name,
-            prod.op,
+            op,
             tuple(rb.refs[r] for r in (*prod.inputs, *extras)),
             Attrs(attrs),
             node.outputs,
@@ -158,14 +163,35 @@ def fuse_epilogues(graph: Graph) -> Graph:
     return rb.finish()
 
 
+PRODUCTS = ("sgemm", "conv_gemm", "conv_winograd")
+"""The ops that take an elementwise epilogue."""
+
+
+def _takes_epilogue(graph: Graph, node: Node) -> bool:
+    """A product without an epilogue yet, or a float32 depthwise conv of at most two spatial
+    axes (which becomes a ``dwconv`` with the epilogue: ops/nn.py's direct kernel)."""
+    if node.op in PRODUCTS:
+        return not node.attrs["epilogue"]
+    ins = [graph.type_of(r) for r in node.inputs]
+    return (
+        node.op == "conv"
+        and all(t.dtype == "float32" for t in ins)
+        and depthwise_geom(ins, node.outputs, node.attrs) is not None
+    )
+
+
 def _product_geometry(node: Node):
-    """(batch axes innermost first as (size, output stride), m, n, ldc) of a product node."""
-    p = plan_of(node.attrs)
+    """(batch axes innermost first as (size, output stride), m, n, ldc) of a product node; a
+    convolution's product per image and group is (output channels, output positions)."""
     if node.op == "sgemm":
+        p = plan_of(node.attrs)
         return [(size, c) for size, _, _, c in node.attrs["batch"]], p.m, p.n, p.ldc
     out = node.outputs[0].shape
-    g = node.attrs["group"]
-    return [(g, p.m * p.n), (out[0], p.m * g * p.n)], p.m, p.n, p.n
+    g = node.attrs.get("group", 1)  # conv_winograd: one group
+    if node.op in ("conv", "dwconv"):  # depthwise: all output channels of an image as rows
+        g = 1
+    m, n = out[1] // g, math.prod(out[2:])
+    return [(g, m * n), (out[0], m * g * n)], m, n, n
 
 
 def _epilogue_layout(node: Node, shape: tuple[int, ...]):

@@ -152,10 +152,49 @@ def _conv_split(ins, outs, attrs):
 def _conv(s):
     dw = depthwise_geom(s.ins, s.outs, s.attrs)
     if dw is not None:
-        return Call(
-            "dwconv", {"g": dw, "bias": s.arg(2), "span": s.span(dw["n"] * dw["c"])}, ("kernels/conv.h",)
-        )
+        k = {"g": dw, "bias": s.arg(2), "span": s.span(dw["n"] * dw["c"]), "epi": None}
+        return Call("dwconv", k, ("kernels/conv.h",))
     return _conv_call(s, "fc_conv", s.ins[1].shape[0], unused=["scratch"])
+
+
+def _dw_inputs(ins, attrs):
+    """The convolution's own inputs of a ``dwconv`` node (x, w, bias if any): the rest are its
+    epilogue's."""
+    return ins[: 3 if attrs["bias"] else 2]
+
+
+def _dwconv_split(ins, outs, attrs):
+    """As the depthwise conv's, plus the epilogue's operations on every output."""
+    split = _conv_split(_dw_inputs(ins, attrs), outs, attrs)
+    program = attrs["epilogue"][0] if attrs["epilogue"] else ()
+    return Split(split.units, split.work + sum(t.nbytes for t in ins[len(_dw_inputs(ins, attrs)) :])
+                 + outs[0].size * len(program))  # fmt: skip
+
+
+@kernel(
+    "dwconv",
+    scratch=lambda ins, outs, attrs, isa: _conv_scratch(_dw_inputs(ins, attrs), outs, attrs, isa),
+    split=_dwconv_split,
+)
+def _dwconv(s):
+    """A depthwise conv with an elementwise epilogue (gemm_ops.py's ``dwconv``): the direct
+    kernel applies it to each output plane's rows while they are in L1 (templates/c/ops/dwconv*)."""
+    from ..gemm_ops import epilogue_context  # gemm_ops builds on this module
+
+    first = len(_dw_inputs(s.ins, s.attrs))
+    dw = depthwise_geom(s.ins[:first], s.outs, s.attrs)
+    epi = epilogue_context(s.node, s.ins, first)
+    layouts = s.attrs["epilogue"][2] if epi else ()
+    k = {
+        "g": dw,
+        "bias": s.x[2] if s.attrs["bias"] else "NULL",
+        "span": s.span(dw["n"] * dw["c"]),
+        "epi": epi,
+        "epi_inputs": [s.x[first + q["i"]] for q in epi["extras"]] if epi else [],
+        "e_n": [lay[2][1] for lay in layouts],
+        "m": dw["m"],
+    }
+    return Call("dwconv", k, ("kernels/conv.h",), prelude="dwconv" if epi else None)
 
 
 @kernel("conv_transpose")

@@ -221,6 +221,81 @@ FC_VF_INLINE void fc_dwconv_plane_(const float *FC_RESTRICT ph, const float *FC_
 typedef void (*fc_dwconv_epilogue)(float *c, long ldc, long rows, long cols, long i0, long j0,
                                    const void *arg);
 
+/* Stride 1, dilation 1: one output plane straight from the input plane, with no padded
+ * copy. Output row i sums tap rows t of [t0, t1) (those inside the input) and, for the
+ * columns [j0, j1) whose whole window is inside the row, all kw taps in vector blocks; the
+ * other columns sum their taps inside the row one by one. Each output is the bias plus its
+ * taps' products in row-major tap order. */
+FC_VF_INLINE void fc_dwconv_s1_block_(const float *FC_RESTRICT xp, const float *FC_RESTRICT wm, float bias,
+                                      float *FC_RESTRICT o, long base, long t0, long t1, int nv,
+                                      const fc_dwconv_geom *g) {
+    fc_vf a0 = FC_VF_SPLAT(bias), a1 = a0, a2 = a0, a3 = a0;
+    long t, u;
+    for (t = t0; t < t1; t++) {
+        for (u = 0; u < g->kw; u++) {
+            const float *src = xp + (base + t * g->w + u);
+            const fc_vf wv = FC_VF_SPLAT(wm[t * g->kw + u]);
+            a0 = wv * fc_vf_load(src) + a0;
+            if (nv > 1)
+                a1 = wv * fc_vf_load(src + FC_VF_VL) + a1;
+            if (nv > 2)
+                a2 = wv * fc_vf_load(src + 2 * FC_VF_VL) + a2;
+            if (nv > 3)
+                a3 = wv * fc_vf_load(src + 3 * FC_VF_VL) + a3;
+        }
+    }
+    fc_vf_store(o, a0);
+    if (nv > 1)
+        fc_vf_store(o + FC_VF_VL, a1);
+    if (nv > 2)
+        fc_vf_store(o + 2 * FC_VF_VL, a2);
+    if (nv > 3)
+        fc_vf_store(o + 3 * FC_VF_VL, a3);
+}
+
+FC_VF_INLINE void fc_dwconv_s1_plane_(const float *FC_RESTRICT xp, const float *FC_RESTRICT wm, float bias,
+                                      float *FC_RESTRICT out, const fc_dwconv_geom *g) {
+    const long ow = g->ow, pw = g->pw;
+    long j0 = pw < ow ? pw : ow, j1 = g->w - g->kw + 1 + pw, i;
+    j1 = j1 > ow ? ow : j1 < j0 ? j0 : j1;
+    for (i = 0; i < g->oh; i++) {
+        const long t0 = g->ph - i > 0 ? g->ph - i : 0;
+        const long t1 = g->h + g->ph - i < g->kh ? g->h + g->ph - i : g->kh;
+        const long row = (i - g->ph) * g->w - pw; /* x index of tap (0, 0) of column 0, less j */
+        float *o = out + i * ow;
+        /* counts, not `j + step <= j1` loops (GCC's loop analysis misfires on those) */
+        const long quads = (j1 - j0) / (4 * FC_VF_VL), singles = (j1 - j0) / FC_VF_VL - 4 * quads;
+        long q, j, t, u;
+        for (q = 0; q < quads; q++) {
+            j = j0 + q * 4 * FC_VF_VL;
+            fc_dwconv_s1_block_(xp, wm, bias, o + j, row + j, t0, t1, 4, g);
+        }
+        j = j0 + 4 * quads * FC_VF_VL; /* the 1 to 3 vectors left, as one block */
+        if (singles == 3)
+            fc_dwconv_s1_block_(xp, wm, bias, o + j, row + j, t0, t1, 3, g);
+        else if (singles == 2)
+            fc_dwconv_s1_block_(xp, wm, bias, o + j, row + j, t0, t1, 2, g);
+        else if (singles == 1)
+            fc_dwconv_s1_block_(xp, wm, bias, o + j, row + j, t0, t1, 1, g);
+        if ((j1 - j0) % FC_VF_VL && j1 - j0 >= FC_VF_VL) /* the last vector again, overlapping: same values */
+            fc_dwconv_s1_block_(xp, wm, bias, o + j1 - FC_VF_VL, row + j1 - FC_VF_VL, t0, t1, 1, g);
+        for (j = 0; j < ow; j++) { /* the border columns (all of them when the row is short) */
+            long u0, u1;
+            float acc = bias;
+            if (j == j0 && j1 - j0 >= FC_VF_VL)
+                j = j1;
+            if (j >= ow)
+                break;
+            u0 = pw - j > 0 ? pw - j : 0;
+            u1 = g->w + pw - j < g->kw ? g->w + pw - j : g->kw;
+            for (t = t0; t < t1; t++)
+                for (u = u0; u < u1; u++)
+                    acc += wm[t * g->kw + u] * xp[row + j + t * g->w + u];
+            o[j] = acc;
+        }
+    }
+}
+
 /* Input planes [lo, hi) of the n * c (plane i * c + j: image i, channel j), each with its
  * m / c output planes; 0 and n * c for all. Disjoint ranges may run at once, each with its own
  * scratch, and give the values of one call for all. epi (or NULL) is applied to each output
@@ -232,15 +307,22 @@ FC_VF_INLINE void fc_dwconv_epi_f32(const float *x, const float *w, const float 
     const long chunk = g->ow >= 1024 ? 1 : 1024 / g->ow; /* output rows per epilogue call */
     float *ph = scratch, *run = scratch + g->sh * g->sw * g->rows * g->cols;
     long p, k, i, r;
+    /* stride 1, dilation 1 and rows of at least 4 vectors: no phase planes (narrower rows run
+     * faster as the phase planes' one flat run) */
+    const int unit = g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->ow >= 4 * FC_VF_VL;
     for (p = lo; p < hi; p++) {
-        fc_dwconv_phases_(x + p * g->h * g->w, ph, 0.0f, g);
+        if (!unit)
+            fc_dwconv_phases_(x + p * g->h * g->w, ph, 0.0f, g);
         for (k = 0; k < mult; k++) {
             const long m = p % g->c * mult + k; /* output channel */
             float *ym = y + (p * mult + k) * g->oh * g->ow;
-            fc_dwconv_plane_(ph, w + m * taps, b ? b[m] : 0.0f, run, g);
+            if (unit)
+                fc_dwconv_s1_plane_(x + p * g->h * g->w, w + m * taps, b ? b[m] : 0.0f, ym, g);
+            else
+                fc_dwconv_plane_(ph, w + m * taps, b ? b[m] : 0.0f, run, g);
             for (i = 0; i < g->oh; i += chunk) {
                 const long i1 = i + chunk < g->oh ? i + chunk : g->oh;
-                for (r = i; r < i1; r++)
+                for (r = i; r < i1 && !unit; r++)
                     memcpy(ym + r * g->ow, run + r * g->cols, (size_t)g->ow * sizeof *ym);
                 if (epi)
                     epi(ym + i * g->ow, (i1 - i) * g->ow, 1, (i1 - i) * g->ow, p * mult + k, i * g->ow, arg);

@@ -44,6 +44,11 @@ for cid, xs, k, kw, mult, bias in (
     ("1x1", (1, 4, 5, 6), (1, 1), {}, 1, True),
     ("1d", (2, 3, 37), (5,), dict(pads=(2, 1), strides=(2,)), 1, True),
     ("k7-wide", (1, 2, 9, 70), (7, 7), dict(pads=(3, 3, 3, 3)), 1, True),
+    # stride 1 over rows of 4 vectors or more: straight from the input rows (kernels/conv.h)
+    ("s1-wide-131", (1, 3, 5, 131), (3, 3), dict(pads=(1, 1, 1, 1)), 1, True),
+    ("s1-wide-k5", (2, 2, 4, 100), (5, 5), dict(pads=(2, 2, 2, 2)), 2, False),
+    ("s1-wide-valid", (1, 2, 6, 90), (3, 3), {}, 1, True),
+    ("s1-wide-asym", (1, 2, 3, 77), (3, 4), dict(pads=(2, 0, 0, 3)), 1, True),
 ):
     c = xs[1]
     ws = (c * mult, 1) + k

@@ -142,6 +142,31 @@ def test_c_big_batched_products_split_by_product_or_within(threads):
 
 
 @pytest.mark.c
+@pytest.mark.parametrize("threads", [2, 3])
+def test_conv_with_fewer_slices_than_parts_shares_each_slice(threads):
+    """A small-output im2col convolution (one slice of output rows: 7x7, and a stride-2 1x1)
+    splits each slice's product rows over the parts: the generated step shares its slices, and
+    the result is the 1-thread one bit for bit."""
+    from codegen import pipeline
+    from codegen.target import Target
+
+    with gd.Graph("small_out") as g:
+        x = gd.placeholder("x", (1, 96, 7, 7))
+        w3, b3 = gd.constant(f32(160, 96, 3, 3, scale=0.05)), gd.constant(f32(160))
+        h = gd.relu(gd.conv2d(x, w3, b3, padding=1))
+        w1 = gd.constant(f32(192, 160, 1, 1, scale=0.05))
+        gd.identity(gd.conv(h, w1, strides=(2, 2)), name="y")
+    opts = pipeline.Options(target=Target(threads=threads), name="small_out")
+    text = "".join(v for v in pipeline.run(g, opts).sources.files.values() if isinstance(v, str))
+    assert text.count("fewer slices than parts") == 2
+    feeds = {"x": f32(1, 96, 7, 7)}
+    one = codegen.compile(g)(**feeds)["y"]
+    assert np.array_equal(codegen.compile(g, threads=threads)(**feeds)["y"], one)
+    (want,) = gd.run(g, feeds, ["y"])
+    np.testing.assert_allclose(one, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.c
 def test_big_products_are_split_and_binary_runs_threaded(tmp_path):
     g = gd.Graph("big")
     with g:

@@ -527,7 +527,14 @@ def _conv_gemm_scratch(ins, outs, attrs, isa):
     ch = chunking(p, attrs, isa)
     if ch is None:
         return part_scratch(p, isa) * attrs["parts"]
-    return ch["part_bytes"] * min(attrs["parts"], ch["count"])
+    parts = attrs["parts"] if _shares_slices(ch, attrs) else min(attrs["parts"], ch["count"])
+    return ch["part_bytes"] * parts
+
+
+def _shares_slices(ch: dict, attrs) -> bool:
+    """Fewer im2col slices than parts (a small output, e.g. 7x7): every part im2cols each slice
+    and computes its share of the product's rows, instead of whole slices on fewer threads."""
+    return ch["count"] < attrs["parts"]
 
 
 @kernel("conv_gemm", scratch=_conv_gemm_scratch)
@@ -558,5 +565,6 @@ def _conv_gemm(s):
     ch = chunking(p, attrs, s.isa)
     if ch is None:
         return Call("conv_gemm", k, headers, prelude="conv_gemm_direct", parallel=k["parts"] > 1)
-    k["chunk"] = {**ch, "plan": ch["plan"].c_init(), "tail": ch["tail"].c_init() if ch["tail"] else None}
+    k["chunk"] = {**ch, "plan": ch["plan"].c_init(), "tail": ch["tail"].c_init() if ch["tail"] else None,
+                  "shared": _shares_slices(ch, attrs)}  # fmt: skip
     return Call("conv_gemm", k, headers, prelude="conv_gemm_im2col", parallel=k["parts"] > 1)

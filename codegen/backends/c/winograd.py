@@ -45,6 +45,7 @@ from graphdef.registry import KERNEL, Attr, Example, Sample, defop
 from .gemm_ops import (
     _EXAMPLE_ISA,
     _INTERNAL,
+    CHUNK_BYTES,
     EPILOGUE_ATTRS,
     _check_epilogue,
     _epilogue,
@@ -164,13 +165,19 @@ def _split_seconds(items: list[tuple[float, float]], parts: int) -> float:
     return max(sum(a + b for a, b in items[q::parts]) for q in range(parts))
 
 
-def im2col_seconds(x_shape, k: int, out, parts: int = 1) -> float:
+def im2col_seconds(x_shape, k: int, out, parts: int = 1, isa: str = "avx512") -> float:
     """Estimated seconds of a 3x3 convolution (input ``x_shape``, K channels of ``out``) by
     im2col + GEMM (conv_gemm) with ``parts`` threads."""
     n, c = x_shape[:2]
     wbytes = 4 * k * c * 9
     flops = 2 * k * c * 9 * n * out[0] * out[1]
-    return _gemm_seconds(flops, c) / parts + wbytes / BANDWIDTH + RELOAD * wbytes / CACHE_BANDWIDTH
+    t = _gemm_seconds(flops, c) / parts + wbytes / BANDWIDTH + RELOAD * wbytes / CACHE_BANDWIDTH
+    cols = 4 * c * 9 * out[0] * out[1]  # an image's im2col copy
+    single = cols <= CHUNK_BYTES or out[0] * out[1] <= 8 * tile(isa)[1]  # gemm_ops.chunking
+    if parts > 1 and n < parts and single:
+        # one slice an image, fewer than parts: every part copies it (gemm_ops._shares_slices)
+        t += n * cols / CACHE_BANDWIDTH
+    return t
 
 
 def winograd_seconds(m: int, x_shape, k: int, out, isa: str, parts: int = 1, rows: int | None = None):
@@ -202,6 +209,9 @@ def chunk_rows(m: int, x_shape, k: int, out, isa: str, parts: int = 1) -> int:
     and products overflow L2), evened out so that the last chunk is not a sliver."""
     th = tiles(out, m)[0]
     even = sorted({-(-th // -(-th // r)) for r in range(1, th + 1)})
+    if parts > 1 and x_shape[0] * th >= parts:  # whole chunks for every part: sharing chunks
+        # (each part transforming all the input) measured slower than one thread on small layers
+        even = [r for r in even if x_shape[0] * -(-th // r) >= parts] or even
     return min(even, key=lambda r: (winograd_seconds(m, x_shape, k, out, isa, parts, r), -r))
 
 
@@ -217,7 +227,7 @@ def estimates(x_shape, k: int, out, isa: str, parts: int = 1) -> dict[str, float
     >>> min(e, key=e.get)
     'im2col'
     """
-    res = {"im2col": im2col_seconds(x_shape, k, out, parts)}
+    res = {"im2col": im2col_seconds(x_shape, k, out, parts, isa)}
     for name, m in ALGORITHMS.items():
         res[name] = winograd_seconds(m, x_shape, k, out, isa, parts)
     return res

@@ -587,7 +587,10 @@ FC_INLINE void fc_sg_no_k(const fc_sgemm_plan *P, float *c, const float *bias, l
             fc_sg_put1(&o, i, j, 0.0f);
 }
 
-/* The slice [m0, m1) x [n0, n1) of C of part `part` of `parts` (whole micro-panels). */
+/* The slice [m0, m1) x [n0, n1) of C of part `part` of `parts` (whole micro-panels): along
+ * the axis whose largest part has the smaller share of its panels (columns on a tie: a part
+ * then packs only its own columns of B), e.g. 64 x 64 on 14 x 32 tiles over 2 parts: one
+ * column panel each (1/2) rather than 3 and 2 row panels (3/5). */
 FC_INLINE void fc_sgemm_part_range(const fc_sgemm_plan *P, long part, long parts, long *m0, long *m1,
                                    long *n0, long *n1) {
     const long mp = (P->m + P->mr - 1) / P->mr, np = (P->n + P->nr - 1) / P->nr;
@@ -597,7 +600,8 @@ FC_INLINE void fc_sgemm_part_range(const fc_sgemm_plan *P, long part, long parts
     *n1 = P->n;
     if (parts <= 1)
         return;
-    if (np >= mp) {
+    /* largest share: ceil(np / parts) / np <= ceil(mp / parts) / mp, cross-multiplied */
+    if ((np + parts - 1) / parts * mp <= (mp + parts - 1) / parts * np) {
         *n0 = np * part / parts * P->nr;
         *n1 = fc_sg_min(P->n, np * (part + 1) / parts * P->nr);
     } else {

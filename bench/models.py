@@ -244,11 +244,15 @@ def median_us(fn, runs: int) -> float:
     return statistics.median(times)
 
 
+SETTLE_S = 0.2
+
+
 def binary_us(binary: Path, feeds: dict, runs: int, folder: Path) -> float:
     args = [str(binary)]
     for k, v in feeds.items():
         np.save(folder / f"{k}.npy", v)
         args += ["--in", f"{k}={folder / f'{k}.npy'}"]
+    time.sleep(SETTLE_S)  # onnxruntime's pool threads spin a while after a run: let them stop
     out = subprocess.run(
         args + ["--out-dir", str(folder / "res"), "--bench", str(runs)],
         check=True,

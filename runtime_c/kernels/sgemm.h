@@ -588,9 +588,11 @@ FC_INLINE void fc_sg_no_k(const fc_sgemm_plan *P, float *c, const float *bias, l
 }
 
 /* The slice [m0, m1) x [n0, n1) of C of part `part` of `parts` (whole micro-panels): along
- * the axis whose largest part has the smaller share of its panels (columns on a tie: a part
- * then packs only its own columns of B), e.g. 64 x 64 on 14 x 32 tiles over 2 parts: one
- * column panel each (1/2) rather than 3 and 2 row panels (3/5). */
+ * the columns when there are at least as many column panels as row panels, or when that
+ * balances the parts clearly better (the largest part's share of the panels at least 10%
+ * smaller), e.g. 64 x 64 on 14 x 32 tiles over 2 parts: one column panel each (1/2) rather
+ * than 3 and 2 row panels (3/5); otherwise along the rows, so that each part reads only its
+ * rows of A (a layer's weights, streamed from memory at batch 1). */
 FC_INLINE void fc_sgemm_part_range(const fc_sgemm_plan *P, long part, long parts, long *m0, long *m1,
                                    long *n0, long *n1) {
     const long mp = (P->m + P->mr - 1) / P->mr, np = (P->n + P->nr - 1) / P->nr;
@@ -600,8 +602,8 @@ FC_INLINE void fc_sgemm_part_range(const fc_sgemm_plan *P, long part, long parts
     *n1 = P->n;
     if (parts <= 1)
         return;
-    /* largest share: ceil(np / parts) / np <= ceil(mp / parts) / mp, cross-multiplied */
-    if ((np + parts - 1) / parts * mp <= (mp + parts - 1) / parts * np) {
+    /* largest shares: ceil(np / parts) / np <= 0.9 ceil(mp / parts) / mp, cross-multiplied */
+    if (np >= mp || 10 * ((np + parts - 1) / parts) * mp <= 9 * ((mp + parts - 1) / parts) * np) {
         *n0 = np * part / parts * P->nr;
         *n1 = fc_sg_min(P->n, np * (part + 1) / parts * P->nr);
     } else {

@@ -245,6 +245,7 @@ def median_us(fn, runs: int) -> float:
 
 
 SETTLE_S = 0.2
+MIN_ROUND_S = 0.05
 
 
 def binary_us(binary: Path, feeds: dict, runs: int, folder: Path) -> float:
@@ -288,17 +289,17 @@ def bench_model(name, module, example, folder: Path, threads: list[int], runs: i
     err = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
     rows = {"model": name, "rel_err": err, "build_s": build_s}
     rounds = 5
+    # every peer's measurement lasts at least MIN_ROUND_S (a few microseconds of work repeated
+    # 12 times is over before the core leaves its idle clock)
+    one_us = median_us(lambda: sessions[threads[0]].run(None, feeds), 5)
+    each = max(runs // rounds, 5, int(MIN_ROUND_S / (one_us * 1e-6)))
     acc: dict[str, list[float]] = {}
     for _ in range(rounds):  # interleave the peers
         for t, out in outs.items():
-            acc.setdefault(f"flowc_{t}t", []).append(
-                binary_us(out / "model", feeds, max(runs // rounds, 5), folder)
-            )
-        acc.setdefault("flowc_cffi", []).append(median_us(lambda: lib(input=x), max(runs // rounds, 5)))
+            acc.setdefault(f"flowc_{t}t", []).append(binary_us(out / "model", feeds, each, folder))
+        acc.setdefault("flowc_cffi", []).append(median_us(lambda: lib(input=x), each))
         for t, s in sessions.items():
-            acc.setdefault(f"ort_{t}t", []).append(
-                median_us(lambda s=s: s.run(None, feeds), max(runs // rounds, 5))
-            )
+            acc.setdefault(f"ort_{t}t", []).append(median_us(lambda s=s: s.run(None, feeds), each))
     for k, v in acc.items():
         rows[k] = statistics.median(v)
     rows["numpy"] = median_us(lambda: gd.run(graph, {"input": x}, ["output"]), 3)

@@ -124,6 +124,48 @@ def test_samples_run_clean_under_address_and_undefined_sanitizers(sample, zoo, z
     check_outputs(tmp_path / "res", g, feeds, names)
 
 
+def fast_paths_cnn():
+    """A CNN through this build's fast paths: a Winograd 3x3 stem, a stride-1 depthwise conv over
+    wide rows with a SiLU epilogue, a stride-2 one with ReLU, 1x1 products with residual
+    epilogues, an im2col 3x3 on a 7x7 output (one slice shared by the threads), a global mean
+    over rows, a softmax."""
+    rng = np.random.default_rng(3)
+
+    def w(*shape):
+        scale = (2.0 / np.prod(shape[1:])) ** 0.5
+        return gd.constant((rng.standard_normal(shape) * scale).astype(np.float32))
+
+    with gd.Graph("fastcnn") as g:
+        x = gd.placeholder("x", (1, 8, 28, 70))
+        h = gd.relu(gd.conv(x, w(24, 8, 3, 3), w(24), pads=(1, 1, 1, 1)))
+        d = gd.conv(h, w(24, 1, 3, 3), w(24), group=24, pads=(1, 1, 1, 1))
+        d = d * gd.sigmoid(d)
+        h = gd.conv(d, w(24, 24, 1, 1)) + h
+        d = gd.relu(gd.conv(h, w(24, 1, 3, 3), group=24, strides=(2, 2), pads=(1, 1, 1, 1)))
+        h = gd.max_pool(gd.conv(d, w(48, 24, 1, 1), w(48)), (2, 2), (2, 2))
+        h = gd.avg_pool(h, (1, 5), (1, 5))
+        h = gd.relu(gd.conv(h, w(64, 48, 3, 3), w(64), pads=(1, 1, 1, 1))) + 0.5
+        gd.identity(gd.softmax(gd.reduce_mean(h, (2, 3)), -1), name="probs")
+    return g
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fast_paths_run_clean_under_address_and_undefined_sanitizers(threads, tmp_path):
+    g = fast_paths_cnn()
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
+    out = codegen.export(g, tmp_path / "san", name="san", flags=flags, threads=threads)
+    source = (out / "san.c").read_text()
+    assert "conv_winograd" in source and "fc_dwconv_epi_f32" in source and "fc_reduce_mean_rows_f32" in source
+    if threads > 1:
+        assert "fewer slices than parts" in source and "fc_pool_run" in source
+    feeds = {"x": np.random.default_rng(4).standard_normal((1, 8, 28, 70)).astype(np.float32)}
+    res = run_binary(out / "san", feeds, tmp_path / "res")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr
+    want = gd.Session(g).run(feeds, ["probs"])[0]
+    np.testing.assert_allclose(np.load(tmp_path / "res" / "probs.npy"), want, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang not installed")
 def test_zoo_compiles_warning_free_with_clang(zoo, zoo_feeds, tmp_path):
     out = codegen.export(zoo, tmp_path / "cl", name="zoo", outputs=ZOO_OUTPUTS, cc="clang")

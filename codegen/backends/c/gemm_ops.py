@@ -362,6 +362,7 @@ defop(
         "dilations": Attr("ints"),
         "group": Attr("int"),
         "direct": Attr("bool"),
+        "estimates": Attr("any", ()),
         **EPILOGUE_ATTRS,
     },
     kind=KERNEL,

@@ -78,7 +78,8 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             cg = ins[1].shape[1]
             depthwise = a["group"] == ins[0].shape[1] and cg == 1 and a["group"] > 1
             if not depthwise and (len(node.inputs) < 3 or _const_array(graph, node.inputs[2]) is not None):
-                new = lower_winograd(graph, node, ins, isa, threads) or _lower_conv(graph, node, ins, isa)
+                new, est = lower_winograd(graph, node, ins, isa, threads)
+                new = new or _lower_conv(graph, node, ins, isa, est)
         if new is None:
             rb.keep(node)
             continue
@@ -272,7 +273,7 @@ def _lower_gemm(graph, node, ins, isa):
     return "sgemm", operands + ([bias] if bias is not None else []), attrs
 
 
-def _lower_conv(graph, node, ins, isa):
+def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
     a = node.attrs
     x_t, w_t = ins[:2]
     w = _const_array(graph, node.inputs[1]).astype(np.float32)
@@ -301,6 +302,7 @@ def _lower_conv(graph, node, ins, isa):
         "dilations": a["dilations"],
         "group": g,
         "direct": direct,
+        "estimates": estimates,  # the 3x3 cost model's, where it chose im2col (winograd.choose)
     }
     operands = [node.inputs[0], packed]
     if len(node.inputs) == 3:

@@ -273,21 +273,27 @@ def _const(graph, ref):
     return graph.constants[node.name] if node.op == "constant" else None
 
 
+def _estimate_attr(est: dict) -> tuple:
+    """The estimates as a node attribute: (algorithm, microseconds) pairs, sorted."""
+    return tuple(sorted((name, round(s * 1e6, 1)) for name, s in est.items()))
+
+
 def lower_winograd(graph, node, ins, isa: str, threads: int = 1):
-    """``conv_winograd``'s (op, operands, attrs) for a float32 conv with constant weights (and
-    bias) where the cost model prefers Winograd to im2col; None otherwise (``lower_linear``
-    then makes a ``conv_gemm``)."""
+    """(``conv_winograd``'s (op, operands, attrs) or None, estimates) for a float32 conv with
+    constant weights (and bias): the triple where the cost model prefers Winograd to im2col,
+    else None (``lower_linear`` then makes a ``conv_gemm`` carrying the estimates, () where
+    Winograd does not apply)."""
     from .lowering import PARALLEL_FLOPS
 
     x_t, w_t = ins[:2]
     out = node.outputs[0].shape[2:]
     if not eligible(x_t.shape, w_t.shape, node.attrs) or min(out) < 1:
-        return None
+        return None, ()
     flops = 2 * node.outputs[0].size * w_t.shape[1] * 9
     parts = threads if threads > 1 and flops >= PARALLEL_FLOPS else 1
     algorithm, est = choose(x_t.shape, w_t.shape, out, node.attrs, isa, parts)
     if algorithm not in ALGORITHMS:
-        return None
+        return None, _estimate_attr(est)
     m = ALGORITHMS[algorithm]
     k, c = w_t.shape[:2]
     rows = chunk_rows(m, x_t.shape, k, out, isa, parts)
@@ -301,12 +307,12 @@ def lower_winograd(graph, node, ins, isa: str, threads: int = 1):
         "rows": rows,
         "out": tuple(out),
         "pads": tuple(node.attrs["pads"]),
-        "estimates": tuple(sorted((name, round(s * 1e6, 1)) for name, s in est.items())),
+        "estimates": _estimate_attr(est),
     }
     operands = [node.inputs[0], np.concatenate([pack_a(ux, plan) for ux in u])]
     if bias:
         operands.append(_const(graph, node.inputs[2]).astype(np.float32))
-    return "conv_winograd", operands, attrs
+    return ("conv_winograd", operands, attrs), attrs["estimates"]
 
 
 def chunk_plan(k: int, c: int, chunk_tiles: int, isa: str, bias: bool):
@@ -334,16 +340,8 @@ def describe(node) -> str | None:
     """``conv_algorithm``, with the cost model's estimates where it chose between im2col and
     Winograd (``flowc inspect`` prints this for every convolution step)."""
     algorithm = conv_algorithm(node)
-    if node.op == "conv_winograd":
-        est = node.attrs["estimates"]
-    elif node.op == "conv_gemm" and eligible((0,) * 4, (0, 0, *node.attrs["kernel"]), node.attrs):
-        p = plan_of(node.attrs)
-        out = node.outputs[0].shape
-        pads = node.attrs["pads"]
-        x_shape = (out[0], p.k // 9, out[2] - pads[0] - pads[2] + 2, out[3] - pads[1] - pads[3] + 2)
-        found = estimates(x_shape, p.m, out[2:], node.attrs["isa"], node.attrs["parts"])
-        est = tuple(sorted((name, round(sec * 1e6, 1)) for name, sec in found.items()))
-    else:
+    est = node.attrs.get("estimates", ()) if node.op in ("conv_winograd", "conv_gemm") else ()
+    if not est:
         return algorithm
     return f"{algorithm} (estimated " + ", ".join(f"{name} {us:g} us" for name, us in est) + ")"
 

@@ -152,9 +152,28 @@ def _conv_split(ins, outs, attrs):
 def _conv(s):
     dw = depthwise_geom(s.ins, s.outs, s.attrs)
     if dw is not None:
-        k = {"g": dw, "bias": s.arg(2), "span": s.span(dw["n"] * dw["c"]), "epi": None}
-        return Call("dwconv", k, ("kernels/conv.h",))
+        return _depthwise_call(s, dw, s.arg(2), None)
     return _conv_call(s, "fc_conv", s.ins[1].shape[0], unused=["scratch"])
+
+
+def _depthwise_call(s, dw: dict, bias: str, epi: dict | None) -> Call:
+    """The direct depthwise kernel (conv.h) on geometry ``dw``: fc_dwconv_f32, or with an
+    epilogue ``epi`` (epilogue_context) fc_dwconv_epi_f32 calling the step's ``_plane``
+    function on each run of output rows (templates/c/ops/dwconv.prelude.c.j2)."""
+    args = [s.x[0], s.x[1], bias, s.y[0], "&g", "(float *)scratch", *s.span(dw["n"] * dw["c"])]
+    k = {"g": dw, "fn": "fc_dwconv_f32", "args": args, "epi": epi, "epi_inputs": []}
+    if epi is None:
+        return Call("dwconv", k, ("kernels/conv.h",))
+    layouts = s.attrs["epilogue"][2]
+    first = len(s.ins) - len(layouts)
+    k.update(
+        fn="fc_dwconv_epi_f32",
+        args=args + [f"{s.func}_plane", "e" if layouts else "NULL"],
+        epi_inputs=[s.x[first + q["i"]] for q in epi["extras"]],
+        e_n=[lay[2][1] for lay in layouts],
+        m=dw["m"],
+    )
+    return Call("dwconv", k, ("kernels/conv.h",), prelude="dwconv")
 
 
 def _dw_inputs(ins, attrs):
@@ -183,18 +202,8 @@ def _dwconv(s):
 
     first = len(_dw_inputs(s.ins, s.attrs))
     dw = depthwise_geom(s.ins[:first], s.outs, s.attrs)
-    epi = epilogue_context(s.node, s.ins, first)
-    layouts = s.attrs["epilogue"][2] if epi else ()
-    k = {
-        "g": dw,
-        "bias": s.x[2] if s.attrs["bias"] else "NULL",
-        "span": s.span(dw["n"] * dw["c"]),
-        "epi": epi,
-        "epi_inputs": [s.x[first + q["i"]] for q in epi["extras"]] if epi else [],
-        "e_n": [lay[2][1] for lay in layouts],
-        "m": dw["m"],
-    }
-    return Call("dwconv", k, ("kernels/conv.h",), prelude="dwconv" if epi else None)
+    bias = s.x[2] if s.attrs["bias"] else "NULL"
+    return _depthwise_call(s, dw, bias, epilogue_context(s.node, s.ins, first))
 
 
 @kernel("conv_transpose")

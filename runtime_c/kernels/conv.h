@@ -222,37 +222,10 @@ typedef void (*fc_dwconv_epilogue)(float *c, long ldc, long rows, long cols, lon
                                    const void *arg);
 
 /* Stride 1, dilation 1: one output plane straight from the input plane, with no padded
- * copy. Output row i sums tap rows t of [t0, t1) (those inside the input) and, for the
- * columns [j0, j1) whose whole window is inside the row, all kw taps in vector blocks; the
- * other columns sum their taps inside the row one by one. Each output is the bias plus its
- * taps' products in row-major tap order. */
-FC_VF_INLINE void fc_dwconv_s1_block_(const float *FC_RESTRICT xp, const float *FC_RESTRICT wm, float bias,
-                                      float *FC_RESTRICT o, long base, long t0, long t1, int nv,
-                                      const fc_dwconv_geom *g) {
-    fc_vf a0 = FC_VF_SPLAT(bias), a1 = a0, a2 = a0, a3 = a0;
-    long t, u;
-    for (t = t0; t < t1; t++) {
-        for (u = 0; u < g->kw; u++) {
-            const float *src = xp + (base + t * g->w + u);
-            const fc_vf wv = FC_VF_SPLAT(wm[t * g->kw + u]);
-            a0 = wv * fc_vf_load(src) + a0;
-            if (nv > 1)
-                a1 = wv * fc_vf_load(src + FC_VF_VL) + a1;
-            if (nv > 2)
-                a2 = wv * fc_vf_load(src + 2 * FC_VF_VL) + a2;
-            if (nv > 3)
-                a3 = wv * fc_vf_load(src + 3 * FC_VF_VL) + a3;
-        }
-    }
-    fc_vf_store(o, a0);
-    if (nv > 1)
-        fc_vf_store(o + FC_VF_VL, a1);
-    if (nv > 2)
-        fc_vf_store(o + 2 * FC_VF_VL, a2);
-    if (nv > 3)
-        fc_vf_store(o + 3 * FC_VF_VL, a3);
-}
-
+ * copy. Output row i sums tap rows [t0, t1) (those inside the input); its columns [j0, j1),
+ * whose whole window is inside the row, are the flat-run blocks above on the input rows
+ * themselves (a geometry of t1 - t0 unit-stride tap rows, cols = w); the other columns sum
+ * their taps inside the row one by one. */
 FC_VF_INLINE void fc_dwconv_s1_plane_(const float *FC_RESTRICT xp, const float *FC_RESTRICT wm, float bias,
                                       float *FC_RESTRICT out, const fc_dwconv_geom *g) {
     const long ow = g->ow, pw = g->pw;
@@ -263,22 +236,27 @@ FC_VF_INLINE void fc_dwconv_s1_plane_(const float *FC_RESTRICT xp, const float *
         const long t1 = g->h + g->ph - i < g->kh ? g->h + g->ph - i : g->kh;
         const long row = (i - g->ph) * g->w - pw; /* x index of tap (0, 0) of column 0, less j */
         float *o = out + i * ow;
-        /* counts, not `j + step <= j1` loops (GCC's loop analysis misfires on those) */
-        const long quads = (j1 - j0) / (4 * FC_VF_VL), singles = (j1 - j0) / FC_VF_VL - 4 * quads;
-        long q, j, t, u;
-        for (q = 0; q < quads; q++) {
-            j = j0 + q * 4 * FC_VF_VL;
-            fc_dwconv_s1_block_(xp, wm, bias, o + j, row + j, t0, t1, 4, g);
+        long j, t, u;
+        if (j1 - j0 >= FC_VF_VL) { /* then j0 == pw: xr below is inside the plane */
+            /* counts, not `j + step <= n` loops (GCC's loop analysis misfires on those) */
+            const long n = j1 - j0, quads = n / (4 * FC_VF_VL), rest = n / FC_VF_VL - 4 * quads;
+            const float *xr = xp + (row + t0 * g->w + j0), *wr = wm + t0 * g->kw;
+            fc_dwconv_geom r = *g;
+            long q;
+            r.kh = r.rows = t1 - t0;
+            r.sh = r.sw = r.dh = r.dw = 1;
+            r.cols = g->w;
+            for (q = 0; q < quads; q++)
+                fc_dwconv_block_(xr, wr, bias, o + j0, q * 4 * FC_VF_VL, 4, &r);
+            if (rest == 3) /* the 1 to 3 vectors left, as one block */
+                fc_dwconv_block_(xr, wr, bias, o + j0, quads * 4 * FC_VF_VL, 3, &r);
+            else if (rest == 2)
+                fc_dwconv_block_(xr, wr, bias, o + j0, quads * 4 * FC_VF_VL, 2, &r);
+            else if (rest == 1)
+                fc_dwconv_block_(xr, wr, bias, o + j0, quads * 4 * FC_VF_VL, 1, &r);
+            if (n % FC_VF_VL) /* the last vector again, overlapping */
+                fc_dwconv_block_(xr, wr, bias, o + j0, n - FC_VF_VL, 1, &r);
         }
-        j = j0 + 4 * quads * FC_VF_VL; /* the 1 to 3 vectors left, as one block */
-        if (singles == 3)
-            fc_dwconv_s1_block_(xp, wm, bias, o + j, row + j, t0, t1, 3, g);
-        else if (singles == 2)
-            fc_dwconv_s1_block_(xp, wm, bias, o + j, row + j, t0, t1, 2, g);
-        else if (singles == 1)
-            fc_dwconv_s1_block_(xp, wm, bias, o + j, row + j, t0, t1, 1, g);
-        if ((j1 - j0) % FC_VF_VL && j1 - j0 >= FC_VF_VL) /* the last vector again, overlapping: same values */
-            fc_dwconv_s1_block_(xp, wm, bias, o + j1 - FC_VF_VL, row + j1 - FC_VF_VL, t0, t1, 1, g);
         for (j = 0; j < ow; j++) { /* the border columns (all of them when the row is short) */
             long u0, u1;
             float acc = bias;

@@ -167,6 +167,27 @@ def test_conv_with_fewer_slices_than_parts_shares_each_slice(threads):
 
 
 @pytest.mark.c
+@pytest.mark.parametrize("batch", [1, 3])
+def test_squeeze_excitation_convs_are_dense_layers(batch):
+    """The 1x1 convolutions of a squeeze-and-excitation block see a 1x1 image: they become
+    dense products (images as rows, weights as the packed B) with their activations as
+    epilogues, and match the interpreter."""
+    with gd.Graph("se") as g:
+        x = gd.placeholder("x", (batch, 40, 6, 6))
+        s = gd.reduce_mean(x, axes=(2, 3), keepdims=True)
+        s = gd.relu(gd.conv2d(s, gd.constant(f32(10, 40, 1, 1, scale=0.3)), gd.constant(f32(10))))
+        s = gd.sigmoid(gd.conv2d(s, gd.constant(f32(40, 10, 1, 1, scale=0.3))) + 0.5)
+        gd.identity(x * s, name="y")
+    opt = optimized(g)
+    dense = [n for n in opt.nodes if n.op == "sgemm"]
+    assert len(dense) == 2 and all(n.attrs["epilogue"] for n in dense)
+    assert not any(n.op == "conv_gemm" for n in opt.nodes)
+    feeds = {"x": f32(batch, 40, 6, 6)}
+    (want,) = gd.run(g, feeds, ["y"])
+    np.testing.assert_allclose(codegen.compile(g)(**feeds)["y"], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.c
 def test_big_products_are_split_and_binary_runs_threaded(tmp_path):
     g = gd.Graph("big")
     with g:

@@ -78,8 +78,10 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             cg = ins[1].shape[1]
             depthwise = a["group"] == ins[0].shape[1] and cg == 1 and a["group"] > 1
             if not depthwise and (len(node.inputs) < 3 or _const_array(graph, node.inputs[2]) is not None):
-                new, est = lower_winograd(graph, node, ins, isa, threads)
-                new = new or _lower_conv(graph, node, ins, isa, est)
+                new = _lower_conv_dense(graph, node, ins, isa)
+                if new is None:
+                    new, est = lower_winograd(graph, node, ins, isa, threads)
+                    new = new or _lower_conv(graph, node, ins, isa, est)
         if new is None:
             rb.keep(node)
             continue
@@ -308,6 +310,26 @@ def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
     if len(node.inputs) == 3:
         operands.append(_const_array(graph, node.inputs[2]).astype(np.float32))
     return "conv_gemm", operands, attrs
+
+
+def _lower_conv_dense(graph, node, ins, isa):
+    """A 1x1 convolution of one group over a 1x1 image (squeeze-and-excitation blocks) is a
+    dense layer: images as rows, the weights as the packed B, so that each image streams the
+    weights once through whole vectors (as a conv_gemm, every 14 x 32 tile used one of its 32
+    columns). None for any other convolution."""
+    a = node.attrs
+    x_t, w_t = ins[:2]
+    if a["group"] != 1 or any(d != 1 for d in (*x_t.shape[2:], *w_t.shape[2:])) or any(a["pads"]):
+        return None
+    m, k = x_t.shape[0], x_t.shape[1]
+    w = _const_array(graph, node.inputs[1]).astype(np.float32).reshape(w_t.shape[0], k)
+    bias = len(node.inputs) == 3
+    plan = SP.make_plan(m, w_t.shape[0], k, isa=isa, b="packed", bias="col" if bias else "none")
+    attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
+    operands = [node.inputs[0], SP.pack_b(w.T, plan)]
+    if bias:
+        operands.append(_const_array(graph, node.inputs[2]).astype(np.float32))
+    return "sgemm", operands, attrs
 
 
 def _plan_tuple(plan) -> tuple:

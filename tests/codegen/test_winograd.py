@@ -184,10 +184,13 @@ def test_single_convs_match_the_interpreter(case, algorithm, force):
 
 @pytest.mark.c
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("algorithm, rows", [("winograd4x4", None), ("winograd2x2", 2), ("winograd4x4", 1)])
+@pytest.mark.parametrize(
+    "algorithm, rows", [("winograd4x4", None), ("winograd2x2", 2), ("winograd2x2", 3), ("winograd4x4", 1)]
+)
 def test_epilogue_relu_and_residual_with_threads(threads, algorithm, rows, force):
     """conv + bias + residual + relu in one step; with 2 threads whole chunks per part, or (one
-    chunk: rows None) both parts sharing each chunk."""
+    chunk: rows None) both parts sharing each chunk. 7 tile rows of F(2x2) in chunks of at most
+    2 or 3 rows: 1, 2, 2, 2 and 2, 2, 3 (the shorter chunks on the tail plan)."""
     force(algorithm, rows)
     g = conv_graph(2 if rows else 1, 12, 20, 13, 10, (1, 1, 1, 1), relu=True, residual=True)
     (node,) = convs(lowered(g, threads))

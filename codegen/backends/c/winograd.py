@@ -22,8 +22,9 @@ chunk's transformed inputs and products overflow L2): each input channel's rows 
 column phase so that every tile's window is at unit stride, transformed and written straight
 into the packed B panels of the a*a products; the products run on the packed GEMM; each
 output channel's tiles are transformed back, biased, stored and given the step's epilogue
-(activation, residual add: the conv_gemm epilogue) while in L1. With ``parts`` threads, parts
-take whole chunks; when there are fewer chunks than parts (small images), every part
+(activation, residual add: the conv_gemm epilogue) while in L1. An image's chunks differ by one
+tile row at most (14 rows in 4 chunks: 3, 4, 3, 4). With ``parts`` threads, each part takes a
+contiguous run of whole chunks; when there are fewer chunks than parts (small images), every part
 transforms each chunk's input and computes its own slice of the products (fc_sgemm's parts)
 and of the output.
 
@@ -155,14 +156,16 @@ def _gemm_seconds(flops: float, depth: int) -> float:
 
 
 def _split_seconds(items: list[tuple[float, float]], parts: int) -> float:
-    """Time of work items (shared, per-part) over ``parts`` threads: items dealt round-robin,
-    or, with fewer items than parts, every part doing the shared work of each and 1/parts of
-    the rest."""
+    """Time of work items (shared, per-part) over ``parts`` threads: each part a contiguous
+    run of items (its image rows follow the previous step's slice of the columns, so it reads
+    what its own core wrote), or, with fewer items than parts, every part doing the shared
+    work of each and 1/parts of the rest."""
     if parts <= 1:
         return sum(a + b for a, b in items)
-    if len(items) < parts:
+    n = len(items)
+    if n < parts:
         return sum(shared + rest / parts for shared, rest in items)
-    return max(sum(a + b for a, b in items[q::parts]) for q in range(parts))
+    return max(sum(a + b for a, b in items[q * n // parts : (q + 1) * n // parts]) for q in range(parts))
 
 
 def im2col_seconds(x_shape, k: int, out, parts: int = 1, isa: str = "avx512") -> float:
@@ -190,9 +193,10 @@ def winograd_seconds(m: int, x_shape, k: int, out, isa: str, parts: int = 1, row
     rows = rows or chunk_rows(m, x_shape, k, out, isa, parts)
     ubytes = 4 * a2 * k * c
     items = []
+    count = -(-th // rows)
     for _ in range(n):
-        for r0 in range(0, th, rows):
-            t = min(rows, th - r0) * tw
+        for q in range(count):
+            t = ((q + 1) * th // count - q * th // count) * tw
             npad = -(-t // nr) * nr
             ws = 4 * a2 * npad * (c + k)
             gemm = _gemm_seconds(2 * a2 * k * c * npad, c)
@@ -206,7 +210,8 @@ def winograd_seconds(m: int, x_shape, k: int, out, isa: str, parts: int = 1, row
 def chunk_rows(m: int, x_shape, k: int, out, isa: str, parts: int = 1) -> int:
     """Tile rows per chunk: the count the cost model finds fastest (more rows: fewer passes
     over the weights and less padding to the micro-tile, until the chunk's transformed inputs
-    and products overflow L2), evened out so that the last chunk is not a sliver."""
+    and products overflow L2): the largest chunk's; the chunks of an image are evened out to
+    differ by one row at most."""
     th = tiles(out, m)[0]
     even = sorted({-(-th // -(-th // r)) for r in range(1, th + 1)})
     if parts > 1 and x_shape[0] * th >= parts:  # whole chunks for every part: sharing chunks
@@ -462,7 +467,8 @@ def _layout(attrs, ins) -> dict:
     th, tw = tiles(attrs["out"], m)
     rows = attrs["rows"]
     n = ins[0].shape[0]
-    tail_rows = th % rows
+    count = -(-th // rows)  # chunks per image, of th // count or (the plan's) rows tile rows
+    tail_rows = th // count if th % count else 0
     tail = with_fields(p, n=-(-tail_rows * tw // p.nr) * p.nr, bias=0) if tail_rows else None
     npad = p.n
     twv = -(-tw // VECTOR) * VECTOR
@@ -476,7 +482,6 @@ def _layout(attrs, ins) -> dict:
         "mb": a2 * p.m * npad,
         "yt": m * m * npad,
     }
-    count = -(-th // rows)
     items = n * count
     parts = attrs["parts"]
     split = parts > 1 and items < parts  # parts share each chunk (fc_sgemm's slices)
@@ -549,8 +554,8 @@ def _conv_winograd(s):
         nr=p.nr,
         ua=p.packed_a_floats(),
         mstride=p.m * lay["npad"],
-        first="0" if lay["split"] else "part",
-        step="1" if lay["split"] else "parts",
+        first="0" if lay["split"] else f"part * {lay['n_items']} / parts",
+        end=lay["n_items"] if lay["split"] else f"(part + 1) * {lay['n_items']} / parts",
         gsplit="part, parts" if lay["split"] else "0, 1",
         run_parts=(
             f"fc_pool_run((fc_pool *)pool, {s.func}_part, &args, {runs})"

@@ -166,9 +166,11 @@ def _depthwise_call(s, dw: dict, bias: str, epi: dict | None) -> Call:
         return Call("dwconv", k, ("kernels/conv.h",))
     layouts = s.attrs["epilogue"][2]
     first = len(s.ins) - len(layouts)
+    ohw = dw["oh"] * dw["ow"]
+    flat = all((lay[0], lay[1]) in ((ohw, 1), (0, 0)) for lay in layouts)
     k.update(
         fn="fc_dwconv_epi_f32",
-        args=args + [f"{s.func}_plane", "e" if layouts else "NULL"],
+        args=args + [f"{s.func}_plane", "e" if layouts else "NULL", str(int(flat))],
         epi_inputs=[s.x[first + q["i"]] for q in epi["extras"]],
         e_n=[lay[2][1] for lay in layouts],
         m=dw["m"],

@@ -323,6 +323,145 @@ FC_VF_INLINE void fc_dwconv_epi_f32(const float *x, const float *w, const float 
     }
 }
 
+/* ------------------------------------------------------------------ channel blocks
+ * Small planes (7x7, 14x14) leave the flat run above mostly per-plane overhead: the phase
+ * copy, whose short stores the next vector loads then wait on, and the copy out. For one output
+ * channel per input channel (m == c), fc_dwconv_cb_epi_f32 computes FC_VF_VL planes at once
+ * with the channels as the vector lanes: the block's input planes are transposed (16 x 16
+ * register transposes where FC_VF_HAS_TRANSPOSE16) into hp x wp cells of FC_VF_VL floats
+ * whose pads stay zero, its taps and biases likewise; every output cell is a vector sum over
+ * the taps, FC_DWCONV_CB_CELLS cells of a row at a time (independent sums; cells past the
+ * row's end are computed from the slack after the cells and thrown away); the outputs are
+ * transposed back into the planes, which then get the epilogue as in fc_dwconv_epi_f32 (flat:
+ * the block's planes of one image as one run). Planes left over (fewer than FC_VF_VL) go
+ * through fc_dwconv_epi_f32, as all of them do when h * w or oh * ow is under FC_VF_VL. Each
+ * output sums the bias, then its taps row by row. */
+#define FC_DWCONV_CB_CELLS 8
+
+/* Floats of the channel blocks' scratch (after fc_dwconv_scratch_floats(g)) for vectors of
+ * vl lanes: the padded input cells and their slack, the taps, the biases, the outputs. */
+FC_VF_INLINE long fc_dwconv_cb_floats(const fc_dwconv_geom *g, long vl) {
+    const long hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    const long wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    return vl * (hp * wp + FC_DWCONV_CB_CELLS * g->sw + g->kh * g->kw + 1 + g->oh * g->ow);
+}
+
+/* Cells [q0, q0 + FC_VF_VL) of the FC_VF_VL planes src + l * sstride (l: lane) as vectors
+ * dst[q * dstride .. + FC_VF_VL) of lanes, q = q0 .. q0 + FC_VF_VL - 1, for the cells where
+ * keep(q) (the input cells inside the padded window; every output cell). */
+FC_VF_INLINE void fc_dwconv_cb_in_(const float *FC_RESTRICT src, long sstride, long q0, long w, long wp,
+                                   long ph, long pw, long r1, long c1, float *FC_RESTRICT t) {
+#if FC_VF_HAS_TRANSPOSE16
+    fc_vf r[16];
+    long l, q;
+    for (l = 0; l < 16; l++)
+        r[l] = fc_vf_load(src + l * sstride + q0);
+    FC_VF_TRANSPOSE16(r);
+    for (q = 0; q < 16; q++) {
+        const long row = (q0 + q) / w + ph, col = (q0 + q) % w + pw;
+        if (row < r1 && col < c1)
+            fc_vf_store(t + (row * wp + col) * 16, r[q]);
+    }
+#else
+    long l, q;
+    for (q = 0; q < FC_VF_VL; q++) {
+        const long row = (q0 + q) / w + ph, col = (q0 + q) % w + pw;
+        if (row < r1 && col < c1)
+            for (l = 0; l < FC_VF_VL; l++)
+                t[(row * wp + col) * FC_VF_VL + l] = src[l * sstride + q0 + q];
+    }
+#endif
+}
+
+FC_VF_INLINE void fc_dwconv_cb_out_(const float *FC_RESTRICT ot, long q0, float *FC_RESTRICT y, long ystride) {
+#if FC_VF_HAS_TRANSPOSE16
+    fc_vf r[16];
+    long l;
+    for (l = 0; l < 16; l++)
+        r[l] = fc_vf_load(ot + (q0 + l) * 16);
+    FC_VF_TRANSPOSE16(r);
+    for (l = 0; l < 16; l++)
+        fc_vf_store(y + l * ystride + q0, r[l]);
+#else
+    long l, q;
+    for (l = 0; l < FC_VF_VL; l++)
+        for (q = 0; q < FC_VF_VL; q++)
+            y[l * ystride + q0 + q] = ot[(q0 + q) * FC_VF_VL + l];
+#endif
+}
+
+FC_VF_INLINE void fc_dwconv_cb_epi_f32(const float *x, const float *w, const float *b, float *y,
+                                       const fc_dwconv_geom *g, float *scratch, long lo, long hi,
+                                       fc_dwconv_epilogue epi, const void *arg, int flat) {
+    enum { VL = FC_VF_VL, NB = FC_DWCONV_CB_CELLS };
+    const long taps = g->kh * g->kw, ohw = g->oh * g->ow, hw = g->h * g->w;
+    const long hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    const long wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    /* the cells that input rows and columns land in */
+    const long r1 = g->h + g->ph < hp ? g->h + g->ph : hp, c1 = g->w + g->pw < wp ? g->w + g->pw : wp;
+    const long tcells = hp * wp + NB * g->sw;
+    float *t = scratch + fc_dwconv_scratch_floats(g);
+    float *wt = t + tcells * VL, *bt = wt + taps * VL, *ot = bt + VL;
+    /* counts, not `p + VL <= hi` loops (GCC's loop analysis misfires on those); no blocks
+     * for planes under FC_VF_VL cells (the transposes move whole vectors of them) */
+    const long blocks = ohw < VL || hw < VL ? 0 : (hi - lo) / VL, row_blocks = (g->ow + NB - 1) / NB;
+    const long in_chunks = (hw + VL - 1) / VL, out_chunks = (ohw + VL - 1) / VL;
+    long blk, k;
+    for (k = 0; k < tcells; k++) /* the pads: the planes' cells overwrite the rest */
+        fc_vf_store(t + k * VL, FC_VF_SPLAT(0.0f));
+    for (blk = 0; blk < blocks; blk++) {
+        const long p = lo + blk * VL;
+        long l, i, jb, q;
+        for (k = 0; k < in_chunks; k++) /* the last chunk overlaps the one before */
+            fc_dwconv_cb_in_(x + p * hw, hw, k * VL + VL <= hw ? k * VL : hw - VL, g->w, wp, g->ph, g->pw, r1, c1, t);
+        for (l = 0; l < VL; l++) {
+            const long ch = (p + l) % g->c;
+            for (k = 0; k < taps; k++)
+                wt[k * VL + l] = w[ch * taps + k];
+            bt[l] = b ? b[ch] : 0.0f;
+        }
+        for (i = 0; i < g->oh; i++)
+            for (jb = 0; jb < row_blocks; jb++) {
+                const long j0 = jb * NB, n = g->ow - j0 < NB ? g->ow - j0 : NB;
+                const fc_vf bias = fc_vf_load(bt);
+                fc_vf a[NB];
+                long t1, t2;
+                for (q = 0; q < NB; q++)
+                    a[q] = bias;
+                for (t1 = 0; t1 < g->kh; t1++)
+                    for (t2 = 0; t2 < g->kw; t2++) {
+                        const fc_vf wv = fc_vf_load(wt + (t1 * g->kw + t2) * VL);
+                        const float *src = t + ((i * g->sh + t1 * g->dh) * wp + j0 * g->sw + t2 * g->dw) * VL;
+                        for (q = 0; q < NB; q++)
+                            a[q] = wv * fc_vf_load(src + q * g->sw * VL) + a[q];
+                    }
+                for (q = 0; q < n; q++)
+                    fc_vf_store(ot + (i * g->ow + j0 + q) * VL, a[q]);
+            }
+        for (k = 0; k < out_chunks; k++)
+            fc_dwconv_cb_out_(ot, k * VL + VL <= ohw ? k * VL : ohw - VL, y + p * ohw, ohw);
+        if (epi && flat) { /* the block's planes of each image as one run */
+            long q0 = p;
+            while (q0 < p + VL) {
+                const long q1 = (q0 / g->m + 1) * g->m < p + VL ? (q0 / g->m + 1) * g->m : p + VL;
+                epi(y + q0 * ohw, (q1 - q0) * ohw, 1, (q1 - q0) * ohw, q0, 0, arg);
+                q0 = q1;
+            }
+        } else if (epi) {
+            for (l = 0; l < VL; l++)
+                epi(y + (p + l) * ohw, ohw, 1, ohw, p + l, 0, arg);
+        }
+    }
+    if (lo + blocks * VL < hi)
+        fc_dwconv_epi_f32(x, w, b, y, g, scratch, lo + blocks * VL, hi, epi, arg, flat);
+}
+
+/* fc_dwconv_cb_epi_f32 without an epilogue. */
+FC_VF_INLINE void fc_dwconv_cb_f32(const float *x, const float *w, const float *b, float *y,
+                                   const fc_dwconv_geom *g, float *scratch, long lo, long hi) {
+    fc_dwconv_cb_epi_f32(x, w, b, y, g, scratch, lo, hi, NULL, NULL, 0);
+}
+
 /* fc_dwconv_epi_f32 without an epilogue. */
 FC_VF_INLINE void fc_dwconv_f32(const float *x, const float *w, const float *b, float *y,
                                 const fc_dwconv_geom *g, float *scratch, long lo, long hi) {

@@ -82,6 +82,35 @@ typedef int32_t fc_vi __attribute__((vector_size(FC_VF_VL * 4)));
 #define FC_VF_ODD(a, b) FC_VF_SHUF_(a, b, 1, 3, 5, 7)
 #endif
 
+/* FC_VF_TRANSPOSE16(r): the 16 x 16 floats of r[0..15] (a row each) transposed in place, in
+ * four butterfly stages (rows i and i + b exchange the lanes j with j & b set), where
+ * FC_VF_VL is 16 and FC_VF_HAS_SHUFFLE is 1 (FC_VF_HAS_TRANSPOSE16). */
+#if FC_VF_VL == 16 && FC_VF_HAS_SHUFFLE
+#define FC_VF_HAS_TRANSPOSE16 1
+#define FC_VF_TSTAGE_(r, b, ...)                                                                  \
+    do {                                                                                          \
+        int i_;                                                                                   \
+        for (i_ = 0; i_ < 16; i_++)                                                               \
+            if (!(i_ & b)) {                                                                      \
+                const fc_vf x_ = r[i_], y_ = r[i_ + b];                                           \
+                __VA_ARGS__                                                                       \
+            }                                                                                     \
+    } while (0)
+#define FC_VF_TRANSPOSE16(r)                                                                      \
+    do {                                                                                          \
+        FC_VF_TSTAGE_(r, 8, r[i_] = FC_VF_SHUF_(x_, y_, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23); \
+                      r[i_ + 8] = FC_VF_SHUF_(x_, y_, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);); \
+        FC_VF_TSTAGE_(r, 4, r[i_] = FC_VF_SHUF_(x_, y_, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27); \
+                      r[i_ + 4] = FC_VF_SHUF_(x_, y_, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);); \
+        FC_VF_TSTAGE_(r, 2, r[i_] = FC_VF_SHUF_(x_, y_, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29); \
+                      r[i_ + 2] = FC_VF_SHUF_(x_, y_, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);); \
+        FC_VF_TSTAGE_(r, 1, r[i_] = FC_VF_SHUF_(x_, y_, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30); \
+                      r[i_ + 1] = FC_VF_SHUF_(x_, y_, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);); \
+    } while (0)
+#else
+#define FC_VF_HAS_TRANSPOSE16 0
+#endif
+
 FC_VF_INLINE fc_vf fc_vf_load(const float *p) {
     fc_vf v;
     memcpy(&v, p, sizeof v);

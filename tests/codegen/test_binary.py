@@ -127,7 +127,8 @@ def test_samples_run_clean_under_address_and_undefined_sanitizers(sample, zoo, z
 def fast_paths_cnn():
     """A CNN through this build's fast paths: a Winograd 3x3 stem, a stride-1 depthwise conv over
     wide rows with a SiLU epilogue, a stride-2 one with ReLU, 1x1 products with residual
-    epilogues, an im2col 3x3 on a 7x7 output (one slice shared by the threads), a global mean
+    epilogues, a depthwise conv over 7x3 planes (channel blocks on AVX-512) with SiLU and a
+    residual, an im2col 3x3 on a 7x7 output (one slice shared by the threads), a global mean
     over rows, a softmax."""
     rng = np.random.default_rng(3)
 
@@ -144,6 +145,8 @@ def fast_paths_cnn():
         d = gd.relu(gd.conv(h, w(24, 1, 3, 3), group=24, strides=(2, 2), pads=(1, 1, 1, 1)))
         h = gd.max_pool(gd.conv(d, w(48, 24, 1, 1), w(48)), (2, 2), (2, 2))
         h = gd.avg_pool(h, (1, 5), (1, 5))
+        e = gd.conv(h, w(48, 1, 3, 3), w(48), group=48, pads=(1, 1, 1, 1))  # 7x3 planes: channel blocks
+        h = e * gd.sigmoid(e) + h
         h = gd.relu(gd.conv(h, w(64, 48, 3, 3), w(64), pads=(1, 1, 1, 1))) + 0.5
         gd.identity(gd.softmax(gd.reduce_mean(h, (2, 3)), -1), name="probs")
     return g
@@ -158,6 +161,8 @@ def test_fast_paths_run_clean_under_address_and_undefined_sanitizers(threads, tm
     assert "conv_winograd" in source and "fc_dwconv_epi_f32" in source and "fc_reduce_mean_rows_f32" in source
     if threads > 1:
         assert "fewer slices than parts" in source and "fc_pool_run" in source
+    if "FC_SGEMM_ISA_ID != 2" in source:  # built for AVX-512
+        assert "fc_dwconv_cb_epi_f32" in source
     feeds = {"x": np.random.default_rng(4).standard_normal((1, 8, 28, 70)).astype(np.float32)}
     res = run_binary(out / "san", feeds, tmp_path / "res")
     assert res.returncode == 0, res.stderr[-3000:]

@@ -128,3 +128,21 @@ def test_c_fused_matches_interpreter_and_unfused_build(tail, batch, mult, stride
     unfused = codegen.compile(g, outputs=["y", "d"], threads=threads)(**feeds)["y"]
     ulps = np.abs(got.view(np.int32).astype(np.int64) - unfused.view(np.int32).astype(np.int64))
     assert ulps.max() <= 1
+
+
+@pytest.mark.c
+@pytest.mark.parametrize("tail", ["silu", "residual", "channel_mul"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_c_small_planes_channel_blocks(tail, threads):
+    """7x7 planes with a 5x5 kernel (channel blocks where the build is AVX-512: 40 channels of 2
+    images, so blocks cross images and planes are left over) with each kind of epilogue input:
+    none or flat (one run per image's planes), and per channel (plane by plane)."""
+    feeds = {"x": f32(2, 40, 7, 7)}
+    shape = (2, 40, 7, 7)
+    with gd.Graph(f"dw7_{tail}") as g:
+        x = gd.placeholder("x", shape)
+        w, b = gd.constant(f32(40, 1, 5, 5, scale=0.3)), gd.constant(f32(40))
+        d = gd.conv(x, w, b, group=40, pads=(2,) * 4)
+        gd.identity(TAILS[tail](d, shape, feeds), name="y")
+    (want,) = gd.run(g, feeds, ["y"])
+    np.testing.assert_allclose(codegen.compile(g, threads=threads)(**feeds)["y"], want, rtol=1e-5, atol=1e-5)

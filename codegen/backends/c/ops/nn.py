@@ -118,10 +118,32 @@ def depthwise_geom(ins, outs, attrs):
     return {"n": x.shape[0], "c": x.shape[1], "m": w.shape[0], **g}
 
 
+def _channel_blocks(g: dict, isa: str) -> bool:
+    """Whether a depthwise conv with one output channel per input channel runs as channel blocks
+    on AVX-512 (fc_dwconv_cb_epi_f32: the channels as vector lanes): output planes up to 8x8,
+    or up to 16x16 when strided or 5x5 (measured: 1152 x 7x7 5x5 83 -> 48 us, 672 x 14x14 ->
+    7x7 3x3 stride 2 38 -> 27 us, 240 x 28x28 -> 14x14 stride 2 69 -> 40 us; a 3x3 stride-1
+    480 x 14x14 35 -> 41 us, so not that one)."""
+    ohw = g["oh"] * g["ow"]
+    small = ohw <= 64 or (ohw <= 256 and (g["sh"] > 1 or g["sw"] > 1 or g["kh"] * g["kw"] >= 25))
+    big_enough = g["n"] * g["c"] >= 16 and min(ohw, g["h"] * g["w"]) >= 16
+    return isa == "avx512" and g["m"] == g["c"] and small and big_enough
+
+
+def _cb_floats(g: dict) -> int:
+    """fc_dwconv_cb_floats(g, 16)."""
+    hp = (g["oh"] - 1) * g["sh"] + (g["kh"] - 1) * g["dh"] + 1
+    wp = (g["ow"] - 1) * g["sw"] + (g["kw"] - 1) * g["dw"] + 1
+    return 16 * (hp * wp + 8 * g["sw"] + g["kh"] * g["kw"] + 1 + g["oh"] * g["ow"])
+
+
 def _conv_scratch(ins, outs, attrs, isa):
-    """Bytes of the depthwise kernel's phase planes and output run (fc_dwconv_scratch_floats)."""
+    """Bytes of the depthwise kernel's phase planes and output run (fc_dwconv_scratch_floats),
+    then those of its channel blocks where they run."""
     g = depthwise_geom(ins, outs, attrs)
-    return 0 if g is None else 4 * phase_floats(g)
+    if g is None:
+        return 0
+    return 4 * (phase_floats(g) + (_cb_floats(g) if _channel_blocks(g, isa) else 0))
 
 
 def _conv_call(s, fn: str, m: int, unused=()):
@@ -159,9 +181,11 @@ def _conv(s):
 def _depthwise_call(s, dw: dict, bias: str, epi: dict | None) -> Call:
     """The direct depthwise kernel (conv.h) on geometry ``dw``: fc_dwconv_f32, or with an
     epilogue ``epi`` (epilogue_context) fc_dwconv_epi_f32 calling the step's ``_plane``
-    function on each run of output rows (templates/c/ops/dwconv.prelude.c.j2)."""
+    function on each run of output rows (templates/c/ops/dwconv.prelude.c.j2); on small planes
+    (``_channel_blocks``) their channel-block forms fc_dwconv_cb_f32 / fc_dwconv_cb_epi_f32."""
     args = [s.x[0], s.x[1], bias, s.y[0], "&g", "(float *)scratch", *s.span(dw["n"] * dw["c"])]
-    k = {"g": dw, "fn": "fc_dwconv_f32", "args": args, "epi": epi, "epi_inputs": []}
+    kind = "fc_dwconv_cb" if _channel_blocks(dw, s.isa) else "fc_dwconv"
+    k = {"g": dw, "fn": f"{kind}_f32", "args": args, "epi": epi, "epi_inputs": []}
     if epi is None:
         return Call("dwconv", k, ("kernels/conv.h",))
     layouts = s.attrs["epilogue"][2]
@@ -169,7 +193,7 @@ def _depthwise_call(s, dw: dict, bias: str, epi: dict | None) -> Call:
     ohw = dw["oh"] * dw["ow"]
     flat = all((lay[0], lay[1]) in ((ohw, 1), (0, 0)) for lay in layouts)
     k.update(
-        fn="fc_dwconv_epi_f32",
+        fn=f"{kind}_epi_f32",
         args=args + [f"{s.func}_plane", "e" if layouts else "NULL", str(int(flat))],
         epi_inputs=[s.x[first + q["i"]] for q in epi["extras"]],
         e_n=[lay[2][1] for lay in layouts],

@@ -22,19 +22,11 @@ FC_INLINE void fc_im2col_range(long n, long out, long s, long p, long off, long 
     *hi = h < out ? (h > *lo ? h : *lo) : out;
 }
 
-/* GCC turns the row copies below into memmove calls, which cost more than the copy on short
- * rows (8x8 and 7x7 images: 1 of 6 of a 64-channel 3x3 convolution's time in the call). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define FC_IM2COL_NO_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
-#else
-#define FC_IM2COL_NO_CALLS
-#endif
-
 /* Output rows [r0, r1) (row r = o0 * out[1] + o1, each out[2] positions long) of the im2col
  * matrix of cg channels: col has cg * k[0] * k[1] * k[2] rows of L = (r1 - r0) * out[2]
  * values, row (c, t0, t1, t2) holding the input under kernel tap (t0, t1, t2) of channel c at
  * every output position of the slice (0 in the padding). */
-FC_INLINE FC_IM2COL_NO_CALLS void fc_im2col_rows_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g,
+FC_INLINE void fc_im2col_rows_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g,
                                   long cg, long r0, long r1) {
     const long L = (r1 - r0) * g->out[2];
     long c, t0, t1, t2, r, o2;

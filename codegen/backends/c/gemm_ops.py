@@ -146,6 +146,8 @@ def _sgemm_flops(ins, outs, attrs):
 
 
 EPILOGUE_ATTRS = {"epilogue": Attr("any", ()), "parts": Attr("int", 1)}
+PRODUCT_ATTRS = {"plan": Attr("any"), "isa": Attr("str"), **EPILOGUE_ATTRS}
+"""The attributes every product on the packed GEMM has (sgemm, conv_gemm, conv_winograd)."""
 
 
 # ----------------------------------------------------------------------------- examples
@@ -208,11 +210,9 @@ defop(
     _sgemm_ref,
     _INTERNAL,
     attrs={
-        "plan": Attr("any"),
-        "isa": Attr("str"),
+        **PRODUCT_ATTRS,
         "batch": Attr("any", ()),
         "shape": Attr("ints"),
-        **EPILOGUE_ATTRS,
     },
     kind=KERNEL,
     flops=_sgemm_flops,
@@ -353,8 +353,7 @@ defop(
     _conv_gemm_ref,
     _INTERNAL,
     attrs={
-        "plan": Attr("any"),
-        "isa": Attr("str"),
+        **PRODUCT_ATTRS,
         "kernel": Attr("ints"),
         "out": Attr("ints"),
         "strides": Attr("ints"),
@@ -363,7 +362,6 @@ defop(
         "group": Attr("int"),
         "direct": Attr("bool"),
         "estimates": Attr("any", ()),
-        **EPILOGUE_ATTRS,
     },
     kind=KERNEL,
     flops=lambda ins, outs, attrs: 2 * outs[0].size * plan_of(attrs).k,
@@ -466,13 +464,35 @@ def epilogue_context(node, ins, first: int | None = None) -> dict | None:
     }
 
 
-def _product(s, p: SgemmPlan) -> dict:
-    """What both products tell their templates: the plan, the epilogue and how the step's C
+def item_parts(items: int, parts: int) -> dict:
+    """How ``parts`` threads share a step's ``items`` work items (im2col slices, Winograd
+    chunks): each part a contiguous run of whole items (the rows the step before left in its own
+    core's cache), or, with fewer items than parts (``shared``), every part each item and its
+    own slice of the item's products. ``runs``: the parts that run, each with its scratch;
+    ``first`` / ``end``: C expressions of a part's items; ``gsplit``: fc_sgemm's part
+    arguments.
+
+    >>> item_parts(4, 2)["first"], item_parts(1, 2)["gsplit"]
+    ('part * 4 / parts', 'part, parts')
+    """
+    shared = parts > 1 and items < parts
+    return {
+        "shared": shared,
+        "runs": parts if shared else min(parts, items),
+        "first": "0" if shared else f"part * {items} / parts",
+        "end": str(items) if shared else f"(part + 1) * {items} / parts",
+        "gsplit": "part, parts" if shared else "0, 1",
+    }
+
+
+def _product(s, p: SgemmPlan, runs: int | None = None) -> dict:
+    """What the products tell their templates: the plan, the epilogue and how the step's C
     call names it (function, per-input pointers ``ep`` and the step inputs they start from),
-    the bias pointer and how the parts are run (on the pool, or in this thread)."""
+    the bias pointer and how the ``runs`` parts (default: the node's) are run (on the pool, or
+    in this thread)."""
     epi = epilogue_context(s.node, s.ins)
     extras = epi["extras"] if epi else []
-    parts = s.attrs["parts"]
+    parts = s.attrs["parts"] if runs is None else runs
     return {
         "plan": p.c_init(),
         "epi": epi,
@@ -528,14 +548,7 @@ def _conv_gemm_scratch(ins, outs, attrs, isa):
     ch = chunking(p, attrs, isa)
     if ch is None:
         return part_scratch(p, isa) * attrs["parts"]
-    parts = attrs["parts"] if _shares_slices(ch, attrs) else min(attrs["parts"], ch["count"])
-    return ch["part_bytes"] * parts
-
-
-def _shares_slices(ch: dict, attrs) -> bool:
-    """Fewer im2col slices than parts (a small output, e.g. 7x7): every part im2cols each slice
-    and computes its share of the product's rows, instead of whole slices on fewer threads."""
-    return ch["count"] < attrs["parts"]
+    return ch["part_bytes"] * item_parts(ch["count"], attrs["parts"])["runs"]
 
 
 @kernel("conv_gemm", scratch=_conv_gemm_scratch)
@@ -567,5 +580,5 @@ def _conv_gemm(s):
     if ch is None:
         return Call("conv_gemm", k, headers, prelude="conv_gemm_direct", parallel=k["parts"] > 1)
     k["chunk"] = {**ch, "plan": ch["plan"].c_init(), "tail": ch["tail"].c_init() if ch["tail"] else None,
-                  "shared": _shares_slices(ch, attrs)}  # fmt: skip
+                  **item_parts(ch["count"], attrs["parts"])}  # fmt: skip
     return Call("conv_gemm", k, headers, prelude="conv_gemm_im2col", parallel=k["parts"] > 1)

@@ -47,12 +47,13 @@ from .gemm_ops import (
     _EXAMPLE_ISA,
     _INTERNAL,
     CHUNK_BYTES,
-    EPILOGUE_ATTRS,
+    PRODUCT_ATTRS,
     _check_epilogue,
     _epilogue,
     _fixed,
     _plan_tuple,
     _product,
+    item_parts,
     plan_of,
     split_inputs,
 )
@@ -178,7 +179,7 @@ def im2col_seconds(x_shape, k: int, out, parts: int = 1, isa: str = "avx512") ->
     cols = 4 * c * 9 * out[0] * out[1]  # an image's im2col copy
     single = cols <= CHUNK_BYTES or out[0] * out[1] <= 8 * tile(isa)[1]  # gemm_ops.chunking
     if parts > 1 and n < parts and single:
-        # one slice an image, fewer than parts: every part copies it (gemm_ops._shares_slices)
+        # one slice an image, fewer than parts: every part copies it (gemm_ops.item_parts)
         t += n * cols / CACHE_BANDWIDTH
     return t
 
@@ -421,14 +422,12 @@ defop(
     _ref,
     _INTERNAL,
     attrs={
-        "plan": Attr("any"),
-        "isa": Attr("str"),
+        **PRODUCT_ATTRS,
         "algorithm": Attr("str"),
         "rows": Attr("int"),
         "out": Attr("ints"),
         "pads": Attr("ints"),
         "estimates": Attr("any", ()),
-        **EPILOGUE_ATTRS,
     },
     kind=KERNEL,
     flops=_flops,
@@ -483,8 +482,6 @@ def _layout(attrs, ins) -> dict:
         "yt": m * m * npad,
     }
     items = n * count
-    parts = attrs["parts"]
-    split = parts > 1 and items < parts  # parts share each chunk (fc_sgemm's slices)
     return {
         "m": m,
         "a2": a2,
@@ -501,8 +498,7 @@ def _layout(attrs, ins) -> dict:
         "tail": tail,
         "floats": floats,
         "part_bytes": 4 * sum(floats.values()),
-        "split": split,
-        "runs": parts if split else min(parts, items),
+        **item_parts(items, attrs["parts"]),
     }
 
 
@@ -524,8 +520,8 @@ def _conv_winograd(s):
     lay = _layout(attrs, s.ins)
     layouts = attrs["epilogue"][2] if attrs["epilogue"] else ()
     oh, ow = attrs["out"]
-    k = _product(s, p)
     runs = lay["runs"]
+    k = _product(s, p, runs)
     offsets, at = {}, 0
     for name, floats in lay["floats"].items():
         offsets[name] = at
@@ -554,14 +550,9 @@ def _conv_winograd(s):
         nr=p.nr,
         ua=p.packed_a_floats(),
         mstride=p.m * lay["npad"],
-        first="0" if lay["split"] else f"part * {lay['n_items']} / parts",
-        end=lay["n_items"] if lay["split"] else f"(part + 1) * {lay['n_items']} / parts",
-        gsplit="part, parts" if lay["split"] else "0, 1",
-        run_parts=(
-            f"fc_pool_run((fc_pool *)pool, {s.func}_part, &args, {runs})"
-            if runs > 1
-            else f"{s.func}_part(&args, 0, 1)"
-        ),
+        first=lay["first"],
+        end=lay["end"],
+        gsplit=lay["gsplit"],
     )
     headers = ("kernels/sgemm.h", "kernels/winograd.h")
     return Call("conv_winograd", k, headers, prelude="conv_winograd", parallel=runs > 1)

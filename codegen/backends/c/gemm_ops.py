@@ -37,7 +37,7 @@ from graphdef.ops.nn import conv_ref
 from graphdef.registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop, get_op
 
 from .ops.elementwise import program_locals
-from .ops.nn import geom
+from .ops.nn import dw_split, geom
 from .sgemm import FIELDS, SgemmPlan, make_plan, pack_a, pack_b, unpack_a, unpack_b
 from .table import Call, kernel
 
@@ -374,14 +374,8 @@ defop(
 _DW_CONV = ("strides", "pads", "dilations", "group")
 
 
-def _dw_split(xs, attrs):
-    """(conv inputs x, w and bias if any, epilogue inputs) of a dwconv node."""
-    k = 3 if attrs["bias"] else 2
-    return list(xs[:k]), list(xs[k:])
-
-
 def _dwconv_infer(types, attrs):
-    conv_in, extras = _dw_split(types, attrs)
+    conv_in, extras = dw_split(types, attrs)
     x, w = conv_in[:2]
     for t in conv_in:
         check_dtype(t, ("float32",))
@@ -392,7 +386,7 @@ def _dwconv_infer(types, attrs):
 
 
 def _dwconv_ref(xs, attrs):
-    conv_in, extras = _dw_split(xs, attrs)
+    conv_in, extras = dw_split(xs, attrs)
     y = conv_ref(conv_in, {a: attrs[a] for a in _DW_CONV}).astype(np.float32)
     return _epilogue(y, extras, attrs, "ref")
 

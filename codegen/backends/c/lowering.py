@@ -80,7 +80,9 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             if not depthwise and (len(node.inputs) < 3 or _const_array(graph, node.inputs[2]) is not None):
                 new = _lower_conv_dense(graph, node, ins, isa)
                 if new is None:
-                    new, est = lower_winograd(graph, node, ins, isa, threads)
+                    bias = _const_array(graph, node.inputs[2]) if len(node.inputs) == 3 else None
+                    w = _const_array(graph, node.inputs[1])
+                    new, est = lower_winograd(node, ins, w, bias, isa, threads)
                     new = new or _lower_conv(graph, node, ins, isa, est)
         if new is None:
             rb.keep(node)

@@ -274,21 +274,16 @@ def choose(x_shape, w_shape, out, attrs, isa: str, parts: int = 1) -> tuple[str,
 
 
 # ----------------------------------------------------------------------------- lowering
-def _const(graph, ref):
-    node = graph.node(ref.node)
-    return graph.constants[node.name] if node.op == "constant" else None
-
-
 def _estimate_attr(est: dict) -> tuple:
     """The estimates as a node attribute: (algorithm, microseconds) pairs, sorted."""
     return tuple(sorted((name, round(s * 1e6, 1)) for name, s in est.items()))
 
 
-def lower_winograd(graph, node, ins, isa: str, threads: int = 1):
+def lower_winograd(node, ins, w, bias, isa: str, threads: int = 1):
     """(``conv_winograd``'s (op, operands, attrs) or None, estimates) for a float32 conv with
-    constant weights (and bias): the triple where the cost model prefers Winograd to im2col,
-    else None (``lower_linear`` then makes a ``conv_gemm`` carrying the estimates, () where
-    Winograd does not apply)."""
+    constant weights ``w`` (and ``bias``, or None; ``lower_linear`` reads both from the graph):
+    the triple where the cost model prefers Winograd to im2col, else None (``lower_linear``
+    then makes a ``conv_gemm`` carrying the estimates, () where Winograd does not apply)."""
     from .lowering import PARALLEL_FLOPS
 
     x_t, w_t = ins[:2]
@@ -303,9 +298,8 @@ def lower_winograd(graph, node, ins, isa: str, threads: int = 1):
     m = ALGORITHMS[algorithm]
     k, c = w_t.shape[:2]
     rows = chunk_rows(m, x_t.shape, k, out, isa, parts)
-    bias = len(node.inputs) == 3
-    plan = chunk_plan(k, c, rows * tiles(out, m)[1], isa, bias)
-    u = transform_weights(_const(graph, node.inputs[1]), m)
+    plan = chunk_plan(k, c, rows * tiles(out, m)[1], isa, bias is not None)
+    u = transform_weights(w, m)
     attrs = {
         "plan": _plan_tuple(plan),
         "isa": isa,
@@ -316,8 +310,8 @@ def lower_winograd(graph, node, ins, isa: str, threads: int = 1):
         "estimates": _estimate_attr(est),
     }
     operands = [node.inputs[0], np.concatenate([pack_a(ux, plan) for ux in u])]
-    if bias:
-        operands.append(_const(graph, node.inputs[2]).astype(np.float32))
+    if bias is not None:
+        operands.append(np.asarray(bias, np.float32))
     return ("conv_winograd", operands, attrs), attrs["estimates"]
 
 

@@ -202,23 +202,24 @@ def _depthwise_call(s, dw: dict, bias: str, epi: dict | None) -> Call:
     return Call("dwconv", k, ("kernels/conv.h",), prelude="dwconv")
 
 
-def _dw_inputs(ins, attrs):
-    """The convolution's own inputs of a ``dwconv`` node (x, w, bias if any): the rest are its
-    epilogue's."""
-    return ins[: 3 if attrs["bias"] else 2]
+def dw_split(ins, attrs) -> tuple[list, list]:
+    """(the convolution's own inputs x, w and bias if any, the epilogue's inputs) of a
+    ``dwconv`` node (types or values)."""
+    k = 3 if attrs["bias"] else 2
+    return list(ins[:k]), list(ins[k:])
 
 
 def _dwconv_split(ins, outs, attrs):
     """As the depthwise conv's, plus the epilogue's operations on every output."""
-    split = _conv_split(_dw_inputs(ins, attrs), outs, attrs)
+    conv_in, extras = dw_split(ins, attrs)
+    split = _conv_split(conv_in, outs, attrs)
     program = attrs["epilogue"][0] if attrs["epilogue"] else ()
-    return Split(split.units, split.work + sum(t.nbytes for t in ins[len(_dw_inputs(ins, attrs)) :])
-                 + outs[0].size * len(program))  # fmt: skip
+    return Split(split.units, split.work + sum(t.nbytes for t in extras) + outs[0].size * len(program))
 
 
 @kernel(
     "dwconv",
-    scratch=lambda ins, outs, attrs, isa: _conv_scratch(_dw_inputs(ins, attrs), outs, attrs, isa),
+    scratch=lambda ins, outs, attrs, isa: _conv_scratch(dw_split(ins, attrs)[0], outs, attrs, isa),
     split=_dwconv_split,
 )
 def _dwconv(s):
@@ -226,7 +227,7 @@ def _dwconv(s):
     kernel applies it to each output plane's rows while they are in L1 (templates/c/ops/dwconv*)."""
     from ..gemm_ops import epilogue_context  # gemm_ops builds on this module
 
-    first = len(_dw_inputs(s.ins, s.attrs))
+    first = len(dw_split(s.ins, s.attrs)[0])
     dw = depthwise_geom(s.ins[:first], s.outs, s.attrs)
     bias = s.x[2] if s.attrs["bias"] else "NULL"
     return _depthwise_call(s, dw, bias, epilogue_context(s.node, s.ins, first))

@@ -221,6 +221,17 @@ FC_VF_INLINE void fc_dwconv_plane_(const float *FC_RESTRICT ph, const float *FC_
 typedef void (*fc_dwconv_epilogue)(float *c, long ldc, long rows, long cols, long i0, long j0,
                                    const void *arg);
 
+/* The epilogue of whole output planes [q0, q1) of y (ohw outputs each, m planes an image):
+ * with flat, one call (one row) per image's run of them; else one per plane. */
+FC_VF_INLINE void fc_dwconv_epi_planes_(float *y, long ohw, long m, long q0, long q1, int flat,
+                                        fc_dwconv_epilogue epi, const void *arg) {
+    while (q0 < q1) {
+        const long image_end = (q0 / m + 1) * m, end = !flat ? q0 + 1 : image_end < q1 ? image_end : q1;
+        epi(y + q0 * ohw, (end - q0) * ohw, 1, (end - q0) * ohw, q0, 0, arg);
+        q0 = end;
+    }
+}
+
 /* Stride 1, dilation 1: one output plane straight from the input plane, with no padded
  * copy. Output row i sums tap rows [t0, t1) (those inside the input); its columns [j0, j1),
  * whose whole window is inside the row, are the flat-run blocks above on the input rows
@@ -314,8 +325,8 @@ FC_VF_INLINE void fc_dwconv_epi_f32(const float *x, const float *w, const float 
             }
             if (runs) {
                 const long q = p * mult + k + 1; /* output planes done */
-                if ((q - run0) * ohw >= 1024 || q == hi * mult || q % g->m == 0) {
-                    epi(y + run0 * ohw, (q - run0) * ohw, 1, (q - run0) * ohw, run0, 0, arg);
+                if ((q - run0) * ohw >= 1024 || q == hi * mult) {
+                    fc_dwconv_epi_planes_(y, ohw, g->m, run0, q, 1, epi, arg);
                     run0 = q;
                 }
             }
@@ -338,17 +349,23 @@ FC_VF_INLINE void fc_dwconv_epi_f32(const float *x, const float *w, const float 
  * output sums the bias, then its taps row by row. */
 #define FC_DWCONV_CB_CELLS 8
 
+/* The hp x wp cells of the padded input that the outputs' windows cover. */
+FC_VF_INLINE void fc_dwconv_cb_window_(const fc_dwconv_geom *g, long *hp, long *wp) {
+    *hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    *wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+}
+
 /* Floats of the channel blocks' scratch (after fc_dwconv_scratch_floats(g)) for vectors of
  * vl lanes: the padded input cells and their slack, the taps, the biases, the outputs. */
 FC_VF_INLINE long fc_dwconv_cb_floats(const fc_dwconv_geom *g, long vl) {
-    const long hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
-    const long wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    long hp, wp;
+    fc_dwconv_cb_window_(g, &hp, &wp);
     return vl * (hp * wp + FC_DWCONV_CB_CELLS * g->sw + g->kh * g->kw + 1 + g->oh * g->ow);
 }
 
-/* Cells [q0, q0 + FC_VF_VL) of the FC_VF_VL planes src + l * sstride (l: lane) as vectors
- * dst[q * dstride .. + FC_VF_VL) of lanes, q = q0 .. q0 + FC_VF_VL - 1, for the cells where
- * keep(q) (the input cells inside the padded window; every output cell). */
+/* Input cells [q0, q0 + FC_VF_VL) of the FC_VF_VL planes src + l * sstride (lane l, w wide)
+ * into the padded cells t (wp wide, pads ph above and pw left) as vectors of lanes, those of
+ * them that land inside the cells' rows r1 and columns c1. */
 FC_VF_INLINE void fc_dwconv_cb_in_(const float *FC_RESTRICT src, long sstride, long q0, long w, long wp,
                                    long ph, long pw, long r1, long c1, float *FC_RESTRICT t) {
 #if FC_VF_HAS_TRANSPOSE16
@@ -373,6 +390,8 @@ FC_VF_INLINE void fc_dwconv_cb_in_(const float *FC_RESTRICT src, long sstride, l
 #endif
 }
 
+/* Output cells [q0, q0 + FC_VF_VL) of ot (vectors of lanes) into the FC_VF_VL planes
+ * y + l * ystride. */
 FC_VF_INLINE void fc_dwconv_cb_out_(const float *FC_RESTRICT ot, long q0, float *FC_RESTRICT y, long ystride) {
 #if FC_VF_HAS_TRANSPOSE16
     fc_vf r[16];
@@ -395,13 +414,15 @@ FC_VF_INLINE void fc_dwconv_cb_epi_f32(const float *x, const float *w, const flo
                                        fc_dwconv_epilogue epi, const void *arg, int flat) {
     enum { VL = FC_VF_VL, NB = FC_DWCONV_CB_CELLS };
     const long taps = g->kh * g->kw, ohw = g->oh * g->ow, hw = g->h * g->w;
-    const long hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
-    const long wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
-    /* the cells that input rows and columns land in */
-    const long r1 = g->h + g->ph < hp ? g->h + g->ph : hp, c1 = g->w + g->pw < wp ? g->w + g->pw : wp;
-    const long tcells = hp * wp + NB * g->sw;
-    float *t = scratch + fc_dwconv_scratch_floats(g);
-    float *wt = t + tcells * VL, *bt = wt + taps * VL, *ot = bt + VL;
+    long hp, wp, r1, c1, tcells;
+    float *t = scratch + fc_dwconv_scratch_floats(g), *wt, *bt, *ot;
+    fc_dwconv_cb_window_(g, &hp, &wp);
+    r1 = g->h + g->ph < hp ? g->h + g->ph : hp; /* the cells input rows and columns land in */
+    c1 = g->w + g->pw < wp ? g->w + g->pw : wp;
+    tcells = hp * wp + NB * g->sw;
+    wt = t + tcells * VL;
+    bt = wt + taps * VL;
+    ot = bt + VL;
     /* counts, not `p + VL <= hi` loops (GCC's loop analysis misfires on those); no blocks
      * for planes under FC_VF_VL cells (the transposes move whole vectors of them) */
     const long blocks = ohw < VL || hw < VL ? 0 : (hi - lo) / VL, row_blocks = (g->ow + NB - 1) / NB;
@@ -440,17 +461,8 @@ FC_VF_INLINE void fc_dwconv_cb_epi_f32(const float *x, const float *w, const flo
             }
         for (k = 0; k < out_chunks; k++)
             fc_dwconv_cb_out_(ot, k * VL + VL <= ohw ? k * VL : ohw - VL, y + p * ohw, ohw);
-        if (epi && flat) { /* the block's planes of each image as one run */
-            long q0 = p;
-            while (q0 < p + VL) {
-                const long q1 = (q0 / g->m + 1) * g->m < p + VL ? (q0 / g->m + 1) * g->m : p + VL;
-                epi(y + q0 * ohw, (q1 - q0) * ohw, 1, (q1 - q0) * ohw, q0, 0, arg);
-                q0 = q1;
-            }
-        } else if (epi) {
-            for (l = 0; l < VL; l++)
-                epi(y + (p + l) * ohw, ohw, 1, ohw, p + l, 0, arg);
-        }
+        if (epi)
+            fc_dwconv_epi_planes_(y, ohw, g->m, p, p + VL, flat, epi, arg);
     }
     if (lo + blocks * VL < hi)
         fc_dwconv_epi_f32(x, w, b, y, g, scratch, lo + blocks * VL, hi, epi, arg, flat);

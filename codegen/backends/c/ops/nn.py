@@ -118,6 +118,11 @@ def depthwise_geom(ins, outs, attrs):
     return {"n": x.shape[0], "c": x.shape[1], "m": w.shape[0], **g}
 
 
+CB_LANES, CB_CELLS = 16, 8
+"""The widest vector (AVX-512) the channel blocks' scratch is sized for, and conv.h's
+FC_DWCONV_CB_CELLS (output cells of a row computed at once)."""
+
+
 def _channel_blocks(g: dict, isa: str) -> bool:
     """Whether a depthwise conv with one output channel per input channel runs as channel blocks
     on AVX-512 (fc_dwconv_cb_epi_f32: the channels as vector lanes): output planes up to 8x8,
@@ -126,15 +131,15 @@ def _channel_blocks(g: dict, isa: str) -> bool:
     480 x 14x14 35 -> 41 us, so not that one)."""
     ohw = g["oh"] * g["ow"]
     small = ohw <= 64 or (ohw <= 256 and (g["sh"] > 1 or g["sw"] > 1 or g["kh"] * g["kw"] >= 25))
-    big_enough = g["n"] * g["c"] >= 16 and min(ohw, g["h"] * g["w"]) >= 16
+    big_enough = g["n"] * g["c"] >= CB_LANES and min(ohw, g["h"] * g["w"]) >= CB_LANES
     return isa == "avx512" and g["m"] == g["c"] and small and big_enough
 
 
 def _cb_floats(g: dict) -> int:
-    """fc_dwconv_cb_floats(g, 16)."""
+    """fc_dwconv_cb_floats(g, CB_LANES)."""
     hp = (g["oh"] - 1) * g["sh"] + (g["kh"] - 1) * g["dh"] + 1
     wp = (g["ow"] - 1) * g["sw"] + (g["kw"] - 1) * g["dw"] + 1
-    return 16 * (hp * wp + 8 * g["sw"] + g["kh"] * g["kw"] + 1 + g["oh"] * g["ow"])
+    return CB_LANES * (hp * wp + CB_CELLS * g["sw"] + g["kh"] * g["kw"] + 1 + g["oh"] * g["ow"])
 
 
 def _conv_scratch(ins, outs, attrs, isa):

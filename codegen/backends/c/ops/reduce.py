@@ -32,11 +32,10 @@ ROW_KERNELS = {"reduce_sum": "fc_reduce_sum_rows_f32", "reduce_mean": "fc_reduce
 @kernel(*REDUCTIONS, split=_reduce_split)
 def _reduce(s):
     outer, length, inner = _view(s.ins[0], s.attrs["axes"])
-    k = {"fn": s.fn(f"fc_{s.node.op}"), "x": s.at(s.x[0], length * inner), "y": s.at(s.y[0], inner),
-         "outer": s.count(outer), "len": length, "inner": inner, "rows": False}  # fmt: skip
+    args = [s.at(s.x[0], length * inner), s.at(s.y[0], inner), s.count(outer), length]
     if s.node.op in ROW_KERNELS and s.ins[0].dtype == "float32" and inner == 1 and length >= 16:
-        k.update(fn=ROW_KERNELS[s.node.op], rows=True)
-    return Call("reduce", k, ("kernels/reduce.h",))
+        return Call("reduce", {"fn": ROW_KERNELS[s.node.op], "args": args}, ("kernels/reduce.h",))
+    return Call("reduce", {"fn": s.fn(f"fc_{s.node.op}"), "args": [*args, inner]}, ("kernels/reduce.h",))
 
 
 @legalize(*REDUCTIONS)

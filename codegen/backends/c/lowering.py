@@ -54,7 +54,8 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
       input channel per group), which keep their direct kernel; a 3x3 stride-1 one becomes a
       Winograd ``conv_winograd`` where the cost model says it is faster (winograd.py).
     Everything else (other dtypes, conv_transpose, ...) is left as it is. Products of at
-    least ``PARALLEL_FLOPS`` get ``parts = threads``.
+    least ``PARALLEL_FLOPS`` get ``parts = threads`` (a Winograd conv: where its direct form
+    has as many, the count its chunks were sized for).
     """
 
     def f32(*refs):
@@ -88,8 +89,10 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             rb.keep(node)
             continue
         op_name, operands, attrs = new
-        if threads > 1 and get_op(op_name).flops(ins, node.outputs, Attrs(attrs)) >= PARALLEL_FLOPS:
-            attrs["parts"] = threads
+        # a lowering that sized its work for some parts (lower_winograd's chunks) says so
+        if "parts" not in attrs and threads > 1:
+            if get_op(op_name).flops(ins, node.outputs, Attrs(attrs)) >= PARALLEL_FLOPS:
+                attrs["parts"] = threads
         with default_graph_scope(rb.new), device(node.device), control_dependencies(rb.controls(node)):
             inputs = [
                 Tensor(rb.new, rb.refs[r]) if isinstance(r, ValueRef) else gd.constant(r) for r in operands

@@ -308,6 +308,7 @@ def lower_winograd(node, ins, w, bias, isa: str, threads: int = 1):
         "out": tuple(out),
         "pads": tuple(node.attrs["pads"]),
         "estimates": _estimate_attr(est),
+        "parts": parts,  # what the chunks were sized for
     }
     operands = [node.inputs[0], np.concatenate([pack_a(ux, plan) for ux in u])]
     if bias is not None:

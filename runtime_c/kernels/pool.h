@@ -82,11 +82,59 @@ FC_VF_INLINE void fc_pool2d_block_(const float *FC_RESTRICT ph, float *FC_RESTRI
         fc_vf_store(out + o + v * FC_VF_VL, a[v]);
 }
 
+/* Output rows [i0, i0 + b->oh) of one plane, b the band's geometry (fc_dwconv_epi_f32's
+ * bands): the phase rows they read, the flat run over them, the rows copied (averages divided)
+ * out to yp. */
+FC_VF_INLINE void fc_pool2d_band_(const float *FC_RESTRICT xp, float *FC_RESTRICT yp, const fc_pool_geom *pg,
+                                  const fc_dwconv_geom *b, long i0, int is_max, float *FC_RESTRICT ph,
+                                  float *FC_RESTRICT run, const float *FC_RESTRICT cw) {
+    const long len = (b->oh - 1) * b->cols + b->ow, plane = b->rows * b->cols;
+    /* counts, not `o + step <= len` loops (GCC's loop analysis misfires on those when the
+     * geometry is not all constants) */
+    const long quads = len / (4 * FC_VF_VL), ones = len / FC_VF_VL - 4 * quads;
+    long o, q, i, j, t1, t2;
+    fc_dwconv_phases_(xp, ph, is_max ? -HUGE_VALF : 0.0f, b);
+    for (q = 0; q < quads; q++)
+        fc_pool2d_block_(ph, run, q * 4 * FC_VF_VL, 4, is_max, b);
+    for (q = 0; q < ones; q++)
+        fc_pool2d_block_(ph, run, (4 * quads + q) * FC_VF_VL, 1, is_max, b);
+    o = (4 * quads + ones) * FC_VF_VL;
+    if (o < len && len >= FC_VF_VL) {
+        fc_pool2d_block_(ph, run, len - FC_VF_VL, 1, is_max, b);
+        o = len;
+    }
+    for (; o < len; o++) {
+        float acc = is_max ? -HUGE_VALF : 0.0f;
+        for (t1 = 0; t1 < b->kh; t1++) {
+            const long v1 = t1 * b->dh;
+            for (t2 = 0; t2 < b->kw; t2++) {
+                const long v2 = t2 * b->dw;
+                const float v = ph[((v1 % b->sh) * b->sw + v2 % b->sw) * plane + v1 / b->sh * b->cols
+                                   + v2 / b->sw + o];
+                acc = is_max ? (acc < v ? v : acc) : acc + v;
+            }
+        }
+        run[o] = acc;
+    }
+    for (i = 0; i < b->oh; i++) {
+        const float *r = run + i * b->cols;
+        float *yr = yp + (i0 + i) * b->ow;
+        if (is_max) {
+            memcpy(yr, r, (size_t)b->ow * sizeof *yr);
+        } else {
+            const float ch = (float)fc_pool_count(pg, 1, i0 + i);
+            for (j = 0; j < b->ow; j++)
+                yr[j] = r[j] / (ch * cw[j]);
+        }
+    }
+}
+
 FC_VF_INLINE void fc_pool2d_f32(const float *x, float *y, const fc_pool_geom *pg, const fc_dwconv_geom *g,
                                 int is_max, float *scratch, long lo, long hi) {
     const long len = (g->oh - 1) * g->cols + g->ow, plane = g->rows * g->cols;
+    const long band = fc_dwconv_band_(g);
     float *ph = scratch, *run = scratch + g->sh * g->sw * plane, *cw = run + len;
-    long pl, o, i, j, t1, t2;
+    long pl, i, j;
     if (!is_max)
         for (j = 0; j < g->ow; j++)
             cw[j] = (float)fc_pool_count(pg, 2, j);
@@ -99,39 +147,9 @@ FC_VF_INLINE void fc_pool2d_f32(const float *x, float *y, const fc_pool_geom *pg
             fc_max_pool_f32(xp, yp, &one);
             continue;
         }
-        fc_dwconv_phases_(xp, ph, is_max ? -HUGE_VALF : 0.0f, g);
-        o = 0;
-        for (; o + 4 * FC_VF_VL <= len; o += 4 * FC_VF_VL)
-            fc_pool2d_block_(ph, run, o, 4, is_max, g);
-        for (; o + FC_VF_VL <= len; o += FC_VF_VL)
-            fc_pool2d_block_(ph, run, o, 1, is_max, g);
-        if (o < len && len >= FC_VF_VL) {
-            fc_pool2d_block_(ph, run, len - FC_VF_VL, 1, is_max, g);
-            o = len;
-        }
-        for (; o < len; o++) {
-            float acc = is_max ? -HUGE_VALF : 0.0f;
-            for (t1 = 0; t1 < g->kh; t1++) {
-                const long v1 = t1 * g->dh;
-                for (t2 = 0; t2 < g->kw; t2++) {
-                    const long v2 = t2 * g->dw;
-                    const float v = ph[((v1 % g->sh) * g->sw + v2 % g->sw) * plane + v1 / g->sh * g->cols
-                                       + v2 / g->sw + o];
-                    acc = is_max ? (acc < v ? v : acc) : acc + v;
-                }
-            }
-            run[o] = acc;
-        }
-        for (i = 0; i < g->oh; i++) {
-            const float *r = run + i * g->cols;
-            float *yr = yp + i * g->ow;
-            if (is_max) {
-                memcpy(yr, r, (size_t)g->ow * sizeof *yr);
-            } else {
-                const float ch = (float)fc_pool_count(pg, 1, i);
-                for (j = 0; j < g->ow; j++)
-                    yr[j] = r[j] / (ch * cw[j]);
-            }
+        for (i = 0; i < g->oh; i += band) {
+            const fc_dwconv_geom b = fc_dwconv_band_geom_(g, i, band);
+            fc_pool2d_band_(xp, yp, pg, &b, i, is_max, ph, run, cw);
         }
     }
 }

@@ -426,6 +426,29 @@ FC_SG_BODY void fc_sg_put(const fc_sg_out *o, long i, long u, fc_sgemm_v t) {
             fc_sg_put(o, i, 3, c##i##_3);                  \
     }
 
+/* Row i of a whole tile that only writes C (alpha 1, beta 0, no column bias), plus the row's
+ * bias: c, ldc and brow are the tile's, in locals (fc_sg_put reads them from the struct again
+ * after every store and tests alpha, beta and the biases per vector: ~20 instructions a
+ * vector, which at small k cost as much as the multiply-adds). */
+#define FC_SG_STORE(i)                                                                     \
+    if (i < R) {                                                                           \
+        float *ci = c + i * ldc;                                                           \
+        const fc_sgemm_v bi = brow ? FC_SG_SPLAT(brow[i]) : z;                             \
+        fc_sg_store(ci, c##i##_0 + bi);                                                    \
+        if (U > 1)                                                                         \
+            fc_sg_store(ci + FC_SGEMM_VL, c##i##_1 + bi);                                  \
+        if (U > 2)                                                                         \
+            fc_sg_store(ci + 2 * FC_SGEMM_VL, c##i##_2 + bi);                              \
+        if (U > 3)                                                                         \
+            fc_sg_store(ci + 3 * FC_SGEMM_VL, c##i##_3 + bi);                              \
+    }
+/* The locals FC_SG_STORE reads, and whether the tile may take it. */
+#define FC_SG_STORE_LOCALS                                                                 \
+    float *const c = o->c;                                                                 \
+    const long ldc = o->ldc;                                                               \
+    const float *const brow = o->bias_row;                                                 \
+    const int whole = o->alpha == 1.0f && o->beta == 0.0f && !o->bias_col && o->cols >= U * FC_SGEMM_VL;
+
 /* R rows (<= FC_SGEMM_MR) x U vectors (<= FC_SGEMM_NV) of the tile, over kc: a is an A
  * micro-panel (stride FC_SGEMM_MR per p), b a B micro-panel (stride FC_SGEMM_NR per p).
  * R and U are constants at every call, so only their accumulators exist. PF (packed A): each
@@ -452,7 +475,14 @@ FC_SG_BODY void fc_sg_micro_body(const int R, const int U, long kc, const float 
         a += acs;
         b += FC_SGEMM_NR;
     }
-    FC_SG_ROWS(FC_SG_PUT)
+    {
+        FC_SG_STORE_LOCALS
+        if (whole) {
+            FC_SG_ROWS(FC_SG_STORE)
+        } else {
+            FC_SG_ROWS(FC_SG_PUT)
+        }
+    }
 }
 
 /* Tiles of one or two rows have too few accumulators (r*u < 8) to hide the FMA latency:
@@ -502,8 +532,16 @@ FC_SG_BODY void fc_sg_micro_thin(const int R, const int U, long kc, const float 
     }
     FC_SG_TSUM(0)
     FC_SG_TSUM(1)
-    FC_SG_PUT(0)
-    FC_SG_PUT(1)
+    {
+        FC_SG_STORE_LOCALS
+        if (whole) {
+            FC_SG_STORE(0)
+            FC_SG_STORE(1)
+        } else {
+            FC_SG_PUT(0)
+            FC_SG_PUT(1)
+        }
+    }
 }
 
 /* A micro-panel element (i, p) is a[i*ars + p*acs]: packed (1, FC_SGEMM_MR), or raw A read in

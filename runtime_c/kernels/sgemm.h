@@ -590,15 +590,59 @@ FC_SG_INST_R(11) FC_SG_INST_R(12) FC_SG_INST_R(13) FC_SG_INST_R(14)
 #define FC_SG_UPTO_(n) FC_SG_UPTO##n
 #define FC_SG_UPTO(n) FC_SG_UPTO_(n)
 
+/* Columns [j0, cols) of a tile from a packed A micro-panel (element (i, p) at a[p*MR + i]), for
+ * targets whose MR rows fit one vector: per column, the rows as one vector, summed over p in
+ * four chains (the last p apart, so that no load reads past the panel), then put element by
+ * element. A 7x7 image (n = 49) has a second column panel of 17 columns: one vector and this
+ * for the 49th column, instead of a second vector for one column (the U = 2 kernel over 32). */
+#if FC_SGEMM_VL > 1 && FC_SGEMM_MR <= FC_SGEMM_VL
+#define FC_SG_NARROW 2 /* columns past the last whole vector that go here; 0: none */
+FC_SG_KERNEL void fc_sg_narrow(long rows, long j0, long cols, long kc, const float *a, const float *b,
+                               const fc_sg_out *o) {
+    const fc_sgemm_v z = FC_SG_SPLAT(0.0f);
+    const long q = kc - 1; /* p below q: whole vector loads */
+    float t[FC_SGEMM_VL];
+    long j, p, i;
+    for (j = j0; j < cols; j++) {
+        fc_sgemm_v s0 = z, s1 = z, s2 = z, s3 = z;
+        for (p = 0; p + 4 <= q; p += 4) {
+            s0 = FC_SG_FMA(fc_sg_load(a + p * FC_SGEMM_MR), FC_SG_SPLAT(b[p * FC_SGEMM_NR + j]), s0);
+            s1 = FC_SG_FMA(fc_sg_load(a + (p + 1) * FC_SGEMM_MR), FC_SG_SPLAT(b[(p + 1) * FC_SGEMM_NR + j]), s1);
+            s2 = FC_SG_FMA(fc_sg_load(a + (p + 2) * FC_SGEMM_MR), FC_SG_SPLAT(b[(p + 2) * FC_SGEMM_NR + j]), s2);
+            s3 = FC_SG_FMA(fc_sg_load(a + (p + 3) * FC_SGEMM_MR), FC_SG_SPLAT(b[(p + 3) * FC_SGEMM_NR + j]), s3);
+        }
+        for (; p < q; p++)
+            s0 = FC_SG_FMA(fc_sg_load(a + p * FC_SGEMM_MR), FC_SG_SPLAT(b[p * FC_SGEMM_NR + j]), s0);
+        fc_sg_store(t, (s0 + s1) + (s2 + s3));
+        for (i = 0; i < rows; i++)
+            fc_sg_put1(o, i, j, t[i] + a[q * FC_SGEMM_MR + i] * b[q * FC_SGEMM_NR + j]);
+    }
+}
+#else
+#define FC_SG_NARROW 0
+#endif
+
 /* One tile of the native micro-tile: rows <= MR, cols <= NR; A element (i, p) at
- * a[i*ars + p*acs]. */
+ * a[i*ars + p*acs]. A packed panel whose last 1 or 2 columns start a vector takes the
+ * vectors before them and fc_sg_narrow for them. */
 FC_INLINE void fc_sg_tile(long rows, long cols, long kc, const float *a, long ars, long acs,
                           const float *b, const fc_sg_out *o) {
     static const fc_sg_kernel_fn table[FC_SGEMM_MR][FC_SGEMM_NV] = {FC_SG_UPTO(FC_SGEMM_MR)};
-    if (rows == FC_SGEMM_MR && cols == FC_SGEMM_NR && ars == 1 && acs == FC_SGEMM_MR)
+    const long u = (cols + FC_SGEMM_VL - 1) / FC_SGEMM_VL, rem = cols % FC_SGEMM_VL;
+    if (rows == FC_SGEMM_MR && cols == FC_SGEMM_NR && ars == 1 && acs == FC_SGEMM_MR) {
         fc_sg_mk_full_packed(kc, a, b, o);
-    else
-        table[rows - 1][(cols + FC_SGEMM_VL - 1) / FC_SGEMM_VL - 1](kc, a, ars, acs, b, o);
+    } else if (rem > 0 && rem <= FC_SG_NARROW && kc > 1 && ars == 1 && acs == FC_SGEMM_MR) {
+#if FC_SG_NARROW
+        if (u > 1) {
+            fc_sg_out w = *o;
+            w.cols = (u - 1) * FC_SGEMM_VL;
+            table[rows - 1][u - 2](kc, a, 1, FC_SGEMM_MR, b, &w);
+        }
+        fc_sg_narrow(rows, (u - 1) * FC_SGEMM_VL, cols, kc, a, b, o);
+#endif
+    } else {
+        table[rows - 1][u - 1](kc, a, ars, acs, b, o);
+    }
 }
 
 /* Any mr x nr (a plan packed for another target): one dot product per element. */

@@ -352,6 +352,21 @@ def test_alpha_beta(kern2, alpha, beta):
     check(kern2, rng, 17, 35, 40, alpha=alpha, beta=beta, a="packed", b="packed", kc=16)
 
 
+@pytest.mark.parametrize("n", [17, 18, 34, 49, 50])
+def test_narrow_last_columns(kern, n):
+    """Tiles whose last 1 or 2 columns start a vector (49 = 3 x 16 + 1, a 7x7 image) take the
+    vectors before them and a column kernel for the rest (packed A, every row count, k blocks
+    down to 2 and 3, p-chains with a remainder): sums, alpha and beta, both biases, the
+    epilogue once per element, and parts."""
+    vl, mr, _ = sp.ISAS[kern.isa]
+    rng = np.random.default_rng(n)
+    for m in (1, 2, mr - 1, 3 * mr + 2):
+        check(kern, rng, m, n, 201, a="packed", bias="row", epi=2)
+        check(kern, rng, m, n, 11, kc=2, alpha=-1.5, beta=0.5, bias="col", pad_c=3)
+        check(kern, rng, m, n, 9, kc=3, beta=1.0, epi=1, parts=2)
+        check(kern, rng, m, n, 40, a="trans", a_direct=False, bias="row", parts=3)
+
+
 @pytest.mark.parametrize("bias", ["none", "row", "col"])
 @pytest.mark.parametrize("epi", [0, 1, 2], ids=["no-epilogue", "relu", "residual-relu"])
 def test_bias_and_epilogue(kern, bias, epi):

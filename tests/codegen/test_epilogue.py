@@ -11,6 +11,7 @@ import codegen
 import graphdef as gd
 from codegen import passes
 from codegen.backends.c.lowering import lower_products
+from codegen.backends.c.sgemm import SgemmPlan
 
 RNG = np.random.default_rng(7)
 
@@ -185,6 +186,29 @@ def test_squeeze_excitation_convs_are_dense_layers(batch):
     feeds = {"x": f32(batch, 40, 6, 6)}
     (want,) = gd.run(g, feeds, ["y"])
     np.testing.assert_allclose(codegen.compile(g)(**feeds)["y"], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.c
+@pytest.mark.parametrize("threads", [1, 2])
+def test_small_k_pointwise_convs_stream_rows_first(threads):
+    """1x1 convolutions with few input channels over a wide image take loop order 1 (a row
+    panel along its row before the next: output and residual stream row by row) with B in
+    blocks of columns; with a residual + ReLU and a SiLU epilogue, over partial blocks, row
+    panels and columns, they match the interpreter at 1 and 2 threads."""
+    with gd.Graph("pw") as g:
+        x = gd.placeholder("x", (1, 24, 30, 50))
+        h = gd.conv2d(x, gd.constant(f32(40, 24, 1, 1, scale=0.3)), gd.constant(f32(40)))
+        h = h * gd.sigmoid(h)
+        y = gd.conv2d(h, gd.constant(f32(24, 40, 1, 1, scale=0.2)), gd.constant(f32(24)))
+        gd.identity(gd.relu(y + x), name="y")
+    convs = [n for n in optimized(g, threads=threads).nodes if n.op == "conv_gemm"]
+    plans = [SgemmPlan(*n.attrs["plan"]) for n in convs]
+    assert [(p.order, p.k) for p in plans] == [(1, 24), (1, 40)] and all(p.nc < p.n for p in plans)
+    assert all(n.attrs["epilogue"] for n in convs)
+    feeds = {"x": f32(1, 24, 30, 50)}
+    (want,) = gd.run(g, feeds, ["y"])
+    got = codegen.compile(g, threads=threads)(**feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.c

@@ -62,14 +62,17 @@ FC_INLINE float fc_vm_pick(int c, float a, float b) {
 
 #define FC_VM_NAN_ fc_vm_ubits_to_f32_(0x7fc00000u)
 
-/* e^r - 1 of x = n ln 2 + r, |r| <= ln 2 / 2, for x in [-103.98, 88.73]; sets *n. r = x for
- * |x| < ln 2 / 2 (n = 0). */
-FC_INLINE float fc_vm_expm1_reduced_(float x, float *n) {
-    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float r, p;
-    *n = (x * 1.44269504088896341f + magic) - magic;
-    r = x - *n * 0.693359375f; /* ln 2 = 0.693359375 - 2.12194440e-4 (Cody-Waite) */
-    r = r + *n * 2.12194440e-4f;
+#define FC_VM_ROUND_ 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer, kept in the low bits */
+
+/* e^r - 1 of x = n ln 2 + r, |r| <= ln 2 / 2, for x in [-103.98, 88.73]; sets *k to
+ * n + FC_VM_ROUND_ (n = *k - FC_VM_ROUND_, and n in the low bits of *k for fc_vm_pow2_). r = x
+ * for |x| < ln 2 / 2 (n = 0). */
+FC_INLINE float fc_vm_expm1_reduced_(float x, float *k) {
+    float r, p, n;
+    *k = x * 1.44269504088896341f + FC_VM_ROUND_;
+    n = *k - FC_VM_ROUND_;
+    r = x - n * 0.693359375f; /* ln 2 = 0.693359375 - 2.12194440e-4 (Cody-Waite) */
+    r = r + n * 2.12194440e-4f;
     p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -79,15 +82,22 @@ FC_INLINE float fc_vm_expm1_reduced_(float x, float *n) {
     return p * (r * r) + r;
 }
 
+/* 2^n of k = n + FC_VM_ROUND_ (fc_vm_expm1_reduced_'s) for n in [-126, 127], from the bits of
+ * k, whose low bits are n, rather than a conversion to int, which is undefined for NaN: a NaN k
+ * gives some float, and the NaN it is then multiplied with stays NaN. */
+FC_INLINE float fc_vm_pow2_(float k) {
+    return fc_vm_ubits_to_f32_((fc_vm_f32_to_ubits_(k) + 127u) << 23);
+}
+
 FC_INLINE float fc_vm_expf(float x) {
     const float hi = 88.72283935546875f, lo = -103.97207641601562f;
     const int nan = x != x;
-    float xc = fc_vm_pick(nan, 0.0f, x), n, e, y;
+    float xc = fc_vm_pick(nan, 0.0f, x), k, e, y;
     int32_t ni, n1;
     xc = fc_vm_pick(xc > hi, hi, xc);
     xc = fc_vm_pick(xc < lo, lo, xc);
-    e = fc_vm_expm1_reduced_(xc, &n) + 1.0f;
-    ni = (int32_t)n; /* -150 .. 128: both factors normal floats */
+    e = fc_vm_expm1_reduced_(xc, &k) + 1.0f;
+    ni = (int32_t)(k - FC_VM_ROUND_); /* -150 .. 128: both factors normal floats */
     n1 = ni / 2;
     y = e * fc_vm_bits_to_f32_((n1 + 127) * 8388608) * fc_vm_bits_to_f32_((ni - n1 + 127) * 8388608);
     y = fc_vm_pick(x > hi, HUGE_VALF, y);
@@ -102,34 +112,32 @@ FC_INLINE float fc_vm_expf(float x) {
 FC_INLINE float fc_vm_expm1f(float x) {
     const float hi = 88.72283935546875f, lo = -18.0f;
     const int nan = x != x;
-    float xc = fc_vm_pick(nan, 0.0f, x), n, q, h, y;
+    float xc = fc_vm_pick(nan, 0.0f, x), k, q, h, y;
     xc = fc_vm_pick(xc > hi, hi, xc);
     xc = fc_vm_pick(xc < lo, lo, xc);
-    q = fc_vm_expm1_reduced_(xc, &n);
-    h = fc_vm_bits_to_f32_(((int32_t)n + 126) * 8388608); /* n in -26 .. 128 */
+    q = fc_vm_expm1_reduced_(xc, &k);
+    h = fc_vm_pow2_(k - 1.0f); /* n in -26 .. 128 */
     y = 2.0f * ((h - 0.5f) + h * q);
-    y = fc_vm_pick(n == 0.0f, q, y);
+    y = fc_vm_pick(k == FC_VM_ROUND_, q, y); /* n = 0 */
     y = fc_vm_pick(x == 0.0f, x, y); /* -0 */
     y = fc_vm_pick(x > hi, HUGE_VALF, y);
     return fc_vm_pick(nan, x, y);
 }
 
 /* sigmoid 1 / (1 + e^-x), with e = e^t for t = -x clamped to [-87.33, 87.33], so that e and
- * 2^n are normal floats. 2^n comes from the bits of t log2(e) + 1.5 * 2^23 (whose low bits are
- * n) rather than from a conversion to int, so a NaN input needs no pick of its own: it runs
- * through the arithmetic and comes out NaN. For x above 87.33 the result rounds to 1. Below
+ * 2^n are normal floats. 2^n is fc_vm_pow2_'s, so a NaN input needs no pick of its own: it
+ * runs through the arithmetic and comes out NaN. For x above 87.33 the result rounds to 1. Below
  * -87.33, where it is under FLT_MIN (1.2e-38), it is 0: the subnormal tail is flushed, since
  * arithmetic on subnormals is ~20x slower on x86 and a SiLU x * sigmoid(x) over a tensor with
  * such values would crawl. Some 26 vector instructions, 0.40 ns an element on AVX-512 (0.51
  * with a conversion to int and picks for NaN and the sign): SiLU is about a fifth of
  * EfficientNet-B0's time. */
 FC_INLINE float fc_vm_sigmoidf(float x) {
-    const float lim = 87.33f, magic = 12582912.0f;
-    float t = fc_vm_pick(x > lim, -lim, -x), k, n, e;
+    const float lim = 87.33f;
+    float t = fc_vm_pick(x > lim, -lim, -x), k, e;
     t = fc_vm_pick(x < -lim, lim, t);
-    k = t * 1.44269504088896341f + magic;
-    e = fc_vm_expm1_reduced_(t, &n) + 1.0f; /* n = k - magic */
-    e = e * fc_vm_ubits_to_f32_((fc_vm_f32_to_ubits_(k) + 127u) << 23); /* 2^n: n in -126 .. 126 */
+    e = fc_vm_expm1_reduced_(t, &k) + 1.0f;
+    e = e * fc_vm_pow2_(k); /* n in -126 .. 126 */
     return fc_vm_pick(x < -lim, 0.0f, 1.0f / (1.0f + e));
 }
 

@@ -128,8 +128,9 @@ def fast_paths_cnn():
     """A CNN through this build's fast paths: a Winograd 3x3 stem, a stride-1 depthwise conv over
     wide rows with a SiLU epilogue, a stride-2 one with ReLU, 1x1 products with residual
     epilogues, a depthwise conv over 7x3 planes (channel blocks on AVX-512) with SiLU and a
-    residual, an im2col 3x3 on a 7x7 output (one slice shared by the threads), a global mean
-    over rows, a softmax."""
+    residual, a 3x3 on a 7x7 output (register tiles on AVX-512, else im2col), a global mean
+    over rows, a softmax; beside them a strided 3x3 im2col on a 10x35 output (one slice
+    shared by the threads) and its mean."""
     rng = np.random.default_rng(3)
 
     def w(*shape):
@@ -149,6 +150,8 @@ def fast_paths_cnn():
         h = e * gd.sigmoid(e) + h
         h = gd.relu(gd.conv(h, w(64, 48, 3, 3), w(64), pads=(1, 1, 1, 1))) + 0.5
         gd.identity(gd.softmax(gd.reduce_mean(h, (2, 3)), -1), name="probs")
+        s = gd.relu(gd.conv(x, w(8, 8, 3, 3), strides=(3, 2), pads=(1, 1, 1, 1)))
+        gd.identity(gd.reduce_mean(s, (2, 3)), name="side")
     return g
 
 
@@ -162,13 +165,14 @@ def test_fast_paths_run_clean_under_address_and_undefined_sanitizers(threads, tm
     if threads > 1:
         assert "fewer slices than parts" in source and "fc_pool_run" in source
     if "FC_SGEMM_ISA_ID != 2" in source:  # built for AVX-512
-        assert "fc_dwconv_cb_epi_f32" in source
+        assert "fc_dwconv_cb_epi_f32" in source and "fc_cd_items(" in source
     feeds = {"x": np.random.default_rng(4).standard_normal((1, 8, 28, 70)).astype(np.float32)}
     res = run_binary(out / "san", feeds, tmp_path / "res")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr
-    want = gd.Session(g).run(feeds, ["probs"])[0]
-    np.testing.assert_allclose(np.load(tmp_path / "res" / "probs.npy"), want, rtol=1e-4, atol=1e-6)
+    for name in ("probs", "side"):
+        want = gd.Session(g).run(feeds, [name])[0]
+        np.testing.assert_allclose(np.load(tmp_path / "res" / f"{name}.npy"), want, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang not installed")

@@ -78,6 +78,19 @@ def products_and_copies(g):
     gd.concat([_ph("c0", (1, 1)), _ph("c1", (1, BIG))], axis=1, name="cat")
 
 
+def small_plane_convs(g):
+    """Convolutions with at most 256 output positions (register tiles on AVX-512, direct.py):
+    one position, one channel, thousands of input channels, a 256-wide row."""
+    rng = np.random.default_rng(3)
+    for k, (shape, m, kernel, strides) in enumerate([((1, 1, 1, 1), 1, (3, 3), (1, 1)),
+                                                     ((1, 4096, 2, 2), 1, (3, 3), (1, 1)),
+                                                     ((1, 3, 1, 256), 5, (1, 3), (1, 1)),
+                                                     ((1, 1, 31, 31), 1000, (3, 3), (2, 2))]):  # fmt: skip
+        w = rng.standard_normal((m, shape[1], *kernel)).astype(np.float32)
+        pads = [kernel[0] // 2, kernel[1] // 2] * 2
+        gd.relu(gd.conv(_ph(f"x{k}", shape), w, strides=strides, pads=pads), name=f"y{k}")
+
+
 def batch_norm(g):
     for k, shape in enumerate([(1, 1, 1, 1), (1, 3, 1024, 1024), (2, 5, 1, 7)]):
         c = shape[1]
@@ -91,6 +104,7 @@ FAMILIES = [
     elementwise,
     reductions,
     products_and_copies,
+    small_plane_convs,
     batch_norm,
 ]
 

@@ -18,6 +18,7 @@ from graphdef.registry import get_op
 from ...passes import Rebuild
 from . import layout as L
 from . import sgemm as SP
+from .direct import lower as lower_direct
 from .gemm_ops import plan_of
 from .ops.nn import depthwise_geom
 from .winograd import lower_winograd
@@ -84,6 +85,7 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
                     bias = _const_array(graph, node.inputs[2]) if len(node.inputs) == 3 else None
                     w = _const_array(graph, node.inputs[1])
                     new, est = lower_winograd(node, ins, w, bias, isa, threads)
+                    new = new or lower_direct(node, ins, w, bias, isa, est)
                     new = new or _lower_conv(graph, node, ins, isa, est)
         if new is None:
             rb.keep(node)
@@ -171,7 +173,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
     return rb.finish()
 
 
-PRODUCTS = ("sgemm", "conv_gemm", "conv_winograd")
+PRODUCTS = ("sgemm", "conv_gemm", "conv_winograd", "conv_direct")
 """The ops that take an elementwise epilogue."""
 
 

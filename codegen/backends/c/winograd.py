@@ -327,9 +327,11 @@ def chunk_plan(k: int, c: int, chunk_tiles: int, isa: str, bias: bool):
 
 def conv_algorithm(node) -> str | None:
     """How a conv step computes: "direct" (1x1 conv_gemm, or the plain conv kernel), "im2col",
-    "winograd2x2" or "winograd4x4"; None for other ops."""
+    "tiles" (register tiles, direct.py), "winograd2x2" or "winograd4x4"; None for other ops."""
     if node.op == "conv_winograd":
         return node.attrs["algorithm"]
+    if node.op == "conv_direct":
+        return "tiles"
     if node.op == "conv_gemm":
         return "direct" if node.attrs["direct"] else "im2col"
     if node.op in ("conv", "dwconv"):
@@ -341,7 +343,7 @@ def describe(node) -> str | None:
     """``conv_algorithm``, with the cost model's estimates where it chose between im2col and
     Winograd (``flowc inspect`` prints this for every convolution step)."""
     algorithm = conv_algorithm(node)
-    est = node.attrs.get("estimates", ()) if node.op in ("conv_winograd", "conv_gemm") else ()
+    est = node.attrs.get("estimates", ()) if node.op in ("conv_winograd", "conv_gemm", "conv_direct") else ()
     if not est:
         return algorithm
     return f"{algorithm} (estimated " + ", ".join(f"{name} {us:g} us" for name, us in est) + ")"

@@ -113,3 +113,10 @@ def test_lowering_chooses_tiles_for_small_planes_only():
         assert want in ops, (xs, ws, isa, ops)
         if want == "conv_direct":
             assert "relu" not in ops  # the epilogue
+
+
+def test_tap_offsets_fit_c_ints():
+    """The kernel's tap offsets are ints: a padded image of 2^31 floats or more keeps im2col."""
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
+    assert D.eligible((1, 64, 8, 8), (64, 64, 3, 3), (8, 8), attrs, "avx512")
+    assert not D.eligible((1, 1 << 25, 8, 8), (1, 1 << 25, 3, 3), (8, 8), attrs, "avx512")

@@ -52,7 +52,13 @@ def eligible(x_shape, w_shape, out, attrs, isa: str) -> bool:
         and tuple(attrs["dilations"]) == (1, 1)
         and 0 < math.prod(out) <= MAX_PLANE
         and math.prod(w_shape[2:]) > 1
+        and x_shape[1] * _padded_plane(w_shape, out, attrs) < 2**31  # tap offsets are C ints
     )
+
+
+def _padded_plane(w_shape, out, attrs) -> int:
+    """Floats of one channel's padded copy."""
+    return math.prod((o - 1) * s + k for o, s, k in zip(out, attrs["strides"], w_shape[2:]))
 
 
 def pack(w, nr: int) -> np.ndarray:

@@ -216,6 +216,12 @@ FC_INLINE size_t fc_sgemm_packed_b_floats(const fc_sgemm_plan *p) {
     return (size_t)fc_sg_roundup(p->n, p->nr) * (size_t)p->k;
 }
 
+/* The packed B block of k rows [pc, pc + kb) and columns from jc (a multiple of nr); b holds
+ * npad = roundup(n, nr) columns per k row (the layout at the top). */
+FC_INLINE const float *fc_sg_packed_b_block(const float *b, long npad, long pc, long jc, long kb) {
+    return b + pc * npad + jc * kb;
+}
+
 /* Effective blocks: at most the (padded) matrix, multiples of the micro-tile. */
 FC_INLINE long fc_sg_kc(const fc_sgemm_plan *p) { return p->kc > 0 ? fc_sg_min(p->kc, p->k) : p->k; }
 FC_INLINE long fc_sg_mc(const fc_sgemm_plan *p) {
@@ -349,7 +355,7 @@ typedef struct fc_sg_out {
     float alpha, beta;      /* beta 0: C not read; 1: added */
     const float *bias_row;  /* bias of the tile's row 0, or NULL */
     const float *bias_col;  /* bias of the tile's column 0, or NULL */
-    const char *pf;         /* or NULL: the full-height tiles prefetch pf + p * pfs into L2 at k step p */
+    const char *pf;         /* or NULL: the tile prefetches pf + p * pfs into L2 at k step p */
     long pfs;
 } fc_sg_out;
 
@@ -460,16 +466,16 @@ FC_SG_BODY void fc_sg_put(const fc_sg_out *o, long i, long u, fc_sgemm_v t) {
  * (the next row panel, or the next k block's first). A layer's weights at batch 1 are read
  * once per call from L3 or memory, and the hardware prefetchers did not keep up: ResNet-50's
  * 512 x 4608 x 49 products ran at 86 GFLOP/s, 128 with the prefetch (one thread). Without PF,
- * each step of a full-height tile prefetches o->pf + p * o->pfs into L2: its share of the next
- * packed B micro-panel (the weights of a dense layer; fc_sgemm sets it). */
+ * each step prefetches o->pf + p * o->pfs into L2 where fc_sgemm set o->pf: the tile's share of
+ * the next packed B micro-panel (the weights of a dense layer). */
 FC_SG_BODY void fc_sg_micro_body(const int R, const int U, long kc, const float *FC_RESTRICT a,
                                  const long ars, const long acs, const float *FC_RESTRICT b,
                                  const fc_sg_out *o, const int PF) {
     const fc_sgemm_v z = FC_SG_SPLAT(0.0f);
     const long pfd = kc * acs;
     long p;
-    const char *pfb = o->pf && R == FC_SGEMM_MR ? o->pf : (const char *)b;
-    const long pfs = o->pf && R == FC_SGEMM_MR ? o->pfs : 0;
+    const char *pfb = o->pf ? o->pf : (const char *)b; /* none: the line b reads anyway */
+    const long pfs = o->pf ? o->pfs : 0;
     FC_SG_ROWS(FC_SG_DECL)
     FC_SG_ROWS(FC_SG_PREFETCH_ROW)
     for (p = 0; p < kc; p++) {
@@ -763,7 +769,7 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
             const long a_step = direct_a ? P->a_rs : kb; /* from one row panel to the next, per row */
             const float *bp, *ap;
             if (P->b_packed) {
-                bp = b + pc * npad + jc * kb;
+                bp = fc_sg_packed_b_block(b, npad, pc, jc, kb);
             } else if (fly_b) {
                 bp = bbuf;
             } else {
@@ -803,7 +809,8 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
                             FC_SG_DO_TILE;
                         }
                 } else {
-                    const long tiles = (mb + mr - 1) / mr, full = mb / mr; /* the full-height ones prefetch */
+                    /* the full-height tiles of a panel of several prefetch (sgemm.h's B prefetch) */
+                    const long full = mb > mr ? mb / mr : 0;
                     for (jr = 0; jr < nb; jr += nr) {
                         const float *bpj = fly_b ? bbuf : bp + jr * kb;
                         /* packed B (a layer's weights, read from L3 or memory once a call): each
@@ -813,15 +820,12 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
                          * cold weights than with warm ones) */
                         const char *pf = NULL;
                         long pbytes = 0, pfs = 0;
-                        if (P->b_packed && tiles > 1 && full > 0 && jr + nr < nb) {
-                            pf = (const char *)(bpj + nr * kb);
-                            pbytes = kb * nr * (long)sizeof(float);
-                        } else if (P->b_packed && tiles > 1 && full > 0 && pc + kb < k) {
-                            const long kn = fc_sg_min(kc, k - pc - kb);
-                            pf = (const char *)(b + (pc + kb) * npad + jc * kn);
+                        if (P->b_packed && full > 0 && (jr + nr < nb || pc + kb < k)) {
+                            const long kn = jr + nr < nb ? kb : fc_sg_min(kc, k - pc - kb);
+                            pf = (const char *)(jr + nr < nb ? bpj + nr * kb
+                                                             : fc_sg_packed_b_block(b, npad, pc + kb, jc, kn));
                             pbytes = kn * nr * (long)sizeof(float);
-                        }
-                        if (pf) { /* tile t from t * pfs * kb, the last ones held inside the panel */
+                            /* tile t from t * pfs * kb, the last ones held inside the panel */
                             pfs = fc_sg_min((pbytes + full * kb - 1) / (full * kb), pbytes / kb);
                         }
                         if (fly_b) {
@@ -830,7 +834,7 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
                                                jr + nr < nb ? src + nr * P->b_cs : NULL);
                         }
                         for (ir = 0; ir < mb; ir += mr) {
-                            o.pf = pf ? pf + fc_sg_min(ir / mr * pfs * kb, pbytes - pfs * kb) : NULL;
+                            o.pf = pf && ir / mr < full ? pf + fc_sg_min(ir / mr * pfs * kb, pbytes - pfs * kb) : NULL;
                             o.pfs = pfs;
                             FC_SG_DO_TILE;
                         }

@@ -52,13 +52,8 @@ def eligible(x_shape, w_shape, out, attrs, isa: str) -> bool:
         and tuple(attrs["dilations"]) == (1, 1)
         and 0 < math.prod(out) <= MAX_PLANE
         and math.prod(w_shape[2:]) > 1
-        and x_shape[1] * _padded_plane(w_shape, out, attrs) < 2**31  # tap offsets are C ints
+        and x_shape[1] * math.prod(_padded(out, w_shape[2:], attrs["strides"])) < 2**31  # C int tap offsets
     )
-
-
-def _padded_plane(w_shape, out, attrs) -> int:
-    """Floats of one channel's padded copy."""
-    return math.prod((o - 1) * s + k for o, s, k in zip(out, attrs["strides"], w_shape[2:]))
 
 
 def pack(w, nr: int) -> np.ndarray:
@@ -116,9 +111,9 @@ def _split(xs, attrs):
     return list(xs[:k]), list(xs[k:])
 
 
-def _padded(x_shape, attrs) -> tuple[int, int]:
-    """Rows and columns of the padded copy of an image."""
-    (oh, ow), (kh, kw), (sh, sw) = attrs["out"], attrs["kernel"], attrs["strides"]
+def _padded(out, kernel, strides) -> tuple[int, int]:
+    """Rows and columns of the padded copy of an image: what the output plane ``out`` reads."""
+    (oh, ow), (kh, kw), (sh, sw) = out, kernel, strides
     return (oh - 1) * sh + kh, (ow - 1) * sw + kw
 
 
@@ -204,7 +199,7 @@ defop(
 # ----------------------------------------------------------------------------- C lowering
 def _scratch_floats(x_shape, attrs) -> int:
     """fc_cd_scratch_floats: the padded copy of an image and its tap offsets."""
-    hp, wp = _padded(x_shape, attrs)
+    hp, wp = _padded(attrs["out"], attrs["kernel"], attrs["strides"])
     return x_shape[1] * hp * wp + x_shape[1] * math.prod(attrs["kernel"])
 
 
@@ -222,7 +217,7 @@ def _conv_direct(s):
     extras = epi["extras"] if epi else []
     layouts = attrs["epilogue"][2] if attrs["epilogue"] else ()
     (oh, ow), (kh, kw), (sh, sw), pads = attrs["out"], attrs["kernel"], attrs["strides"], attrs["pads"]
-    hp, wp = _padded(x.shape, attrs)
+    hp, wp = _padded(attrs["out"], attrs["kernel"], attrs["strides"])
     items = -(-attrs["m"] // attrs["nr"]) * oh
     parts = attrs["parts"]
     k = {

@@ -10,10 +10,12 @@ decoder), each exported by both torch.onnx exporters (rows ``name/ts`` and ``nam
 Each model (CPU, random weights from a seed, eval mode) is exported to ONNX once, then timed on the same input
 by: the flowc standalone binary (its own --bench loop), the flowc shared library called from
 Python through cffi, onnxruntime (intra-op threads 1 and 2), and the numpy interpreter. Medians
-of many runs; peers are interleaved in rounds because this machine is shared and noisy. flowc
-builds one binary per thread count (--threads N of `flowc compile`). Prints one table: medians
-in microseconds and the ratio flowc binary / onnxruntime at the same thread count (below 1.0:
-flowc is faster).
+of many runs; peers are interleaved in rounds (every other round in reverse order) because this
+machine is shared and noisy. flowc builds one binary per thread count (--threads N of `flowc
+compile`). Prints one table: medians in microseconds and the ratio flowc binary / onnxruntime
+at the same thread count (below 1.0: flowc is faster), the median of the rounds' ratios: a
+round times both within seconds, while the machine's load drifts by tens of percent over a
+model's minute (the same binary measured 11.6 and 17.3 ms on EfficientNet-B0 rounds apart).
 """
 
 from __future__ import annotations
@@ -246,6 +248,7 @@ def median_us(fn, runs: int) -> float:
 
 SETTLE_S = 0.2
 MIN_ROUND_S = 0.05
+ROUNDS = 9
 
 
 def binary_us(binary: Path, feeds: dict, runs: int, folder: Path) -> float:
@@ -277,6 +280,7 @@ def bench_model(name, module, example, folder: Path, threads: list[int], runs: i
     build_s = time.perf_counter() - t0
     for t in threads[1:]:
         outs[t] = codegen.export(graph, folder / f"{name}-c{t}", name="model", threads=t)
+    outs = {t: out / "model" for t, out in outs.items()}
     lib = codegen.compile(graph)
     sessions = {}
     for t in threads:
@@ -288,20 +292,22 @@ def bench_model(name, module, example, folder: Path, threads: list[int], runs: i
     got = lib(input=x)["output"]
     err = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
     rows = {"model": name, "rel_err": err, "build_s": build_s}
-    rounds = 5
     # every peer's measurement lasts at least MIN_ROUND_S (a few microseconds of work repeated
     # 12 times is over before the core leaves its idle clock)
     one_us = median_us(lambda: sessions[threads[0]].run(None, feeds), 5)
-    each = max(runs // rounds, 5, int(MIN_ROUND_S / (one_us * 1e-6)))
+    each = max(runs // ROUNDS, 5, int(MIN_ROUND_S / (one_us * 1e-6)))
+    peers = [(f"flowc_{t}t", lambda o=o: binary_us(o, feeds, each, folder)) for t, o in outs.items()]
+    peers.append(("flowc_cffi", lambda: median_us(lambda: lib(input=x), each)))
+    for t, s in sessions.items():
+        peers.append((f"ort_{t}t", lambda s=s: median_us(lambda: s.run(None, feeds), each)))
     acc: dict[str, list[float]] = {}
-    for _ in range(rounds):  # interleave the peers
-        for t, out in outs.items():
-            acc.setdefault(f"flowc_{t}t", []).append(binary_us(out / "model", feeds, each, folder))
-        acc.setdefault("flowc_cffi", []).append(median_us(lambda: lib(input=x), each))
-        for t, s in sessions.items():
-            acc.setdefault(f"ort_{t}t", []).append(median_us(lambda s=s: s.run(None, feeds), each))
+    for r in range(ROUNDS):  # interleave the peers, every other round in reverse order
+        for key, measure in peers if r % 2 == 0 else peers[::-1]:
+            acc.setdefault(key, []).append(measure())
     for k, v in acc.items():
         rows[k] = statistics.median(v)
+    for t in threads:  # each round's flowc and onnxruntime ran within seconds of each other
+        rows[f"ratio_{t}t"] = statistics.median(f / o for f, o in zip(acc[f"flowc_{t}t"], acc[f"ort_{t}t"]))
     rows["numpy"] = median_us(lambda: gd.run(graph, {"input": x}, ["output"]), 3)
     return rows
 
@@ -324,7 +330,7 @@ def table(rows: list[dict], threads: list[int]) -> str:
             + [f"{r['flowc_cffi']:.1f}"]
             + [f"{r[f'ort_{t}t']:.1f}" for t in threads]
             + [f"{r['numpy']:.0f}"]
-            + [f"{r[f'flowc_{t}t'] / r[f'ort_{t}t']:.2f}" for t in threads]
+            + [f"{r[f'ratio_{t}t']:.2f}" for t in threads]
             + [f"{r['rel_err']:.1e}"]
         )
         lines.append("| " + " | ".join(cells) + " |")

@@ -16,6 +16,8 @@ compile`). Prints one table: medians in microseconds and the ratio flowc binary 
 at the same thread count (below 1.0: flowc is faster), the median of the rounds' ratios: a
 round times both within seconds, while the machine's load drifts by tens of percent over a
 model's minute (the same binary measured 11.6 and 17.3 ms on EfficientNet-B0 rounds apart).
+One more column pairs flowc's cffi call with onnxruntime's run by run at the first thread
+count (see paired_ratio).
 """
 
 from __future__ import annotations
@@ -266,6 +268,23 @@ def binary_us(binary: Path, feeds: dict, runs: int, folder: Path) -> float:
     return float(out.strip().split("=")[1])
 
 
+def paired_ratio(flowc, ort, runs: int) -> float:
+    """flowc's cffi call over onnxruntime's, run by run in one process (each pair within
+    milliseconds, the first of the pair alternating): the median of the pairs' ratios. Only at
+    the first thread count, where onnxruntime (one intra-op thread) leaves no pool thread
+    spinning into flowc's run; both include their Python call, which for the smallest models
+    is most of the time (the binary's column has none)."""
+    ratios = []
+    for i in range(runs):
+        t = []
+        for fn in (flowc, ort) if i % 2 == 0 else (ort, flowc):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+        ratios.append(t[0] / t[1] if i % 2 == 0 else t[1] / t[0])
+    return statistics.median(ratios)
+
+
 def bench_model(name, module, example, folder: Path, threads: list[int], runs: int, exporter: str) -> dict:
     import onnxruntime as ort
 
@@ -308,6 +327,7 @@ def bench_model(name, module, example, folder: Path, threads: list[int], runs: i
         rows[k] = statistics.median(v)
     for t in threads:  # each round's flowc and onnxruntime ran within seconds of each other
         rows[f"ratio_{t}t"] = statistics.median(f / o for f, o in zip(acc[f"flowc_{t}t"], acc[f"ort_{t}t"]))
+    rows["paired"] = paired_ratio(lambda: lib(input=x), lambda: sessions[threads[0]].run(None, feeds), runs)
     rows["numpy"] = median_us(lambda: gd.run(graph, {"input": x}, ["output"]), 3)
     return rows
 
@@ -320,6 +340,7 @@ def table(rows: list[dict], threads: list[int]) -> str:
         + [f"ORT {t}T (us)" for t in threads]
         + ["numpy (us)"]
         + [f"flowc/ORT {t}T" for t in threads]
+        + [f"cffi/ORT {threads[0]}T paired"]
         + ["rel err"]
     )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -331,6 +352,7 @@ def table(rows: list[dict], threads: list[int]) -> str:
             + [f"{r[f'ort_{t}t']:.1f}" for t in threads]
             + [f"{r['numpy']:.0f}"]
             + [f"{r[f'ratio_{t}t']:.2f}" for t in threads]
+            + [f"{r['paired']:.2f}"]
             + [f"{r['rel_err']:.1e}"]
         )
         lines.append("| " + " | ".join(cells) + " |")

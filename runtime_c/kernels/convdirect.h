@@ -14,9 +14,10 @@
  * the vector registers: 14 on AVX-512, 6 with 16 registers); tiles are instantiated per R and
  * for strides 1 and 2 (the broadcasts then use immediate offsets).
  *
- * Per image: fc_cd_pad writes the padded copy and the tap offsets into scratch (once, before
- * the parts run), then fc_cd_items computes a run of items (output channel block, output
- * row), block-major, so that the parts of a step share the weights out between them.
+ * Per image and part: fc_cd_pad writes the part's own padded copy and the tap offsets into
+ * its scratch (read by no other thread), then fc_cd_items computes the part's run of items
+ * (output channel block, output row), block-major, so that the parts of a step share the
+ * weights out between them.
  */
 #ifndef FLOWC_KERNELS_CONVDIRECT_H
 #define FLOWC_KERNELS_CONVDIRECT_H

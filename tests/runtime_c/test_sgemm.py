@@ -352,12 +352,13 @@ def test_alpha_beta(kern2, alpha, beta):
     check(kern2, rng, 17, 35, 40, alpha=alpha, beta=beta, a="packed", b="packed", kc=16)
 
 
-@pytest.mark.parametrize("n", [17, 18, 34, 49, 50])
+@pytest.mark.parametrize("n", [17, 18, 19, 20, 21, 34, 36, 49, 50, 196])
 def test_narrow_last_columns(kern, n):
-    """Tiles whose last 1 or 2 columns start a vector (49 = 3 x 16 + 1, a 7x7 image) take the
-    vectors before them and a column kernel for the rest (packed A, every row count, k blocks
-    down to 2 and 3, p-chains with a remainder): sums, alpha and beta, both biases, the
-    epilogue once per element, and parts."""
+    """Tiles whose last 1 to 4 columns start a vector (49 = 3 x 16 + 1, a 7x7 image; 196 = 6 x
+    32 + 4, a 14x14 one) take the vectors before them and a column kernel for the rest (four
+    columns at a time, then one; 21: the U = 1 kernel; packed A, every row count, k blocks down
+    to 2 and 3, p-chains with a remainder): sums, alpha and beta, both biases, the epilogue once
+    per element, and parts."""
     vl, mr, _ = sp.ISAS[kern.isa]
     rng = np.random.default_rng(n)
     for m in (1, 2, mr - 1, 3 * mr + 2):

@@ -276,12 +276,12 @@ def paired_ratio(flowc, ort, runs: int) -> float:
     is most of the time (the binary's column has none)."""
     ratios = []
     for i in range(runs):
-        t = []
+        took = {}
         for fn in (flowc, ort) if i % 2 == 0 else (ort, flowc):
             t0 = time.perf_counter()
             fn()
-            t.append(time.perf_counter() - t0)
-        ratios.append(t[0] / t[1] if i % 2 == 0 else t[1] / t[0])
+            took[fn] = time.perf_counter() - t0
+        ratios.append(took[flowc] / took[ort])
     return statistics.median(ratios)
 
 
@@ -299,7 +299,6 @@ def bench_model(name, module, example, folder: Path, threads: list[int], runs: i
     build_s = time.perf_counter() - t0
     for t in threads[1:]:
         outs[t] = codegen.export(graph, folder / f"{name}-c{t}", name="model", threads=t)
-    outs = {t: out / "model" for t, out in outs.items()}
     lib = codegen.compile(graph)
     sessions = {}
     for t in threads:
@@ -315,7 +314,9 @@ def bench_model(name, module, example, folder: Path, threads: list[int], runs: i
     # 12 times is over before the core leaves its idle clock)
     one_us = median_us(lambda: sessions[threads[0]].run(None, feeds), 5)
     each = max(runs // ROUNDS, 5, int(MIN_ROUND_S / (one_us * 1e-6)))
-    peers = [(f"flowc_{t}t", lambda o=o: binary_us(o, feeds, each, folder)) for t, o in outs.items()]
+    peers = []
+    for t, out in outs.items():
+        peers.append((f"flowc_{t}t", lambda b=out / "model": binary_us(b, feeds, each, folder)))
     peers.append(("flowc_cffi", lambda: median_us(lambda: lib(input=x), each)))
     for t, s in sessions.items():
         peers.append((f"ort_{t}t", lambda s=s: median_us(lambda: s.run(None, feeds), each)))

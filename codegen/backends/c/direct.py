@@ -28,7 +28,16 @@ from graphdef.ops._util import check_dtype
 from graphdef.ops.nn import conv_ref
 from graphdef.registry import KERNEL, Attr, Example, Sample, defop
 
-from .gemm_ops import _INTERNAL, PRODUCT_ATTRS, _check_epilogue, _epilogue, _fixed, epilogue_context
+from .gemm_ops import (
+    _INTERNAL,
+    PRODUCT_ATTRS,
+    _check_epilogue,
+    _epilogue,
+    _fixed,
+    epilogue_context,
+    item_parts,
+    run_parts,
+)
 from .sgemm import tile
 from .table import Call, kernel
 
@@ -223,7 +232,7 @@ def _conv_direct(s):
     (oh, ow), (kh, kw), (sh, sw), pads = attrs["out"], attrs["kernel"], attrs["strides"], attrs["pads"]
     hp, wp = _padded(attrs["out"], attrs["kernel"], attrs["strides"])
     items = -(-attrs["m"] // attrs["nr"]) * oh
-    parts = attrs["parts"]
+    split = item_parts(items, min(attrs["parts"], items))  # every part some items
     k = {
         "epi": epi,
         "epi_extras": extras,
@@ -248,16 +257,10 @@ def _conv_direct(s):
         "hp": hp,
         "wp": wp,
         "x_image": x.size // x.shape[0],
-        "scratch_floats": _scratch_floats(x.shape, attrs),
         "y_image": attrs["m"] * oh * ow,
-        "items": items,
-        "parts": parts,
-        "first": f"part * {items} / parts",
-        "end": f"(part + 1) * {items} / parts",
-        "run_parts": (
-            f"fc_pool_run((fc_pool *)pool, {s.func}_part, &args, {parts})"
-            if parts > 1
-            else f"{s.func}_part(&args, 0, 1)"
-        ),
+        "first": split["first"],
+        "end": split["end"],
+        "run_parts": run_parts(s.func, split["runs"]),
     }
-    return Call("conv_direct", k, ("kernels/convdirect.h",), prelude="conv_direct", parallel=parts > 1)
+    parallel = split["runs"] > 1
+    return Call("conv_direct", k, ("kernels/convdirect.h",), prelude="conv_direct", parallel=parallel)

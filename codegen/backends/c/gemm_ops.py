@@ -497,12 +497,15 @@ def _product(s, p: SgemmPlan, runs: int | None = None) -> dict:
         "bias": s.x[2] if p.bias else "NULL",
         "parts": parts,
         "part_scratch": part_scratch(p, s.isa),
-        "run_parts": (
-            f"fc_pool_run((fc_pool *)pool, {s.func}_part, &args, {parts})"
-            if parts > 1
-            else f"{s.func}_part(&args, 0, 1)"
-        ),
+        "run_parts": run_parts(s.func, parts),
     }
+
+
+def run_parts(func: str, parts: int) -> str:
+    """The C call that runs a step's ``parts`` parts: on the pool, or the one in this thread."""
+    if parts > 1:
+        return f"fc_pool_run((fc_pool *)pool, {func}_part, &args, {parts})"
+    return f"{func}_part(&args, 0, 1)"
 
 
 def _sgemm_scratch(ins, outs, attrs, isa):

@@ -26,6 +26,7 @@
 
 #define FC_CD_RMAX_ ((FC_SG_REGS - FC_SGEMM_NV - 1) / FC_SGEMM_NV)
 #define FC_CD_RMAX (FC_CD_RMAX_ < 14 ? (FC_CD_RMAX_ < 1 ? 1 : FC_CD_RMAX_) : 14)
+#define FC_CD_EPI_RUN 64 /* positions an epilogue call covers at least (fc_cd_items) */
 
 typedef struct fc_cd_geom {
     long c, m;          /* input channels, output channels */
@@ -176,8 +177,9 @@ FC_INLINE void fc_cd_store(const float *FC_RESTRICT t, long R, long rows, const 
 
 /* Items [i0, i1) of one image (item = output channel block * OH + output row): xp and the tap
  * offsets after it from fc_cd_pad, wp the packed weights, bias (M floats) or NULL, y the
- * image's output (M x OH x OW); epi (or NULL) is called on each stored tile, rows = its
- * channels, columns = its positions (ldc OH * OW, i0/j0 the tile's channel and position).
+ * image's output (M x OH x OW); epi (or NULL) is called on stored runs of whole output rows of
+ * a channel block, rows = its channels, columns = the run's positions (ldc OH * OW, i0/j0 the
+ * block's first channel and the run's first position).
  * nr: the output channels of a block of wp; fc_cd_items_any (plain loops) where that is not
  * this build's FC_SGEMM_NR. */
 FC_INLINE void fc_cd_items_any(const fc_cd_geom *g, long nr, const float *xp, const float *wp, const float *bias,
@@ -217,6 +219,7 @@ FC_INLINE void fc_cd_items(const fc_cd_geom *g, long nr, const float *xp, const 
         fc_cd_items_any(g, nr, xp, wp, bias, y, i0, i1, epi, epi_arg);
         return;
     }
+    long pend = -1; /* the block's first output row not yet given the epilogue, or -1 */
     for (item = i0; item < i1; ++item) {
         const long cb = item / g->oh, r = item % g->oh, co0 = cb * FC_SGEMM_NR;
         const long rows = g->m - co0 < FC_SGEMM_NR ? g->m - co0 : FC_SGEMM_NR;
@@ -233,8 +236,17 @@ FC_INLINE void fc_cd_items(const fc_cd_geom *g, long nr, const float *xp, const 
             float *yb = y + co0 * ohw + r * g->ow + ow0;
             fns[R - 1][si](g->sw, taps, off, xp + r * g->sh * g->wp + ow0 * g->sw, wb, pf, more ? pfs : 0, t);
             fc_cd_store(t, R, rows, bias ? bias + co0 : NULL, yb, ohw);
-            if (epi)
-                epi(yb, ohw, rows, R, co0, r * g->ow + ow0, epi_arg);
+        }
+        /* the epilogue on runs of whole output rows of the block (consecutive in each plane) of
+         * at least FC_CD_EPI_RUN positions, not on each tile: a tile's R <= 14 positions are
+         * less than a vector, and the epilogue's loop over them ran scalar (the stem of a
+         * ResNet, 112x112 positions, spent longer in its ReLU than in its taps) */
+        if (epi) {
+            pend = pend < 0 ? r : pend;
+            if (item + 1 == i1 || r + 1 == g->oh || (r + 1 - pend) * g->ow >= FC_CD_EPI_RUN) {
+                epi(y + co0 * ohw + pend * g->ow, ohw, rows, (r + 1 - pend) * g->ow, co0, pend * g->ow, epi_arg);
+                pend = -1;
+            }
         }
     }
 }

@@ -129,8 +129,8 @@ def fast_paths_cnn():
     wide rows with a SiLU epilogue, a stride-2 one with ReLU, 1x1 products with residual
     epilogues, a depthwise conv over 7x3 planes (channel blocks on AVX-512) with SiLU and a
     residual, a 3x3 on a 7x7 output (register tiles on AVX-512, else im2col), a global mean
-    over rows, a softmax; beside them a strided 3x3 im2col on a 10x35 output (one slice
-    shared by the threads) and its mean."""
+    over rows, a softmax; beside them a strided, dilated 3x3 im2col on a 10x35 output (one
+    slice shared by the threads; undilated it would take the register tiles) and its mean."""
     rng = np.random.default_rng(3)
 
     def w(*shape):
@@ -150,7 +150,7 @@ def fast_paths_cnn():
         h = e * gd.sigmoid(e) + h
         h = gd.relu(gd.conv(h, w(64, 48, 3, 3), w(64), pads=(1, 1, 1, 1))) + 0.5
         gd.identity(gd.softmax(gd.reduce_mean(h, (2, 3)), -1), name="probs")
-        s = gd.relu(gd.conv(x, w(8, 8, 3, 3), strides=(3, 2), pads=(1, 1, 1, 1)))
+        s = gd.relu(gd.conv(x, w(8, 8, 3, 3), strides=(3, 2), pads=(2, 1, 2, 1), dilations=(2, 1)))
         gd.identity(gd.reduce_mean(s, (2, 3)), name="side")
     return g
 

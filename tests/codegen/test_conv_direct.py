@@ -52,6 +52,8 @@ for cid, xs, ws, kw, bias, epi in (
     ("7x7-s2-stem", (1, 3, 24, 24), (20, 3, 7, 7), dict(strides=(2, 2), pads=(3, 3, 3, 3)), True, None),
     ("wide-rows", (1, 5, 9, 31), (9, 5, 3, 2), dict(pads=(0, 1, 2, 0)), True, "relu"),
     ("s3", (1, 6, 20, 20), (10, 6, 2, 2), dict(strides=(3, 3)), False, None),
+    # 20 x 18 outputs: the epilogue on runs of 4 rows (72 positions), a partial channel block
+    ("3x3-s2-runs", (1, 8, 40, 36), (40, 8, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1)), True, "residual"),
 ):
     w_c, b_c = f32(*ws, scale=0.2), f32(ws[0]) if bias else None
     r_c = f32(xs[0], ws[0], (xs[2] - 1) // 2 + 1, (xs[3] - 1) // 2 + 1) if epi == "residual" else None
@@ -95,13 +97,16 @@ def _ops(graph, isa="avx512", threads=1):
     return [n.op for n in lower_products(graph, isa, threads).nodes]
 
 
-def test_lowering_chooses_tiles_for_small_planes_only():
-    """Small output planes on AVX-512 take conv_direct, with the epilogue fused; large planes,
-    1x1 stride-1 convs, groups and other ISAs keep their kernels."""
+def test_lowering_chooses_tiles_where_the_padded_copy_fits():
+    """Convolutions with a kernel larger than 1x1 on AVX-512 take conv_direct, with the epilogue
+    fused, small planes and large ones (a 7x7 stem on 224x224) alike; a padded copy over
+    MAX_COPY floats, 1x1 convs, groups and other ISAs keep their kernels."""
     for xs, ws, kw, isa, want in (
         ((1, 64, 8, 8), (64, 64, 3, 3), dict(pads=(1, 1, 1, 1)), "avx512", "conv_direct"),
         ((1, 64, 8, 8), (64, 64, 3, 3), dict(pads=(1, 1, 1, 1)), "avx2", "conv_gemm"),
-        ((1, 16, 56, 56), (16, 16, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1)), "avx512", "conv_gemm"),
+        ((1, 16, 56, 56), (16, 16, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1)), "avx512", "conv_direct"),
+        ((1, 3, 224, 224), (64, 3, 7, 7), dict(strides=(2, 2), pads=(3, 3, 3, 3)), "avx512", "conv_direct"),
+        ((1, 64, 256, 256), (64, 64, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1)), "avx512", "conv_gemm"),
         ((1, 64, 8, 8), (32, 64, 1, 1), {}, "avx512", "conv_gemm"),
         ((1, 64, 8, 8), (32, 64, 1, 1), dict(strides=(2, 2)), "avx512", "conv_gemm"),
         ((1, 64, 8, 8), (64, 32, 3, 3), dict(pads=(1, 1, 1, 1), group=2), "avx512", "conv_gemm"),
@@ -115,8 +120,10 @@ def test_lowering_chooses_tiles_for_small_planes_only():
             assert "relu" not in ops  # the epilogue
 
 
-def test_tap_offsets_fit_c_ints():
-    """The kernel's tap offsets are ints: a padded image of 2^31 floats or more keeps im2col."""
+def test_padded_copy_over_max_copy_keeps_im2col():
+    """A padded image of more than MAX_COPY floats keeps im2col (and the kernel's int tap offsets
+    always fit)."""
+    assert D.MAX_COPY < 2**31
     attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1}
     assert D.eligible((1, 64, 8, 8), (64, 64, 3, 3), (8, 8), attrs, "avx512")
     assert not D.eligible((1, 1 << 25, 8, 8), (1, 1 << 25, 3, 3), (8, 8), attrs, "avx512")

@@ -153,7 +153,7 @@ def test_conv_with_fewer_slices_than_parts_shares_each_slice(threads, monkeypatc
     from codegen.backends.c import direct
     from codegen.target import Target
 
-    monkeypatch.setattr(direct, "MAX_PLANE", 0)
+    monkeypatch.setattr(direct, "MAX_COPY", 0)
 
     with gd.Graph("small_out") as g:
         x = gd.placeholder("x", (1, 96, 7, 7))

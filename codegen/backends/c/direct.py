@@ -9,11 +9,14 @@ weights of the tap loaded as vectors (packed here: blocks of NR output channels,
 step's epilogue while in L1.
 
 Where it is chosen (``eligible``, ``lowering.lower_linear``): convolutions that would
-otherwise run im2col + GEMM (kernels larger than 1x1, not Winograd) with small output planes, at most
-``MAX_PLANE`` positions: there the im2col copy and the packing of it cost as much as the
-products (a 64 -> 64 3x3 conv on 8x8: 60 us by im2col + GEMM, of which 30 in the copy and
-packing; 33 us here, one AVX-512 core). Larger planes keep im2col's slices, whose products
-reuse each weight across 32 positions in registers instead of R.
+otherwise run im2col + GEMM (kernels larger than 1x1, not Winograd) whose padded copy takes at
+most ``MAX_COPY`` floats. There the im2col copy and its packing cost as much as the products on
+small planes (a 64 -> 64 3x3 conv on 8x8: 60 us by im2col + GEMM, of which 30 in the copy and
+packing; 33 us here, one AVX-512 core), and a product over a slice of few rows (M = 64 output
+channels, K = 147 taps) spends a tenth of its time packing on large ones: a ResNet's 7x7 stem
+on 224x224, 3 -> 64 channels, ran 1.22-1.33x onnxruntime's time by im2col + GEMM and 0.99-1.06x
+here; a 5x5 conv, 32 -> 64 channels on 64x64, 1.37-1.44x and 1.06-1.14x (run-by-run pairs, one
+thread); a 3x3 stride-2 one, 32 -> 64 channels from 112x112, 1.17x and 0.95x.
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ from .gemm_ops import (
 from .sgemm import tile
 from .table import Call, kernel
 
-MAX_PLANE = 256
-"""Output planes of at most this many positions (16x16) take the direct kernel."""
+MAX_COPY = 1 << 21
+"""The largest padded copy of an image (floats, 8 MiB) that the direct kernel makes per part;
+larger inputs keep im2col, whose slices of a few output rows bound its scratch."""
 
 ISAS = ("avx512",)
 """Where it is built: the tile store transposes 16 x 16 blocks in AVX-512 registers; with 16
@@ -51,17 +55,18 @@ vector registers the tiles would be 6 positions wide, and im2col + GEMM stays.""
 
 def eligible(x_shape, w_shape, out, attrs, isa: str) -> bool:
     """Whether ``conv_direct`` computes this float32 conv (input ``x_shape``, weights
-    ``w_shape``, output plane ``out``) on ``isa``: 2-D, one group, no dilation, a small output
-    plane, a kernel larger than 1x1 (a strided 1x1's im2col is a small subsampled copy, and
-    its product ran 13-19% faster than the tiles: 256 -> 512 channels, 14x14 -> 7x7)."""
+    ``w_shape``, output plane ``out``) on ``isa``: 2-D, one group, no dilation, a padded copy
+    of at most ``MAX_COPY`` floats, a kernel larger than 1x1 (a strided 1x1's im2col is a small
+    subsampled copy, and its product ran 13-19% faster than the tiles: 256 -> 512 channels,
+    14x14 -> 7x7)."""
     return (
         isa in ISAS
         and len(x_shape) == 4
         and attrs["group"] == 1
         and tuple(attrs["dilations"]) == (1, 1)
-        and 0 < math.prod(out) <= MAX_PLANE
+        and math.prod(out) > 0
         and math.prod(w_shape[2:]) > 1
-        and x_shape[1] * math.prod(_padded(out, w_shape[2:], attrs["strides"])) < 2**31  # C int tap offsets
+        and x_shape[1] * math.prod(_padded(out, w_shape[2:], attrs["strides"])) <= MAX_COPY
     )
 
 

@@ -5,8 +5,9 @@ Each output tile is R consecutive positions of one output row (R <= 14 on AVX-51
 output channels (two vectors), summed in registers over every (input channel, kernel row,
 kernel column) tap: the input value broadcast from a zero-padded copy of the image, the NR
 weights of the tap loaded as vectors (packed here: blocks of NR output channels, tap-major,
-``pack``). The tile is transposed in registers into the NCHW output, biased and given the
-step's epilogue while in L1.
+``pack``). The tile is transposed in registers into the NCHW output and biased; the step's
+epilogue runs on runs of whole output rows of a channel block (at least 64 positions) while
+they are in L1.
 
 Where it is chosen (``eligible``, ``lowering.lower_linear``): convolutions that would
 otherwise run im2col + GEMM (kernels larger than 1x1, not Winograd) whose padded copy takes at

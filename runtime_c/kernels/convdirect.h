@@ -17,7 +17,8 @@
  * Per image and part: fc_cd_pad writes the part's own padded copy and the tap offsets into
  * its scratch (read by no other thread), then fc_cd_items computes the part's run of items
  * (output channel block, output row), block-major, so that the parts of a step share the
- * weights out between them.
+ * weights out between them; or, where the copy is larger than the weights, each part takes a
+ * run of output rows of every block and pads only the input rows they read.
  */
 #ifndef FLOWC_KERNELS_CONVDIRECT_H
 #define FLOWC_KERNELS_CONVDIRECT_H
@@ -40,12 +41,14 @@ FC_INLINE long fc_cd_scratch_floats(const fc_cd_geom *g) {
     return g->c * g->hp * g->wp + g->c * g->kh * g->kw;
 }
 
-/* The padded copy of image x (C x H x W) and the offset of every tap in it. */
-FC_INLINE void fc_cd_pad(const float *FC_RESTRICT x, float *FC_RESTRICT xp, const fc_cd_geom *g) {
+/* Rows [r0, r1) of every channel of the padded copy of image x (C x H x W), and the offset of
+ * every tap in it (0 and hp: the whole copy). */
+FC_INLINE void fc_cd_pad(const float *FC_RESTRICT x, float *FC_RESTRICT xp, const fc_cd_geom *g, long r0,
+                         long r1) {
     int *off = (int *)(xp + g->c * g->hp * g->wp);
     long c, r, j, t0, t1;
     for (c = 0; c < g->c; ++c)
-        for (r = 0; r < g->hp; ++r) {
+        for (r = r0; r < r1; ++r) {
             float *dst = xp + (c * g->hp + r) * g->wp;
             const long ir = r - g->ph;
 #if FC_SGEMM_VL == 16

@@ -130,7 +130,8 @@ def fast_paths_cnn():
     epilogues, a depthwise conv over 7x3 planes (channel blocks on AVX-512) with SiLU and a
     residual, a 3x3 on a 7x7 output (register tiles on AVX-512, else im2col), a global mean
     over rows, a softmax; beside them a strided, dilated 3x3 im2col on a 10x35 output (one
-    slice shared by the threads; undilated it would take the register tiles) and its mean."""
+    slice shared by the threads; undilated it would take the register tiles) and a strided 5x5
+    on register tiles whose threads split its output rows (on AVX-512), and their means."""
     rng = np.random.default_rng(3)
 
     def w(*shape):
@@ -151,7 +152,8 @@ def fast_paths_cnn():
         h = gd.relu(gd.conv(h, w(64, 48, 3, 3), w(64), pads=(1, 1, 1, 1))) + 0.5
         gd.identity(gd.softmax(gd.reduce_mean(h, (2, 3)), -1), name="probs")
         s = gd.relu(gd.conv(x, w(8, 8, 3, 3), strides=(3, 2), pads=(2, 1, 2, 1), dilations=(2, 1)))
-        gd.identity(gd.reduce_mean(s, (2, 3)), name="side")
+        t = gd.relu(gd.conv(x, w(8, 8, 5, 5), strides=(2, 2), pads=(2, 2, 2, 2)))  # tiles, rows split
+        gd.identity(gd.reduce_mean(s, (2, 3)) + gd.reduce_mean(t, (2, 3)), name="side")
     return g
 
 
@@ -166,6 +168,7 @@ def test_fast_paths_run_clean_under_address_and_undefined_sanitizers(threads, tm
         assert "fewer slices than parts" in source and "fc_pool_run" in source
     if "FC_SGEMM_ISA_ID != 2" in source:  # built for AVX-512
         assert "fc_dwconv_cb_epi_f32" in source and "fc_cd_items(" in source
+        assert ("const long r0 = part" in source) == (threads > 1)
     feeds = {"x": np.random.default_rng(4).standard_normal((1, 8, 28, 70)).astype(np.float32)}
     res = run_binary(out / "san", feeds, tmp_path / "res")
     assert res.returncode == 0, res.stderr[-3000:]

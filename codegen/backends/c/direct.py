@@ -237,7 +237,11 @@ def _conv_direct(s):
     layouts = attrs["epilogue"][2] if attrs["epilogue"] else ()
     (oh, ow), (kh, kw), (sh, sw), pads = attrs["out"], attrs["kernel"], attrs["strides"], attrs["pads"]
     hp, wp = _padded(attrs["out"], attrs["kernel"], attrs["strides"])
-    items = -(-attrs["m"] // attrs["nr"]) * oh
+    blocks = -(-attrs["m"] // attrs["nr"])
+    # parts split the output rows where the padded copy is larger than the weights (each part
+    # then pads only the rows it reads), else the channel blocks (each part its blocks' weights)
+    row_split = attrs["parts"] > 1 and hp * wp > attrs["m"] * kh * kw
+    items = oh if row_split else blocks * oh
     split = item_parts(items, min(attrs["parts"], items))  # every part some items
     k = {
         "epi": epi,
@@ -264,6 +268,8 @@ def _conv_direct(s):
         "wp": wp,
         "x_image": x.size // x.shape[0],
         "y_image": attrs["m"] * oh * ow,
+        "blocks": blocks,
+        "row_split": row_split,
         "first": split["first"],
         "end": split["end"],
         "run_parts": run_parts(s.func, split["runs"]),

@@ -10,9 +10,10 @@
  * blocks of NR output channels (the last padded with zeros):
  *     wp[((cb * C + c) * KH + t0) * KW + t1][co]      (NR floats a tap)
  * The tile is then stored transposed into y (NCHW) and biased; the step's epilogue runs on
- * runs of whole output rows of a channel block while they are in L1. R is at most FC_CD_RMAX (the accumulators, NR weights and one broadcast fill
- * the vector registers: 14 on AVX-512, 6 with 16 registers); tiles are instantiated per R and
- * for strides 1 and 2 (the broadcasts then use immediate offsets).
+ * runs of whole output rows of a channel block while they are in L1. R is at most FC_CD_RMAX
+ * (the accumulators, NR weights and one broadcast fill the vector registers: 14 on AVX-512, 6
+ * with 16 registers); tiles are instantiated per R and for strides 1 and 2 (the broadcasts
+ * then use immediate offsets).
  *
  * Per image and part: fc_cd_pad writes the part's own padded copy and the tap offsets into
  * its scratch (read by no other thread), then fc_cd_items computes the part's run of items

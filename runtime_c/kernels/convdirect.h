@@ -255,4 +255,20 @@ FC_INLINE void fc_cd_items(const fc_cd_geom *g, long nr, const float *xp, const 
     }
 }
 
+/* One part's share of image x: with rows set, output rows [i0, i1) of every channel block, from
+ * the padded rows they read (the copy is larger than the weights); else items [i0, i1), from
+ * the whole padded copy (each part its blocks' weights). xp: the part's scratch. */
+FC_INLINE void fc_cd_part(const fc_cd_geom *g, long nr, int rows, const float *x, float *xp, const float *wp,
+                          const float *bias, float *y, long i0, long i1, fc_sgemm_epilogue epi, const void *epi_arg) {
+    long cb;
+    if (!rows) {
+        fc_cd_pad(x, xp, g, 0, g->hp);
+        fc_cd_items(g, nr, xp, wp, bias, y, i0, i1, epi, epi_arg);
+        return;
+    }
+    fc_cd_pad(x, xp, g, i0 * g->sh, (i1 - 1) * g->sh + g->kh);
+    for (cb = 0; cb * nr < g->m; ++cb)
+        fc_cd_items(g, nr, xp, wp, bias, y, cb * g->oh + i0, cb * g->oh + i1, epi, epi_arg);
+}
+
 #endif /* FLOWC_KERNELS_CONVDIRECT_H */

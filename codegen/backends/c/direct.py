@@ -269,7 +269,6 @@ def _conv_direct(s):
         "wp": wp,
         "x_image": x.size // x.shape[0],
         "y_image": attrs["m"] * oh * ow,
-        "blocks": blocks,
         "row_split": row_split,
         "first": split["first"],
         "end": split["end"],

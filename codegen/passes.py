@@ -95,6 +95,32 @@ def select_outputs(graph: Graph, outputs=None) -> Graph:
     return Graph(graph.name, graph.nodes, refs, graph.constants, graph.variables)
 
 
+def consumers(graph: Graph) -> dict[str, list[str]]:
+    """The names of each node's consumers, a consumer once per input it reads of the node."""
+    out: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
+    for n in graph.nodes:
+        for r in n.inputs:
+            out[r.node].append(n.name)
+    return out
+
+
+def merge_nodes(graph: Graph, plan: dict, absorbed: set[str], make: Callable) -> Graph:
+    """``graph`` with the nodes named in ``absorbed`` dropped and each node named in ``plan``
+    replaced by ``make(rb, node, plan[name])``, which adds its replacement to the Rebuild ``rb``
+    and binds it; ``graph`` itself when ``plan`` is empty."""
+    if not plan:
+        return graph
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        if node.name in absorbed:
+            continue
+        if node.name in plan:
+            make(rb, node, plan[node.name])
+        else:
+            rb.keep(node)
+    return rb.finish()
+
+
 def prune(graph: Graph) -> Graph:
     """Keep only what the outputs need, through data and control edges (partial execution).
 

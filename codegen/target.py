@@ -68,6 +68,7 @@ class Arch:
         the 47-bit user address space of today's x86-64, AArch64 and RISC-V (Sv48) systems."""
         return 2**31 - 1 if self.pointer_bits == 32 else 2**47
 
+
 _MCU = ("-Os", "-mthumb", "-ffunction-sections", "-fdata-sections")
 _MCU_DATA = {
     "product": "library",

@@ -132,7 +132,8 @@ def fast_paths_cnn():
     residual, a 3x3 on a 7x7 output (register tiles on AVX-512, else im2col), a global mean
     over rows, a softmax; beside them a strided, dilated 3x3 im2col on a 10x35 output (one
     slice shared by the threads; undilated it would take the register tiles) and a strided 5x5
-    on register tiles whose threads split its output rows (on AVX-512), and their means."""
+    on register tiles whose threads split its output rows (on AVX-512), a 1x1 expansion to 40
+    channels and its 5x5 stride-2 depthwise conv (one pwdw step on AVX-512), and their means."""
     rng = np.random.default_rng(3)
 
     def w(*shape):
@@ -154,7 +155,10 @@ def fast_paths_cnn():
         gd.identity(gd.softmax(gd.reduce_mean(h, (2, 3)), -1), name="probs")
         s = gd.relu(gd.conv(x, w(8, 8, 3, 3), strides=(3, 2), pads=(2, 1, 2, 1), dilations=(2, 1)))
         t = gd.relu(gd.conv(x, w(8, 8, 5, 5), strides=(2, 2), pads=(2, 2, 2, 2)))  # tiles, rows split
-        gd.identity(gd.reduce_mean(s, (2, 3)) + gd.reduce_mean(t, (2, 3)), name="side")
+        u = gd.relu(gd.conv(x, w(40, 8, 1, 1), w(40)))  # expansion + depthwise: one pwdw step
+        v = gd.conv(u, w(40, 1, 5, 5), w(40), group=40, strides=(2, 2), pads=(2, 2, 2, 2))
+        v = gd.reduce_mean(v * gd.sigmoid(v), (2, 3))[:, :8]
+        gd.identity(gd.reduce_mean(s, (2, 3)) + gd.reduce_mean(t, (2, 3)) + v, name="side")
     return g
 
 
@@ -168,7 +172,7 @@ def test_fast_paths_run_clean_under_address_and_undefined_sanitizers(threads, tm
     if threads > 1:
         assert "fewer slices than parts" in source and "fc_pool_run" in source
     if "FC_SGEMM_ISA_ID != 2" in source:  # built for AVX-512
-        assert "fc_dwconv_cb_epi_f32" in source and "fc_cd_part(" in source
+        assert "fc_dwconv_cb_epi_f32" in source and "fc_cd_part(" in source and "fc_pwdw_f32(" in source
         assert bool(re.search(r"fc_cd_part\(&\w+, \d+, 1,", source)) == (threads > 1)  # rows split
     feeds = {"x": np.random.default_rng(4).standard_normal((1, 8, 28, 70)).astype(np.float32)}
     res = run_binary(out / "san", feeds, tmp_path / "res")

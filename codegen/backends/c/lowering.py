@@ -15,8 +15,10 @@ from graphdef.ir import Attrs, Graph, Node, ValueRef
 from graphdef.ops.fused import program_of
 from graphdef.registry import get_op
 
+from ... import passes
 from ...passes import Rebuild
 from . import layout as L
+from . import pwdw
 from . import sgemm as SP
 from .direct import lower as lower_direct
 from .gemm_ops import plan_of
@@ -26,10 +28,11 @@ from .winograd import lower_winograd
 
 def lower_products(graph: Graph, isa: str, threads: int = 1) -> Graph:
     """The C backend's "lower" stage for instruction set ``isa``: ``lower_linear``, then
-    ``fuse_epilogues``, then ``prune`` (what the products absorbed)."""
+    ``fuse_epilogues``, then ``pwdw.fuse`` (expansions into their depthwise convs), then
+    ``prune`` (what the products absorbed)."""
     from ...passes import prune
 
-    return prune(fuse_epilogues(lower_linear(graph, isa, threads)))
+    return prune(pwdw.fuse(fuse_epilogues(lower_linear(graph, isa, threads)), isa))
 
 
 # ----------------------------------------------------------------------------- fast float32 products
@@ -114,10 +117,7 @@ def fuse_epilogues(graph: Graph) -> Graph:
     such as a residual, per-channel or per-column vectors, scalars).
     The merged node keeps the consumer's name and place (all its inputs exist there).
     """
-    consumers: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
-    for n in graph.nodes:
-        for r in n.inputs:
-            consumers[r.node].append(n.name)
+    consumers = passes.consumers(graph)
     controlled = {c for n in graph.nodes for c in n.control_inputs}
     outputs = set(graph.declared_outputs)
     merge, absorbed = {}, set()
@@ -145,16 +145,9 @@ def fuse_epilogues(graph: Graph) -> Graph:
             merge[e.name] = (prod, slot, extras, tuple(layouts))
             absorbed.add(prod.name)
             break
-    if not merge:
-        return graph
-    rb = Rebuild(graph)
-    for node in graph.nodes:
-        if node.name in absorbed:
-            continue
-        if node.name not in merge:
-            rb.keep(node)
-            continue
-        prod, slot, extras, layouts = merge[node.name]
+
+    def make(rb, node, merged):
+        prod, slot, extras, layouts = merged
         attrs, op = dict(prod.attrs.items()), prod.op
         if op == "conv":  # a depthwise one: the direct kernel's node with an epilogue
             attrs, op = {**attrs, "bias": len(prod.inputs) == 3}, "dwconv"
@@ -170,7 +163,8 @@ def fuse_epilogues(graph: Graph) -> Graph:
         )
         rb.new.add(merged)
         rb.bind(node, [merged.ref()])
-    return rb.finish()
+
+    return passes.merge_nodes(graph, merge, absorbed, make)
 
 
 PRODUCTS = ("sgemm", "conv_gemm", "conv_winograd", "conv_direct")

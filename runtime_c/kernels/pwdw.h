@@ -50,6 +50,7 @@ typedef struct {
     long n, cin, cexp, cp; /* images, input and expanded channels, cexp padded */
     long h, w, oh, ow;
     long kh, kw, sh, sw, ph, pw, dh, dw; /* the depthwise conv: kernel, stride, leading pads, dilation */
+    long bands;                          /* bands of output rows an item is split into (threads) */
 } fc_pwdw_geom;
 
 /* The ring: *rows rows of *cells cells (up to FC_PWDW_LANES floats each). A row holds the
@@ -195,16 +196,19 @@ FC_VF_INLINE void fc_pwdw_out_(const float *FC_RESTRICT ot, long q0, float *FC_R
             y[l * ohw + q0 + q] = ot[(q0 + q) * FC_VF_VL + l];
 }
 
-/* The nv (1 or 2) channel vectors from c0 on of image b: rows expanded into the ring as the
- * output rows need them, each output row summed per vector, given act2 and its whole chunks of
- * FC_VF_VL positions transposed out. w1, w2: the vectors' first weights (blocked as above). */
+/* Output rows [i0, i1) of the nv (1 or 2) channel vectors from c0 on of image b: rows expanded
+ * into the ring as the output rows need them, each output row summed per vector, given act2
+ * and its whole chunks of FC_VF_VL positions (counted from the first row's start) transposed
+ * out, the last chunk overlapping the one before (or, under FC_VF_VL positions, lane by lane).
+ * w1, w2: the vectors' first weights (blocked as above). */
 FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1, const float *w2, const float *b2,
-                                float *y, const fc_pwdw_geom *g, float *scratch, long b, long c0, int nv,
-                                fc_dwconv_epilogue act1, fc_dwconv_epilogue act2) {
+                                float *y, const fc_pwdw_geom *g, float *scratch, long b, long c0, int nv, long i0,
+                                long i1, fc_dwconv_epilogue act1, fc_dwconv_epilogue act2) {
     enum { VL = FC_VF_VL };
-    const long hw = g->h * g->w, ohw = g->oh * g->ow, cs = nv * VL;
+    const long hw = g->h * g->w, ohw = g->oh * g->ow, cs = nv * VL, window = (g->kh - 1) * g->dh + 1;
+    const long q0 = i0 * g->ow, q1 = i1 * g->ow; /* the output positions */
     const float *xi = x + b * g->cin * hw;
-    long rows, cells, next = 0, chunk[2] = {0, 0}, i, k, s;
+    long rows, cells, next = i0 * g->sh, chunk[2] = {0, 0}, i, k, s;
     float *ring = scratch, *ot;
     fc_vf bias1[2] = {FC_VF_SPLAT(0.0f), FC_VF_SPLAT(0.0f)}, bias2[2] = {FC_VF_SPLAT(0.0f), FC_VF_SPLAT(0.0f)};
     fc_pwdw_ring_(g, &rows, &cells);
@@ -215,12 +219,12 @@ FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1
     }
     for (k = 0; k < rows * cells * nv; k++) /* the pad columns: expanded rows leave them 0 */
         fc_vf_store(ring + k * VL, FC_VF_SPLAT(0.0f));
-    for (i = 0; i < g->oh; i++) {
-        const long need = i * g->sh + (g->kh - 1) * g->dh + 1; /* padded rows read: < need */
+    for (i = i0; i < i1; i++) {
+        const long need = i * g->sh + window; /* padded rows read: < need */
         if (next < i * g->sh)
             next = i * g->sh; /* rows between the windows (stride past the kernel) */
         if (next < need) {
-            const long end = rows > (g->kh - 1) * g->dh + 1 ? rows : need; /* a whole-plane ring at once */
+            const long end = rows > window ? (i1 - 1) * g->sh + window : need; /* a whole-plane ring at once */
             fc_pwdw_fill_(xi, w1, bias1, ring, rows, cells, next, end, nv, act1, g);
             next = end;
         }
@@ -230,11 +234,11 @@ FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1
             fc_pwdw_row_(ring, rows, cells, cs, s * VL, w2 + s * VL, bias2[s], os, i, g);
             if (act2)
                 act2(os + i * g->ow * VL, g->ow * VL, 1, g->ow * VL, 0, 0, NULL);
-            for (; (chunk[s] + 1) * VL <= (i + 1) * g->ow; chunk[s]++)
-                fc_pwdw_out_(os, chunk[s] * VL, ys, ohw, lanes);
-            if (i == g->oh - 1 && chunk[s] * VL < ohw && ohw >= VL) /* the last chunk, overlapping */
-                fc_pwdw_out_(os, ohw - VL, ys, ohw, lanes);
-            for (k = chunk[s] * VL; i == g->oh - 1 && k < ohw && ohw < VL; k++) {
+            for (; q0 + (chunk[s] + 1) * VL <= (i + 1) * g->ow; chunk[s]++)
+                fc_pwdw_out_(os, q0 + chunk[s] * VL, ys, ohw, lanes);
+            if (i == i1 - 1 && q0 + chunk[s] * VL < q1 && q1 - q0 >= VL) /* the last chunk, overlapping */
+                fc_pwdw_out_(os, q1 - VL, ys, ohw, lanes);
+            for (k = q0 + chunk[s] * VL; i == i1 - 1 && k < q1 && q1 - q0 < VL; k++) {
                 long l;
                 for (l = 0; l < lanes; l++)
                     ys[l * ohw + k] = os[k * VL + l];
@@ -243,29 +247,31 @@ FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1
     }
 }
 
-/* Items [lo, hi) of the n * cp / FC_PWDW_LANES (image, block of FC_PWDW_LANES channels),
- * image-major; 0 and all of them for the whole step. Disjoint ranges may run at once, each
- * with its own scratch (fc_pwdw_scratch_floats), and give the values of one call for all.
- * An item goes in passes of two vectors of channels (one where the second would hold only
- * padding). */
+/* Units [lo, hi) of the n * cp / FC_PWDW_LANES * bands (image, block of FC_PWDW_LANES
+ * channels, band of output rows), image-major, bands innermost; 0 and all of them for the
+ * whole step. Disjoint ranges may run at once, each with its own scratch
+ * (fc_pwdw_scratch_floats), and give the values of one call for all. A unit goes in passes of
+ * two vectors of channels (one where the second would hold only padding); a band starts its
+ * ring afresh (a window's rows less a stride computed again). */
 FC_VF_INLINE void fc_pwdw_f32(const float *x, const float *w1, const float *b1, const float *w2, const float *b2,
                               float *y, const fc_pwdw_geom *g, float *scratch, long lo, long hi,
                               fc_dwconv_epilogue act1, fc_dwconv_epilogue act2) {
     enum { VL = FC_VF_VL, PASS = 2 * FC_VF_VL };
     const long per = g->cp / FC_PWDW_LANES, taps = g->kh * g->kw;
-    long item, pass;
-    for (item = lo; item < hi; item++) {
-        const long b = item / per, blk = item % per;
-        for (pass = 0; pass < FC_PWDW_LANES / PASS; pass++) {
+    long unit, pass;
+    for (unit = lo; unit < hi; unit++) {
+        const long item = unit / g->bands, band = unit % g->bands, b = item / per, blk = item % per;
+        const long i0 = band * g->oh / g->bands, i1 = (band + 1) * g->oh / g->bands;
+        for (pass = 0; pass < FC_PWDW_LANES / PASS && i0 < i1; pass++) {
             const long c0 = blk * FC_PWDW_LANES + pass * PASS;
             const float *w1p = w1 + blk * g->cin * FC_PWDW_LANES + pass * PASS;
             const float *w2p = w2 + blk * taps * FC_PWDW_LANES + pass * PASS;
             if (c0 >= g->cexp)
                 break;
             if (c0 + VL < g->cexp)
-                fc_pwdw_pass_(x, w1p, b1, w2p, b2, y, g, scratch, b, c0, 2, act1, act2);
+                fc_pwdw_pass_(x, w1p, b1, w2p, b2, y, g, scratch, b, c0, 2, i0, i1, act1, act2);
             else
-                fc_pwdw_pass_(x, w1p, b1, w2p, b2, y, g, scratch, b, c0, 1, act1, act2);
+                fc_pwdw_pass_(x, w1p, b1, w2p, b2, y, g, scratch, b, c0, 1, i0, i1, act1, act2);
         }
     }
 }

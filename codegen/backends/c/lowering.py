@@ -32,7 +32,7 @@ def lower_products(graph: Graph, isa: str, threads: int = 1) -> Graph:
     ``prune`` (what the products absorbed)."""
     from ...passes import prune
 
-    return prune(pwdw.fuse(fuse_epilogues(lower_linear(graph, isa, threads)), isa))
+    return prune(pwdw.fuse(fuse_epilogues(lower_linear(graph, isa, threads)), isa, threads))
 
 
 # ----------------------------------------------------------------------------- fast float32 products

@@ -52,10 +52,10 @@ re-reads its 37 KB and its 24 KB of weights, more than L1 holds)."""
 
 
 # ----------------------------------------------------------------------------- the pass
-def fuse(graph: Graph, isa: str) -> Graph:
+def fuse(graph: Graph, isa: str, threads: int = 1) -> Graph:
     """Merge each 1x1 expansion (``conv_gemm``, ``direct``) into the depthwise conv that is its
     one consumer, as a ``pwdw`` node, where ``isa`` is one of ``ISAS``; the graph unchanged
-    elsewhere."""
+    elsewhere. With several ``threads`` an item's output rows are split into ``bands``."""
     if isa not in ISAS:
         return graph
     consumers = passes.consumers(graph)
@@ -70,6 +70,7 @@ def fuse(graph: Graph, isa: str) -> Graph:
 
     def make(rb, node, e):
         operands, attrs = _operands(graph, e, node)
+        attrs["bands"] = bands(node.outputs[0].shape, attrs["cexp"], threads, attrs)
         with default_graph_scope(rb.new), device(node.device), control_dependencies(rb.controls(node)):
             x = Tensor(rb.new, rb.refs[e.inputs[0]])
             out = gd.apply("pwdw", [x, *(gd.constant(v) for v in operands)], None, **attrs)
@@ -166,6 +167,24 @@ def _operands(graph: Graph, e, d) -> tuple[list[np.ndarray], dict]:
     return operands, attrs
 
 
+def bands(out: tuple, cexp: int, threads: int, attrs) -> int:
+    """Bands of output rows an item is split into, so that ``threads`` parts get even work: the
+    count (1 to 8) of least cost, the largest part's units over the average times the rows
+    computed again ((kh - 1) * dh + 1 - sh input rows a band past the first). EfficientNet-B0's
+    96-channel expansion (3 items of 32 channels) at two threads: 2 bands (items 2 and 1 were
+    1.33x the average); its 480-channel 14x14 ones, 15 items: 1 (2 bands: 2 of 14 output rows
+    again)."""
+    items = out[0] * -(-cexp // LANES)
+    (kh, _), (sh, _), (dh, _) = attrs["kernel"], attrs["strides"], attrs["dilations"]
+    again = max(0, (kh - 1) * dh + 1 - sh) / (out[2] * sh)
+
+    def cost(b):
+        units = items * b
+        return -(-units // threads) / (units / threads) * (1 + again * (b - 1))
+
+    return min(range(1, min(8, out[2]) + 1), key=cost) if threads > 1 else 1
+
+
 # ----------------------------------------------------------------------------- the op
 def _dw_attrs(attrs, cexp: int) -> dict:
     return {
@@ -214,7 +233,7 @@ def _ref(xs, attrs):
 _RELU = ((("relu", (0,), ()),), 0, ())
 
 
-def _example(x_shape, cexp, kernel, strides, pads, dilations=(1, 1), act1=(), act2=()):
+def _example(x_shape, cexp, kernel, strides, pads, dilations=(1, 1), act1=(), act2=(), bands=1):
     cin, taps = x_shape[1], math.prod(kernel)
     cp = -(-cexp // LANES) * LANES
     inputs = (
@@ -225,7 +244,7 @@ def _example(x_shape, cexp, kernel, strides, pads, dilations=(1, 1), act1=(), ac
         _pad(_fixed(cexp, seed=34), cp),
     )
     attrs = {"cexp": cexp, "kernel": kernel, "strides": strides, "pads": pads, "dilations": dilations,
-             "act1": act1, "act2": act2}  # fmt: skip
+             "act1": act1, "act2": act2, "bands": bands}  # fmt: skip
     return Example(inputs, attrs, None, grad=False)
 
 
@@ -243,6 +262,7 @@ defop(
         "dilations": Attr("ints"),
         "act1": Attr("any", ()),
         "act2": Attr("any", ()),
+        "bands": Attr("int", 1),
     },
     kind=KERNEL,
     flops=lambda ins, outs, attrs: (
@@ -256,8 +276,9 @@ defop(
     examples=(
         # 20 channels (a partial block), 3x3 stride 2, padded, activations; two images
         _example((2, 3, 7, 9), 20, (3, 3), (2, 2), (1, 1, 1, 1), act1=_RELU, act2=_RELU),
-        # 5x5, uneven pads, a plane too large for a whole-plane ring (rows of one window)
-        _example((1, 4, 40, 37), 16, (5, 5), (1, 1), (2, 1, 2, 3)),
+        # 5x5, uneven pads, a plane too large for a whole-plane ring (rows of one window), in 3
+        # bands of output rows
+        _example((1, 4, 40, 37), 16, (5, 5), (1, 1), (2, 1, 2, 3), bands=3),
         # dilation 2, stride 3 (rows between the windows skipped), rows shorter than a group
         _example((1, 2, 11, 5), 17, (3, 2), (3, 1), (0, 1, 0, 0), dilations=(2, 1), act2=_RELU),
     ),
@@ -272,7 +293,7 @@ def _geom(s) -> dict:
         "n": x.shape[0], "cin": x.shape[1], "cexp": attrs["cexp"], "cp": s.ins[2].shape[0],
         "h": x.shape[2], "w": x.shape[3], "oh": oh, "ow": ow, "kh": kh, "kw": kw,
         "sh": attrs["strides"][0], "sw": attrs["strides"][1], "ph": attrs["pads"][0], "pw": attrs["pads"][1],
-        "dh": attrs["dilations"][0], "dw": attrs["dilations"][1],
+        "dh": attrs["dilations"][0], "dw": attrs["dilations"][1], "bands": attrs["bands"],
     }  # fmt: skip
 
 
@@ -294,7 +315,7 @@ def _split(ins, outs, attrs):
     expanded = x.shape[0] * attrs["cexp"] * math.prod(x.shape[2:])
     ops = expanded * (2 * x.shape[1] + TRANSCENDENTAL * bool(attrs["act1"]))
     ops += outs[0].size * (2 * math.prod(attrs["kernel"]) + TRANSCENDENTAL * bool(attrs["act2"]))
-    return Split(x.shape[0] * ins[2].shape[0] // LANES, work([x], outs, ops))
+    return Split(x.shape[0] * ins[2].shape[0] // LANES * attrs["bands"], work([x], outs, ops))
 
 
 @kernel("pwdw", scratch=lambda ins, outs, attrs, isa: 4 * _scratch_floats(ins, outs, attrs), split=_split)
@@ -310,7 +331,7 @@ def _pwdw(s):
     k = {
         "g": g,
         "acts": acts,
-        "args": [*s.x, s.y[0], "&g", "(float *)scratch", *s.span(g["n"] * g["cp"] // LANES)]
+        "args": [*s.x, s.y[0], "&g", "(float *)scratch", *s.span(g["n"] * g["cp"] // LANES * g["bands"])]
         + [f"{s.func}_act{i + 1}_epi" if a else "NULL" for i, a in enumerate(acts)],
     }
     return Call("pwdw", k, ("kernels/pwdw.h",), prelude="pwdw")

@@ -202,8 +202,8 @@ FC_VF_INLINE void fc_pwdw_out_(const float *FC_RESTRICT ot, long q0, float *FC_R
  * out, the last chunk overlapping the one before (or, under FC_VF_VL positions, lane by lane).
  * w1, w2: the vectors' first weights (blocked as above). */
 FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1, const float *w2, const float *b2,
-                                float *y, const fc_pwdw_geom *g, float *scratch, long b, long c0, int nv, long i0,
-                                long i1, fc_dwconv_epilogue act1, fc_dwconv_epilogue act2) {
+                                float *y, float *mean, const fc_pwdw_geom *g, float *scratch, long b, long c0, int nv,
+                                long i0, long i1, fc_dwconv_epilogue act1, fc_dwconv_epilogue act2) {
     enum { VL = FC_VF_VL };
     const long hw = g->h * g->w, ohw = g->oh * g->ow, cs = nv * VL, window = (g->kh - 1) * g->dh + 1;
     const long q0 = i0 * g->ow, q1 = i1 * g->ow; /* the output positions */
@@ -211,6 +211,7 @@ FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1
     long rows, cells, next = i0 * g->sh, chunk[2] = {0, 0}, i, k, s;
     float *ring = scratch, *ot;
     fc_vf bias1[2] = {FC_VF_SPLAT(0.0f), FC_VF_SPLAT(0.0f)}, bias2[2] = {FC_VF_SPLAT(0.0f), FC_VF_SPLAT(0.0f)};
+    fc_vf total[2] = {FC_VF_SPLAT(0.0f), FC_VF_SPLAT(0.0f)};
     fc_pwdw_ring_(g, &rows, &cells);
     ot = scratch + FC_PWDW_LANES * rows * cells;
     for (s = 0; s < nv; s++) {
@@ -234,6 +235,19 @@ FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1
             fc_pwdw_row_(ring, rows, cells, cs, s * VL, w2 + s * VL, bias2[s], os, i, g);
             if (act2)
                 act2(os + i * g->ow * VL, g->ow * VL, 1, g->ow * VL, 0, 0, NULL);
+            if (mean) { /* the row's sum, then the rows' */
+                fc_vf row = FC_VF_SPLAT(0.0f);
+                for (k = 0; k < g->ow; k++)
+                    row = row + fc_vf_load(os + (i * g->ow + k) * VL);
+                total[s] = total[s] + row;
+            }
+            if (mean && i == i1 - 1) {
+                float m[FC_VF_VL];
+                long l;
+                fc_vf_store(m, total[s] * FC_VF_SPLAT(1.0f / (float)ohw));
+                for (l = 0; l < lanes; l++)
+                    mean[b * g->cexp + c0 + s * VL + l] = m[l];
+            }
             for (; q0 + (chunk[s] + 1) * VL <= (i + 1) * g->ow; chunk[s]++)
                 fc_pwdw_out_(os, q0 + chunk[s] * VL, ys, ohw, lanes);
             if (i == i1 - 1 && q0 + chunk[s] * VL < q1 && q1 - q0 >= VL) /* the last chunk, overlapping */
@@ -249,12 +263,13 @@ FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1
 
 /* Units [lo, hi) of the n * cp / FC_PWDW_LANES * bands (image, block of FC_PWDW_LANES
  * channels, band of output rows), image-major, bands innermost; 0 and all of them for the
- * whole step. Disjoint ranges may run at once, each with its own scratch
+ * whole step. With one band, mean (or NULL) gets each output plane's mean (n, cexp): the sum
+ * of each row's, in row order, over oh * ow. Disjoint ranges may run at once, each with its own scratch
  * (fc_pwdw_scratch_floats), and give the values of one call for all. A unit goes in passes of
  * two vectors of channels (one where the second would hold only padding); a band starts its
  * ring afresh (a window's rows less a stride computed again). */
 FC_VF_INLINE void fc_pwdw_f32(const float *x, const float *w1, const float *b1, const float *w2, const float *b2,
-                              float *y, const fc_pwdw_geom *g, float *scratch, long lo, long hi,
+                              float *y, float *mean, const fc_pwdw_geom *g, float *scratch, long lo, long hi,
                               fc_dwconv_epilogue act1, fc_dwconv_epilogue act2) {
     enum { VL = FC_VF_VL, PASS = 2 * FC_VF_VL };
     const long per = g->cp / FC_PWDW_LANES, taps = g->kh * g->kw;
@@ -269,9 +284,9 @@ FC_VF_INLINE void fc_pwdw_f32(const float *x, const float *w1, const float *b1, 
             if (c0 >= g->cexp)
                 break;
             if (c0 + VL < g->cexp)
-                fc_pwdw_pass_(x, w1p, b1, w2p, b2, y, g, scratch, b, c0, 2, i0, i1, act1, act2);
+                fc_pwdw_pass_(x, w1p, b1, w2p, b2, y, mean, g, scratch, b, c0, 2, i0, i1, act1, act2);
             else
-                fc_pwdw_pass_(x, w1p, b1, w2p, b2, y, g, scratch, b, c0, 1, i0, i1, act1, act2);
+                fc_pwdw_pass_(x, w1p, b1, w2p, b2, y, mean, g, scratch, b, c0, 1, i0, i1, act1, act2);
         }
     }
 }

@@ -1,9 +1,9 @@
 """An expansion and its depthwise conv as one step (codegen/backends/c/pwdw.py,
 runtime_c/kernels/pwdw.h): where the lowering merges them, and the C kernel against the
-interpreter: SiLU and ReLU activations or none, channel counts that end in a partial vector
-and in a pass of one vector, stride 2 with uneven pads, 5x5 taps, dilation, a plane whose
-ring holds one window's rows, no biases, two images, and 2 threads; built native (AVX-512
-where the machine has it) and plain C99 (one lane a vector)."""
+interpreter: SiLU and ReLU activations or none, the planes' means as a second output, channel
+counts that end in a partial vector and in a pass of one vector, stride 2 with uneven pads, 5x5
+taps, dilation, a plane whose ring holds one window's rows, no biases, two images, and 2
+threads; built native (AVX-512 where the machine has it) and plain C99 (one lane a vector)."""
 
 from __future__ import annotations
 
@@ -29,14 +29,15 @@ def silu(y):
 
 
 CASES: list = []
-# (x shape, expanded channels, kernel, activations, bias, depthwise keywords)
-for cid, xs, cexp, k, act1, act2, bias, kw in (
+S2 = dict(strides=(2, 2), pads=(1, 1, 1, 1))
+# id: (x shape, expanded channels, kernel, activations, bias, depthwise keywords, squeeze-and-
+# excitation: the output scaled by its planes' means, which the merged step computes)
+for cid, (xs, cexp, k, act1, act2, bias, kw, se) in {
     # 72 channels: two items, the second's pass of one vector, 8 lanes of it real
-    ("silu-s2-72", (1, 16, 28, 28), 72, (3, 3), silu, silu, True, dict(strides=(2, 2), pads=(1, 1, 1, 1))),
-    ("relu-5x5-2img", (2, 8, 16, 14), 40, (5, 5), gd.relu, None, True, dict(pads=(2, 2, 2, 2))),
+    "silu-s2-72-se": ((1, 16, 28, 28), 72, (3, 3), silu, silu, True, S2, True),
+    "relu-5x5-2img-se": ((2, 8, 16, 14), 40, (5, 5), gd.relu, None, True, dict(pads=(2, 2, 2, 2)), True),
     # a 48 x 40 plane: the ring holds one window's rows; dilation 2
-    (
-        "window-dil2",
+    "window-dil2": (
         (1, 4, 48, 40),
         32,
         (3, 3),
@@ -44,9 +45,9 @@ for cid, xs, cexp, k, act1, act2, bias, kw in (
         gd.relu,
         True,
         dict(pads=(2, 2, 2, 2), dilations=(2, 2)),
+        False,
     ),
-    (
-        "nobias-s2-uneven",
+    "nobias-s2-uneven": (
         (1, 6, 15, 17),
         33,
         (3, 3),
@@ -54,16 +55,18 @@ for cid, xs, cexp, k, act1, act2, bias, kw in (
         silu,
         False,
         dict(strides=(2, 2), pads=(0, 1, 1, 0)),
+        False,
     ),
-):
+}.items():
     w1, b1 = f32(cexp, xs[1], 1, 1, scale=0.4), f32(cexp) if bias else None
     w2, b2 = f32(cexp, 1, *k, scale=0.3), f32(cexp) if bias else None
 
-    def build(x, w1=w1, b1=b1, w2=w2, b2=b2, act1=act1, act2=act2, kw=kw):
+    def build(x, w1=w1, b1=b1, w2=w2, b2=b2, act1=act1, act2=act2, kw=kw, se=se):
         e = gd.conv(x, gd.constant(w1), None if b1 is None else gd.constant(b1))
         e = act1(e) if act1 else e
         d = gd.conv(e, gd.constant(w2), None if b2 is None else gd.constant(b2), group=w2.shape[0], **kw)
-        return act2(d) if act2 else d
+        d = act2(d) if act2 else d
+        return d * gd.sigmoid(gd.reduce_mean(d, (2, 3), keepdims=True)) if se else d
 
     CASES.append((cid, build, [f32(*xs)]))
 
@@ -87,6 +90,7 @@ def test_every_case_is_merged():
             g.set_outputs(fn(gd.placeholder("x", inputs[0].shape)))
         ops = _ops(g)
         assert "pwdw" in ops and "conv_gemm" not in ops and "dwconv" not in ops, (cid, ops)
+        assert "reduce_mean" not in ops, (cid, ops)  # the squeeze-and-excitation mean: an output of pwdw
 
 
 @pytest.mark.parametrize("how", list(BUILDS))
@@ -97,8 +101,12 @@ def test_pwdw_matches_interpreter(cid, how, built, c_outputs):
 
 
 def test_threads_give_the_one_thread_result_bit_for_bit(built):
-    """Every item (image, block of channels) is computed the same way whatever part takes it."""
+    """Every unit (image, block of channels, band of rows) is computed the same way whatever part
+    takes it. (Not the squeeze-and-excitation cases: at 2 threads their items split into bands
+    and the planes' means are the reduce_mean kernel's, summed in its own order.)"""
     for cid, _, inputs in CASES:
+        if cid.endswith("-se"):
+            continue
         feeds = {f"in{i}": a for i, a in enumerate(inputs)}
         one, two = built["native"][cid][1](**feeds), built["threads"][cid][1](**feeds)
         for name in one:

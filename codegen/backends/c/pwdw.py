@@ -55,7 +55,9 @@ re-reads its 37 KB and its 24 KB of weights, more than L1 holds)."""
 def fuse(graph: Graph, isa: str, threads: int = 1) -> Graph:
     """Merge each 1x1 expansion (``conv_gemm``, ``direct``) into the depthwise conv that is its
     one consumer, as a ``pwdw`` node, where ``isa`` is one of ``ISAS``; the graph unchanged
-    elsewhere. With several ``threads`` an item's output rows are split into ``bands``."""
+    elsewhere. With several ``threads`` an item's output rows are split into ``bands``. A mean
+    over the planes of the depthwise conv's output (squeeze-and-excitation) becomes the merged
+    node's second output where an item is one band."""
     if isa not in ISAS:
         return graph
     consumers = passes.consumers(graph)
@@ -64,19 +66,44 @@ def fuse(graph: Graph, isa: str, threads: int = 1) -> Graph:
     merge = {}
     for d in graph.nodes:
         e = _expansion(graph, d)
-        if e is not None and consumers[e.name] == [d.name] and e.name not in outputs | controlled:
-            if e.device == d.device:
-                merge[d.name] = e
+        if (
+            e is None
+            or consumers[e.name] != [d.name]
+            or e.name in outputs | controlled
+            or e.device != d.device
+        ):
+            continue
+        operands, attrs = _operands(graph, e, d)
+        attrs["bands"] = bands(d.outputs[0].shape, attrs["cexp"], threads, attrs)
+        means = [graph.node(c) for c in consumers[d.name] if _plane_mean(graph.node(c), d)]
+        mean = means[0] if means and attrs["bands"] == 1 and means[0].name not in controlled else None
+        attrs["mean"] = mean is not None
+        merge[d.name] = (e, mean, operands, attrs)
 
-    def make(rb, node, e):
-        operands, attrs = _operands(graph, e, node)
-        attrs["bands"] = bands(node.outputs[0].shape, attrs["cexp"], threads, attrs)
+    def make(rb, node, merged):
+        e, mean, operands, attrs = merged
         with default_graph_scope(rb.new), device(node.device), control_dependencies(rb.controls(node)):
             x = Tensor(rb.new, rb.refs[e.inputs[0]])
             out = gd.apply("pwdw", [x, *(gd.constant(v) for v in operands)], None, **attrs)
-        rb.bind(node, [out.ref])
+        if mean is None:
+            rb.bind(node, [out.ref])
+        else:
+            rb.bind(node, [out[0].ref])
+            rb.bind(mean, [out[1].ref])
 
-    return passes.merge_nodes(graph, merge, {e.name for e in merge.values()}, make)
+    absorbed = {e.name for e, *_ in merge.values()} | {m.name for _, m, *_ in merge.values() if m is not None}
+    return passes.merge_nodes(graph, merge, absorbed, make)
+
+
+def _plane_mean(node, d) -> bool:
+    """Whether ``node`` is the mean of each output plane of ``d``, kept as (n, c, 1, 1)."""
+    return (
+        node.op == "reduce_mean"
+        and node.inputs[0] == d.ref()
+        and tuple(node.attrs["axes"]) == (2, 3)
+        and node.attrs["keepdims"]
+        and node.device == d.device
+    )
 
 
 def _const(graph: Graph, ref):
@@ -212,7 +239,8 @@ def _infer(types, attrs):
     w = TensorType((cexp, 1) + tuple(attrs["kernel"]), "float32")
     from graphdef.registry import get_op
 
-    return get_op("conv").infer([e, w], _dw_attrs(attrs, cexp))
+    y = get_op("conv").infer([e, w], _dw_attrs(attrs, cexp))
+    return (y, TensorType(y.shape[:2] + (1, 1), "float32")) if attrs["mean"] else y
 
 
 def _act(program, value, facet: str):
@@ -227,13 +255,16 @@ def _ref(xs, attrs):
     e = _act(attrs["act1"], e, "ref")
     w = unblocked(w2, cexp).T.reshape((cexp, 1) + tuple(attrs["kernel"]))
     y = conv_ref([e, w, b2[:cexp]], _dw_attrs(attrs, cexp)).astype(np.float32)
-    return _act(attrs["act2"], y, "ref")
+    y = _act(attrs["act2"], y, "ref")
+    return (
+        (y, y.mean(axis=(2, 3), keepdims=True, dtype=np.float64).astype(np.float32)) if attrs["mean"] else y
+    )
 
 
 _RELU = ((("relu", (0,), ()),), 0, ())
 
 
-def _example(x_shape, cexp, kernel, strides, pads, dilations=(1, 1), act1=(), act2=(), bands=1):
+def _example(x_shape, cexp, kernel, strides, pads, dilations=(1, 1), act1=(), act2=(), bands=1, mean=False):
     cin, taps = x_shape[1], math.prod(kernel)
     cp = -(-cexp // LANES) * LANES
     inputs = (
@@ -244,7 +275,7 @@ def _example(x_shape, cexp, kernel, strides, pads, dilations=(1, 1), act1=(), ac
         _pad(_fixed(cexp, seed=34), cp),
     )
     attrs = {"cexp": cexp, "kernel": kernel, "strides": strides, "pads": pads, "dilations": dilations,
-             "act1": act1, "act2": act2, "bands": bands}  # fmt: skip
+             "act1": act1, "act2": act2, "bands": bands, "mean": mean}  # fmt: skip
     return Example(inputs, attrs, None, grad=False)
 
 
@@ -263,6 +294,7 @@ defop(
         "act1": Attr("any", ()),
         "act2": Attr("any", ()),
         "bands": Attr("int", 1),
+        "mean": Attr("bool", False),
     },
     kind=KERNEL,
     flops=lambda ins, outs, attrs: (
@@ -274,8 +306,9 @@ defop(
     "(cp), the depthwise taps (cp / 32, kh * kw, 32) and bias (cp), cp being cexp padded to a "
     "multiple of 32",
     examples=(
-        # 20 channels (a partial block), 3x3 stride 2, padded, activations; two images
-        _example((2, 3, 7, 9), 20, (3, 3), (2, 2), (1, 1, 1, 1), act1=_RELU, act2=_RELU),
+        # 20 channels (a partial block), 3x3 stride 2, padded, activations, the planes' means; two
+        # images
+        _example((2, 3, 7, 9), 20, (3, 3), (2, 2), (1, 1, 1, 1), act1=_RELU, act2=_RELU, mean=True),
         # 5x5, uneven pads, a plane too large for a whole-plane ring (rows of one window), in 3
         # bands of output rows
         _example((1, 4, 40, 37), 16, (5, 5), (1, 1), (2, 1, 2, 3), bands=3),
@@ -331,7 +364,14 @@ def _pwdw(s):
     k = {
         "g": g,
         "acts": acts,
-        "args": [*s.x, s.y[0], "&g", "(float *)scratch", *s.span(g["n"] * g["cp"] // LANES * g["bands"])]
+        "args": [
+            *s.x,
+            s.y[0],
+            s.y[1] if s.attrs["mean"] else "NULL",
+            "&g",
+            "(float *)scratch",
+            *s.span(g["n"] * g["cp"] // LANES * g["bands"]),
+        ]
         + [f"{s.func}_act{i + 1}_epi" if a else "NULL" for i, a in enumerate(acts)],
     }
     return Call("pwdw", k, ("kernels/pwdw.h",), prelude="pwdw")

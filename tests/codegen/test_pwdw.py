@@ -14,6 +14,7 @@ import graphdef as gd
 from codegen import pipeline
 from codegen.backends.c import pwdw as P
 from codegen.backends.c.lowering import lower_products
+from codegen.backends.c.winograd import conv_algorithm
 
 pytestmark = pytest.mark.c
 
@@ -78,10 +79,14 @@ def built(compile_cases):
     return {how: compile_cases(CASES, **kw) for how, kw in BUILDS.items()}
 
 
-def _ops(graph, isa="avx512", threads=1):
-    """The ops after the shared passes (elementwise chains fused) and the lowering for ``isa``."""
+def _lowered(graph, isa="avx512", threads=1):
+    """The graph after the shared passes (elementwise chains fused) and the lowering for ``isa``."""
     g = pipeline.run(graph, pipeline.Options(), until="prune_inlined").results["prune_inlined"]
-    return [n.op for n in lower_products(g, isa, threads).nodes]
+    return lower_products(g, isa, threads)
+
+
+def _ops(graph, isa="avx512", threads=1):
+    return [n.op for n in _lowered(graph, isa, threads).nodes]
 
 
 def test_every_case_is_merged():
@@ -91,6 +96,8 @@ def test_every_case_is_merged():
         ops = _ops(g)
         assert "pwdw" in ops and "conv_gemm" not in ops and "dwconv" not in ops, (cid, ops)
         assert "reduce_mean" not in ops, (cid, ops)  # the squeeze-and-excitation mean: an output of pwdw
+    node = next(n for n in _lowered(g).nodes if n.op == "pwdw")
+    assert conv_algorithm(node) == "expand+depthwise"  # what flowc inspect prints
 
 
 @pytest.mark.parametrize("how", list(BUILDS))

@@ -327,7 +327,8 @@ def chunk_plan(k: int, c: int, chunk_tiles: int, isa: str, bias: bool):
 
 def conv_algorithm(node) -> str | None:
     """How a conv step computes: "direct" (1x1 conv_gemm, or the plain conv kernel), "im2col",
-    "tiles" (register tiles, direct.py), "winograd2x2" or "winograd4x4"; None for other ops."""
+    "tiles" (register tiles, direct.py), "winograd2x2" or "winograd4x4", "expand+depthwise" (a 1x1
+    expansion and its depthwise conv as one step, pwdw.py); None for other ops."""
     if node.op == "conv_winograd":
         return node.attrs["algorithm"]
     if node.op == "conv_direct":
@@ -336,6 +337,8 @@ def conv_algorithm(node) -> str | None:
         return "direct" if node.attrs["direct"] else "im2col"
     if node.op in ("conv", "dwconv"):
         return "direct"
+    if node.op == "pwdw":
+        return "expand+depthwise"
     return None
 
 

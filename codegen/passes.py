@@ -95,6 +95,12 @@ def select_outputs(graph: Graph, outputs=None) -> Graph:
     return Graph(graph.name, graph.nodes, refs, graph.constants, graph.variables)
 
 
+def constant_value(graph: Graph, ref) -> np.ndarray | None:
+    """The array of the value ``ref`` when a constant node makes it, else None."""
+    node = graph.node(ref.node)
+    return graph.constants[node.name] if node.op == "constant" else None
+
+
 def consumers(graph: Graph) -> dict[str, list[str]]:
     """The names of each node's consumers, a consumer once per input it reads of the node."""
     out: dict[str, list[str]] = {n.name: [] for n in graph.nodes}
@@ -173,8 +179,7 @@ def fold_batch_norm(graph: Graph) -> Graph:
     outputs = {r.node for r in graph.declared_outputs}
 
     def const(ref):
-        node = graph.node(ref.node)
-        return graph.constants[node.name] if node.op == "constant" else None
+        return constant_value(graph, ref)
 
     def foldable(bn: Node, prod: Node) -> bool:
         if prod.op not in ("conv", "gemm") or uses.get(prod.name) != 1 or prod.name in outputs:

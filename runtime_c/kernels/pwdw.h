@@ -16,6 +16,7 @@
  * planes. The expanded tensor never exists; a part's scratch is the ring and an item's output
  * cells.
  *
+ * The ring's size (rows, cells) comes with the geometry (codegen/backends/c/pwdw.py, _ring).
  * x (n, cin, h, w); y (n, cexp, oh, ow). Weights, padded with zeros to cp channels (a multiple
  * of FC_PWDW_LANES), in blocks of FC_PWDW_LANES channels (an item's weights are contiguous: with
  * the channels strided, a block's vectors fell into a few cache sets): w1 (cp / LANES, cin,
@@ -33,7 +34,6 @@
 
 #define FC_PWDW_LANES 32 /* channels an item: two AVX-512 vectors */
 #define FC_PWDW_CELLS 8  /* output cells summed at once */
-#define FC_PWDW_WHOLE 16384 /* a padded plane of cells up to this many floats is the ring */
 #if FC_VF_VL >= 16
 #define FC_PWDW_EXP 12 /* expanded cells summed at once (two vectors each: 24 sums in registers) */
 #else
@@ -51,29 +51,13 @@ typedef struct {
     long h, w, oh, ow;
     long kh, kw, sh, sw, ph, pw, dh, dw; /* the depthwise conv: kernel, stride, leading pads, dilation */
     long bands;                          /* bands of output rows an item is split into (threads) */
+    long rows, cells; /* the ring: padded rows kept (a window's, or the whole plane's), cells a row */
 } fc_pwdw_geom;
 
-/* The ring: *rows rows of *cells cells (up to FC_PWDW_LANES floats each). A row holds the
- * window's columns, the slack the last output block reads past them and every input column
- * (so that rows are expanded whole). Small planes keep all their padded rows, so that their
- * rows are expanded as one run (a 7x7 plane's rows are shorter than FC_PWDW_EXP); others the
- * rows of one window. */
-FC_VF_INLINE void fc_pwdw_ring_(const fc_pwdw_geom *g, long *rows, long *cells) {
-    const long blocks = (g->ow + FC_PWDW_CELLS - 1) / FC_PWDW_CELLS;
-    const long hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
-    const long wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
-    const long reach = (blocks * FC_PWDW_CELLS - 1) * g->sw + (g->kw - 1) * g->dw + 1;
-    *cells = reach > wp ? reach : wp;
-    if (*cells < g->pw + g->w)
-        *cells = g->pw + g->w;
-    *rows = hp * *cells * FC_PWDW_LANES <= FC_PWDW_WHOLE ? hp : (g->kh - 1) * g->dh + 1;
-}
-
-/* Floats of a part's scratch: the ring and the output cells of an item's channels. */
+/* Floats of a part's scratch: the ring (rows x cells cells of up to FC_PWDW_LANES floats) and
+ * the output cells of an item's channels. */
 FC_VF_INLINE long fc_pwdw_scratch_floats(const fc_pwdw_geom *g) {
-    long rows, cells;
-    fc_pwdw_ring_(g, &rows, &cells);
-    return FC_PWDW_LANES * (rows * cells + g->oh * g->ow);
+    return FC_PWDW_LANES * (g->rows * g->cells + g->oh * g->ow);
 }
 
 /* The ring cell (cs floats) of input position p (row p / w, column p % w). */
@@ -96,10 +80,10 @@ FC_VF_INLINE void fc_pwdw_expand_(const float *FC_RESTRICT xi, const float *FC_R
         const long s = grp * NE + NE <= n ? p0 + grp * NE : p1 - NE;
         const float *xs = xi + s;
         fc_vf a[NE], b[NE];
-        for (q = 0; q < NE; q++)
-            a[q] = b[q] = bias[0];
-        for (q = 0; q < NE && nv == 2; q++)
-            b[q] = bias[1];
+        for (q = 0; q < NE; q++) {
+            a[q] = bias[0];
+            b[q] = bias[nv - 1];
+        }
         for (k = 0; k < g->cin; k++) {
             const fc_vf wa = fc_vf_load(w1 + k * FC_PWDW_LANES);
             const fc_vf wb = nv == 2 ? fc_vf_load(w1 + k * FC_PWDW_LANES + VL) : wa;
@@ -183,16 +167,17 @@ FC_VF_INLINE void fc_pwdw_row_(const float *FC_RESTRICT ring, long rows, long ce
     }
 }
 
-/* Output cells [q0, q0 + FC_VF_VL) of ot into the planes y + l * ohw of the vector's first
- * `lanes` channels. */
-FC_VF_INLINE void fc_pwdw_out_(const float *FC_RESTRICT ot, long q0, float *FC_RESTRICT y, long ohw, long lanes) {
+/* Output cells [q0, q0 + count) of ot (count <= FC_VF_VL) into the planes y + l * ohw of the
+ * vector's first `lanes` channels: a register transpose for a whole vector of both. */
+FC_VF_INLINE void fc_pwdw_out_(const float *FC_RESTRICT ot, long q0, long count, float *FC_RESTRICT y, long ohw,
+                               long lanes) {
     long l, q;
-    if (lanes == FC_VF_VL) {
+    if (lanes == FC_VF_VL && count == FC_VF_VL) {
         fc_dwconv_cb_out_(ot, q0, y, ohw);
         return;
     }
     for (l = 0; l < lanes; l++)
-        for (q = 0; q < FC_VF_VL; q++)
+        for (q = 0; q < count; q++)
             y[l * ohw + q0 + q] = ot[(q0 + q) * FC_VF_VL + l];
 }
 
@@ -208,12 +193,11 @@ FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1
     const long hw = g->h * g->w, ohw = g->oh * g->ow, cs = nv * VL, window = (g->kh - 1) * g->dh + 1;
     const long q0 = i0 * g->ow, q1 = i1 * g->ow; /* the output positions */
     const float *xi = x + b * g->cin * hw;
-    long rows, cells, next = i0 * g->sh, chunk[2] = {0, 0}, i, k, s;
-    float *ring = scratch, *ot;
+    const long rows = g->rows, cells = g->cells;
+    long next = i0 * g->sh, chunk[2] = {0, 0}, i, k, s;
+    float *ring = scratch, *ot = scratch + FC_PWDW_LANES * rows * cells;
     fc_vf bias1[2] = {FC_VF_SPLAT(0.0f), FC_VF_SPLAT(0.0f)}, bias2[2] = {FC_VF_SPLAT(0.0f), FC_VF_SPLAT(0.0f)};
     fc_vf total[2] = {FC_VF_SPLAT(0.0f), FC_VF_SPLAT(0.0f)};
-    fc_pwdw_ring_(g, &rows, &cells);
-    ot = scratch + FC_PWDW_LANES * rows * cells;
     for (s = 0; s < nv; s++) {
         bias1[s] = fc_vf_load(b1 + c0 + s * VL);
         bias2[s] = fc_vf_load(b2 + c0 + s * VL);
@@ -249,14 +233,9 @@ FC_VF_INLINE void fc_pwdw_pass_(const float *x, const float *w1, const float *b1
                     mean[b * g->cexp + c0 + s * VL + l] = m[l];
             }
             for (; q0 + (chunk[s] + 1) * VL <= (i + 1) * g->ow; chunk[s]++)
-                fc_pwdw_out_(os, q0 + chunk[s] * VL, ys, ohw, lanes);
-            if (i == i1 - 1 && q0 + chunk[s] * VL < q1 && q1 - q0 >= VL) /* the last chunk, overlapping */
-                fc_pwdw_out_(os, q1 - VL, ys, ohw, lanes);
-            for (k = q0 + chunk[s] * VL; i == i1 - 1 && k < q1 && q1 - q0 < VL; k++) {
-                long l;
-                for (l = 0; l < lanes; l++)
-                    ys[l * ohw + k] = os[k * VL + l];
-            }
+                fc_pwdw_out_(os, q0 + chunk[s] * VL, VL, ys, ohw, lanes);
+            if (i == i1 - 1 && q0 + chunk[s] * VL < q1) /* the rest: the last chunk overlapping */
+                fc_pwdw_out_(os, q1 - VL >= q0 ? q1 - VL : q0, q1 - q0 < VL ? q1 - q0 : VL, ys, ohw, lanes);
         }
     }
 }

@@ -30,17 +30,10 @@ def lower_products(graph: Graph, isa: str, threads: int = 1) -> Graph:
     """The C backend's "lower" stage for instruction set ``isa``: ``lower_linear``, then
     ``fuse_epilogues``, then ``pwdw.fuse`` (expansions into their depthwise convs), then
     ``prune`` (what the products absorbed)."""
-    from ...passes import prune
-
-    return prune(pwdw.fuse(fuse_epilogues(lower_linear(graph, isa, threads)), isa, threads))
+    return passes.prune(pwdw.fuse(fuse_epilogues(lower_linear(graph, isa, threads)), isa, threads))
 
 
 # ----------------------------------------------------------------------------- fast float32 products
-def _const_array(graph: Graph, ref: ValueRef):
-    node = graph.node(ref.node)
-    return graph.constants[node.name] if node.op == "constant" else None
-
-
 PARALLEL_FLOPS = 200_000
 """A product is split over the model's threads from this many floating-point operations on
 (handing work to the pool costs about a microsecond)."""
@@ -78,15 +71,17 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             op == "conv"
             and f32(*node.inputs)
             and node.outputs[0].size
-            and _const_array(graph, node.inputs[1]) is not None
+            and passes.constant_value(graph, node.inputs[1]) is not None
         ):
             cg = ins[1].shape[1]
             depthwise = a["group"] == ins[0].shape[1] and cg == 1 and a["group"] > 1
-            if not depthwise and (len(node.inputs) < 3 or _const_array(graph, node.inputs[2]) is not None):
+            if not depthwise and (
+                len(node.inputs) < 3 or passes.constant_value(graph, node.inputs[2]) is not None
+            ):
                 new = _lower_conv_dense(graph, node, ins, isa)
                 if new is None:
-                    bias = _const_array(graph, node.inputs[2]) if len(node.inputs) == 3 else None
-                    w = _const_array(graph, node.inputs[1])
+                    bias = passes.constant_value(graph, node.inputs[2]) if len(node.inputs) == 3 else None
+                    w = passes.constant_value(graph, node.inputs[1])
                     new, est = lower_winograd(node, ins, w, bias, isa, threads)
                     new = new or lower_direct(node, ins, w, bias, isa, est)
                     new = new or _lower_conv(graph, node, ins, isa, est)
@@ -224,7 +219,7 @@ def _lower_matmul(graph, node, ins, isa):
     a_t, b_t = ins
     if a_t.rank == 0 or b_t.rank == 0:
         return None
-    b_const = _const_array(graph, node.inputs[1])
+    b_const = passes.constant_value(graph, node.inputs[1])
     if b_const is not None and b_t.rank == 2:
         k, n = b_t.shape
         m = a_t.size // k
@@ -249,7 +244,7 @@ def _lower_matmul(graph, node, ins, isa):
 
 def _lower_gemm(graph, node, ins, isa):
     a = node.attrs
-    b_const = _const_array(graph, node.inputs[1])
+    b_const = passes.constant_value(graph, node.inputs[1])
     if b_const is None:
         return None
     m, n = node.outputs[0].shape
@@ -257,7 +252,7 @@ def _lower_gemm(graph, node, ins, isa):
     logical_b = b_const.T if a["trans_b"] else b_const
     bias = None
     if len(node.inputs) == 3:
-        c = _const_array(graph, node.inputs[2])
+        c = passes.constant_value(graph, node.inputs[2])
         if c is None or c.size not in (1, n) or (c.ndim == 2 and c.shape[0] != 1 and c.size != 1):
             return None
         bias = (np.broadcast_to(c.reshape(-1), (n,)) * a["beta"]).astype(np.float32)
@@ -279,7 +274,7 @@ def _lower_gemm(graph, node, ins, isa):
 def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
     a = node.attrs
     x_t, w_t = ins[:2]
-    w = _const_array(graph, node.inputs[1]).astype(np.float32)
+    w = passes.constant_value(graph, node.inputs[1]).astype(np.float32)
     g = a["group"]
     m, cg = w_t.shape[:2]
     kernel = w_t.shape[2:]
@@ -309,7 +304,7 @@ def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
     }
     operands = [node.inputs[0], packed]
     if len(node.inputs) == 3:
-        operands.append(_const_array(graph, node.inputs[2]).astype(np.float32))
+        operands.append(passes.constant_value(graph, node.inputs[2]).astype(np.float32))
     return "conv_gemm", operands, attrs
 
 
@@ -323,13 +318,13 @@ def _lower_conv_dense(graph, node, ins, isa):
     if a["group"] != 1 or any(d != 1 for d in (*x_t.shape[2:], *w_t.shape[2:])) or any(a["pads"]):
         return None
     m, k = x_t.shape[0], x_t.shape[1]
-    w = _const_array(graph, node.inputs[1]).astype(np.float32).reshape(w_t.shape[0], k)
+    w = passes.constant_value(graph, node.inputs[1]).astype(np.float32).reshape(w_t.shape[0], k)
     bias = len(node.inputs) == 3
     plan = SP.make_plan(m, w_t.shape[0], k, isa=isa, b="packed", bias="col" if bias else "none")
     attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
     operands = [node.inputs[0], SP.pack_b(w.T, plan)]
     if bias:
-        operands.append(_const_array(graph, node.inputs[2]).astype(np.float32))
+        operands.append(passes.constant_value(graph, node.inputs[2]).astype(np.float32))
     return "sgemm", operands, attrs
 
 

@@ -28,7 +28,7 @@ from graphdef.ir import Graph, TensorType
 from graphdef.ops._util import check_dtype
 from graphdef.ops.fused import run_program
 from graphdef.ops.nn import conv_ref
-from graphdef.registry import KERNEL, Attr, Example, Sample, defop
+from graphdef.registry import KERNEL, Attr, Example, Sample, defop, get_op
 
 from ... import passes
 from .gemm_ops import _INTERNAL, _fixed, plan_of, program_context
@@ -38,8 +38,8 @@ from .table import TRANSCENDENTAL, Call, Split, kernel, work
 
 LANES, CELLS, WHOLE = 32, 8, 16384
 """runtime_c/kernels/pwdw.h's FC_PWDW_LANES (channels of an item; weights are padded to a
-multiple), FC_PWDW_CELLS (output cells summed at once) and FC_PWDW_WHOLE (the floats of the
-largest whole-plane ring)."""
+multiple) and FC_PWDW_CELLS (output cells summed at once); the floats of the largest
+whole-plane ring (``_ring``)."""
 
 ISAS = ("avx512",)
 """Where ``fuse`` merges: measured there (the kernel is plain fc_vf code and runs on any)."""
@@ -106,11 +106,6 @@ def _plane_mean(node, d) -> bool:
     )
 
 
-def _const(graph: Graph, ref):
-    node = graph.node(ref.node)
-    return graph.constants[node.name] if node.op == "constant" else None
-
-
 def _activation(node) -> tuple:
     """The node's epilogue if it reads nothing but the product (an activation), () for none,
     None for one with other inputs."""
@@ -120,26 +115,36 @@ def _activation(node) -> tuple:
     return epi if not epi[2] else None
 
 
+def _dw_inputs(d) -> list:
+    """x, w and the bias if any of depthwise conv ``d`` (a ``dwconv``: without its epilogue's)."""
+    return dw_split(d.inputs, d.attrs)[0] if d.op == "dwconv" else list(d.inputs)
+
+
+def padded(cexp: int) -> int:
+    """cp: ``cexp`` channels padded to whole items of ``LANES``."""
+    return -(-cexp // LANES) * LANES
+
+
 def _expansion(graph: Graph, d):
     """The 1x1 conv_gemm that depthwise conv ``d`` (a ``dwconv`` or ``conv``) reads, where the two
     merge; else None."""
     if d.op not in ("dwconv", "conv"):
         return None
-    conv_in = dw_split(d.inputs, d.attrs)[0] if d.op == "dwconv" else list(d.inputs)
-    if d.op == "conv" and len(conv_in) > 3:
+    conv_in = _dw_inputs(d)
+    if len(conv_in) > 3:
         return None
     types = [graph.type_of(r) for r in conv_in]
     geom = depthwise_geom(types, d.outputs, d.attrs)
     if geom is None or geom["m"] != geom["c"] or types[0].rank != 4 or _activation(d) is None:
         return None
-    if any(_const(graph, r) is None for r in conv_in[1:]):
+    if any(passes.constant_value(graph, r) is None for r in conv_in[1:]):
         return None
     e = graph.node(conv_in[0].node)
     if e.op != "conv_gemm" or not e.attrs["direct"] or e.attrs["group"] != 1 or _activation(e) is None:
         return None
     x = graph.type_of(e.inputs[0])
     if (
-        any(_const(graph, r) is None for r in e.inputs[1:])
+        any(passes.constant_value(graph, r) is None for r in e.inputs[1:])
         or x.rank != 4
         or math.prod(x.shape[2:]) < MIN_PLANE
     ):
@@ -170,12 +175,12 @@ def _operands(graph: Graph, e, d) -> tuple[list[np.ndarray], dict]:
     attributes, from expansion ``e`` and depthwise conv ``d``."""
     plan = plan_of(e.attrs)
     cexp = plan.m
-    cp = -(-cexp // LANES) * LANES
-    w1 = unpack_a(np.asarray(_const(graph, e.inputs[1])).reshape(-1), plan)  # (cexp, cin)
-    b1 = _const(graph, e.inputs[2]) if plan.bias else np.zeros(cexp, np.float32)
-    conv_in = dw_split(d.inputs, d.attrs)[0] if d.op == "dwconv" else list(d.inputs)
-    w2 = np.asarray(_const(graph, conv_in[1]), np.float32)  # (cexp, 1, kh, kw)
-    b2 = _const(graph, conv_in[2]) if len(conv_in) == 3 else np.zeros(cexp, np.float32)
+    cp = padded(cexp)
+    w1 = unpack_a(np.asarray(passes.constant_value(graph, e.inputs[1])).reshape(-1), plan)  # (cexp, cin)
+    b1 = passes.constant_value(graph, e.inputs[2]) if plan.bias else np.zeros(cexp, np.float32)
+    conv_in = _dw_inputs(d)
+    w2 = np.asarray(passes.constant_value(graph, conv_in[1]), np.float32)  # (cexp, 1, kh, kw)
+    b2 = passes.constant_value(graph, conv_in[2]) if len(conv_in) == 3 else np.zeros(cexp, np.float32)
     operands = [
         blocked(w1.T, cp),
         _pad(np.asarray(b1, np.float32).reshape(cexp), cp),
@@ -227,7 +232,7 @@ def _infer(types, attrs):
         check_dtype(t, ("float32",))
     x, w1, b1, w2, b2 = types
     cexp, taps = attrs["cexp"], math.prod(attrs["kernel"])
-    cp = -(-cexp // LANES) * LANES
+    cp = padded(cexp)
     if x.rank != 4 or len(attrs["kernel"]) != 2:
         raise ShapeError(f"pwdw takes 2-D images, got x {x.shape}")
     want = ((cp // LANES, x.shape[1], LANES), (cp,), (cp // LANES, taps, LANES), (cp,))
@@ -237,8 +242,6 @@ def _infer(types, attrs):
         )
     e = TensorType((x.shape[0], cexp) + x.shape[2:], "float32")
     w = TensorType((cexp, 1) + tuple(attrs["kernel"]), "float32")
-    from graphdef.registry import get_op
-
     y = get_op("conv").infer([e, w], _dw_attrs(attrs, cexp))
     return (y, TensorType(y.shape[:2] + (1, 1), "float32")) if attrs["mean"] else y
 
@@ -266,7 +269,7 @@ _RELU = ((("relu", (0,), ()),), 0, ())
 
 def _example(x_shape, cexp, kernel, strides, pads, dilations=(1, 1), act1=(), act2=(), bands=1, mean=False):
     cin, taps = x_shape[1], math.prod(kernel)
-    cp = -(-cexp // LANES) * LANES
+    cp = padded(cexp)
     inputs = (
         Sample(x_shape),
         blocked(_fixed(cin, cexp, seed=31), cp),
@@ -320,35 +323,47 @@ defop(
 
 # ----------------------------------------------------------------------------- C lowering
 def _geom(s) -> dict:
+    """fc_pwdw_geom, with the ring's size (``_ring``)."""
     x, attrs = s.ins[0], s.attrs
     (oh, ow), (kh, kw) = s.outs[0].shape[2:], attrs["kernel"]
+    rows, cells = _ring(x.shape, s.outs[0].shape, attrs)
     return {
-        "n": x.shape[0], "cin": x.shape[1], "cexp": attrs["cexp"], "cp": s.ins[2].shape[0],
+        "n": x.shape[0], "cin": x.shape[1], "cexp": attrs["cexp"], "cp": padded(attrs["cexp"]),
         "h": x.shape[2], "w": x.shape[3], "oh": oh, "ow": ow, "kh": kh, "kw": kw,
         "sh": attrs["strides"][0], "sw": attrs["strides"][1], "ph": attrs["pads"][0], "pw": attrs["pads"][1],
         "dh": attrs["dilations"][0], "dw": attrs["dilations"][1], "bands": attrs["bands"],
+        "rows": rows, "cells": cells,
     }  # fmt: skip
 
 
-def _scratch_floats(ins, outs, attrs) -> int:
-    """fc_pwdw_scratch_floats."""
-    (oh, ow), (kh, kw) = outs[0].shape[2:], attrs["kernel"]
+def _ring(x_shape, out_shape, attrs) -> tuple[int, int]:
+    """The ring's rows and cells a row (runtime_c/kernels/pwdw.h): a row holds the window's
+    columns, the slack the last block of CELLS output cells reads past them and every input
+    column (rows are expanded whole); a plane of at most WHOLE floats of cells keeps all its
+    padded rows (expanded as one run: a 7x7 plane's rows are shorter than a group of expanded
+    cells), others the rows of one window."""
+    (oh, ow), (kh, kw) = out_shape[2:], attrs["kernel"]
     (sh, sw), (dh, dw), pw = attrs["strides"], attrs["dilations"], attrs["pads"][1]
-    blocks = -(-ow // CELLS)
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
-    cells = max(wp, (blocks * CELLS - 1) * sw + (kw - 1) * dw + 1, pw + ins[0].shape[3])
-    rows = hp if hp * cells * LANES <= WHOLE else (kh - 1) * dh + 1
+    cells = max(wp, (-(-ow // CELLS) * CELLS - 1) * sw + (kw - 1) * dw + 1, pw + x_shape[3])
+    return (hp if hp * cells * LANES <= WHOLE else (kh - 1) * dh + 1), cells
+
+
+def _scratch_floats(ins, outs, attrs) -> int:
+    """fc_pwdw_scratch_floats: the ring and the output cells of an item's channels."""
+    rows, cells = _ring(ins[0].shape, outs[0].shape, attrs)
+    (oh, ow) = outs[0].shape[2:]
     return LANES * (rows * cells + oh * ow)
 
 
 def _split(ins, outs, attrs):
-    """Items (image, block of 32 channels): the expansion's and the taps' multiply-adds, the
-    activations' work on every expanded and output value."""
+    """Units (image, block of 32 channels, band of output rows): the expansion's and the taps'
+    multiply-adds, the activations' work on every expanded and output value."""
     x = ins[0]
     expanded = x.shape[0] * attrs["cexp"] * math.prod(x.shape[2:])
     ops = expanded * (2 * x.shape[1] + TRANSCENDENTAL * bool(attrs["act1"]))
     ops += outs[0].size * (2 * math.prod(attrs["kernel"]) + TRANSCENDENTAL * bool(attrs["act2"]))
-    return Split(x.shape[0] * ins[2].shape[0] // LANES * attrs["bands"], work([x], outs, ops))
+    return Split(x.shape[0] * padded(attrs["cexp"]) // LANES * attrs["bands"], work([x], outs, ops))
 
 
 @kernel("pwdw", scratch=lambda ins, outs, attrs, isa: 4 * _scratch_floats(ins, outs, attrs), split=_split)

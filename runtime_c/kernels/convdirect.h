@@ -101,17 +101,18 @@ FC_INLINE void fc_cd_pad(const float *FC_RESTRICT x, float *FC_RESTRICT xp, cons
             fc_sg_store(t + i * FC_SGEMM_NR + 3 * FC_SGEMM_VL, c##i##_3); \
     }
 
-/* One tile: t[i][co] (R rows of NR floats) = the sum over the taps of x0[off[p] + i*S] times
- * the NR weights of tap p (w, NR floats a tap). S 0: the stride s at run time. Each tap also
+/* One tile: t[i][co] (R rows of U vectors) = the sum over the taps of x0[off[p] + i*S] times
+ * the first U vectors of the NR weights of tap p (w, NR floats a tap). S 0: the stride s at
+ * run time. U is FC_SGEMM_NV, or 1 for a block of at most FC_SGEMM_VL channels (a stem of 16
+ * output channels would otherwise sum as many zero weights as real ones). Each tap also
  * prefetches pf + p * pfs: the tiles of a block's rows share out the prefetch of the next
  * block's weights (at batch 1 a layer's weights come from memory once; read only by the first
  * row's tile they stalled it: 512 -> 512 channels on 7x7 in a ResNet-18 ran 14-18% slower
  * than im2col + GEMM, whose products use each weight once for every position). */
-FC_SG_BODY void fc_cd_body(const int R, const int S0, long s, long taps, const int *FC_RESTRICT off,
-                           const float *FC_RESTRICT x0, const float *FC_RESTRICT w, const float *pf,
-                           long pfs, float *FC_RESTRICT t) {
+FC_SG_BODY void fc_cd_body(const int R, const int U, const int S0, long s, long taps,
+                           const int *FC_RESTRICT off, const float *FC_RESTRICT x0, const float *FC_RESTRICT w,
+                           const float *pf, long pfs, float *FC_RESTRICT t) {
     const fc_sgemm_v z = FC_SG_SPLAT(0.0f);
-    const int U = FC_SGEMM_NV;
     const long ars = S0 ? S0 : s;
     long p;
     FC_SG_ROWS(FC_SG_DECL)
@@ -132,22 +133,26 @@ FC_SG_BODY void fc_cd_body(const int R, const int S0, long s, long taps, const i
 typedef void (*fc_cd_tile_fn)(long s, long taps, const int *off, const float *x0, const float *w, const float *pf,
                               long pfs, float *t);
 
-#define FC_CD_INST(r)                                                                             \
-    FC_SG_KERNEL void fc_cd_mk_##r##_1(long s, long taps, const int *off, const float *x0, const float *w, \
-                                       const float *pf, long pfs, float *t) {                     \
-        fc_cd_body(r, 1, s, taps, off, x0, w, pf, pfs, t);                                        \
+/* Tile functions of R rows and U vectors for strides run-time (_s), 1 and 2. */
+#define FC_CD_INST_(r, u, name)                                                                   \
+    FC_SG_KERNEL void name##_1(long s, long taps, const int *off, const float *x0, const float *w, \
+                               const float *pf, long pfs, float *t) {                             \
+        fc_cd_body(r, u, 1, s, taps, off, x0, w, pf, pfs, t);                                     \
     }                                                                                             \
-    FC_SG_KERNEL void fc_cd_mk_##r##_2(long s, long taps, const int *off, const float *x0, const float *w, \
-                                       const float *pf, long pfs, float *t) {                     \
-        fc_cd_body(r, 2, s, taps, off, x0, w, pf, pfs, t);                                        \
+    FC_SG_KERNEL void name##_2(long s, long taps, const int *off, const float *x0, const float *w, \
+                               const float *pf, long pfs, float *t) {                             \
+        fc_cd_body(r, u, 2, s, taps, off, x0, w, pf, pfs, t);                                     \
     }                                                                                             \
-    FC_SG_KERNEL void fc_cd_mk_##r##_s(long s, long taps, const int *off, const float *x0, const float *w, \
-                                       const float *pf, long pfs, float *t) {                     \
-        fc_cd_body(r, 0, s, taps, off, x0, w, pf, pfs, t);                                        \
+    FC_SG_KERNEL void name##_s(long s, long taps, const int *off, const float *x0, const float *w, \
+                               const float *pf, long pfs, float *t) {                             \
+        fc_cd_body(r, u, 0, s, taps, off, x0, w, pf, pfs, t);                                     \
     }
+#define FC_CD_INST(r) FC_CD_INST_(r, FC_SGEMM_NV, fc_cd_mk_##r) FC_CD_INST_(r, 1, fc_cd_mk1_##r)
 FC_CD_INST(1) FC_CD_INST(2) FC_CD_INST(3) FC_CD_INST(4) FC_CD_INST(5) FC_CD_INST(6) FC_CD_INST(7)
 FC_CD_INST(8) FC_CD_INST(9) FC_CD_INST(10) FC_CD_INST(11) FC_CD_INST(12) FC_CD_INST(13) FC_CD_INST(14)
-#define FC_CD_FNS(r) {fc_cd_mk_##r##_s, fc_cd_mk_##r##_1, fc_cd_mk_##r##_2}
+#define FC_CD_FNS(r)                                          \
+    {{fc_cd_mk_##r##_s, fc_cd_mk_##r##_1, fc_cd_mk_##r##_2},  \
+     {fc_cd_mk1_##r##_s, fc_cd_mk1_##r##_1, fc_cd_mk1_##r##_2}}
 
 /* The tile t (R rows of positions, NR channels a row) into y[co * ldc + i] for its first
  * `rows` channels, plus their bias (or none). AVX-512: 16 x 16 blocks transposed in registers
@@ -209,10 +214,11 @@ FC_INLINE void fc_cd_items_any(const fc_cd_geom *g, long nr, const float *xp, co
 
 FC_INLINE void fc_cd_items(const fc_cd_geom *g, long nr, const float *xp, const float *wp, const float *bias,
                            float *y, long i0, long i1, fc_sgemm_epilogue epi, const void *epi_arg) {
-    static const fc_cd_tile_fn fns[14][3] = {FC_CD_FNS(1),  FC_CD_FNS(2),  FC_CD_FNS(3),  FC_CD_FNS(4),
-                                             FC_CD_FNS(5),  FC_CD_FNS(6),  FC_CD_FNS(7),  FC_CD_FNS(8),
-                                             FC_CD_FNS(9),  FC_CD_FNS(10), FC_CD_FNS(11), FC_CD_FNS(12),
-                                             FC_CD_FNS(13), FC_CD_FNS(14)};
+    /* [R - 1][a block of at most one vector of channels][stride: run time, 1, 2] */
+    static const fc_cd_tile_fn fns[14][2][3] = {FC_CD_FNS(1),  FC_CD_FNS(2),  FC_CD_FNS(3),  FC_CD_FNS(4),
+                                                FC_CD_FNS(5),  FC_CD_FNS(6),  FC_CD_FNS(7),  FC_CD_FNS(8),
+                                                FC_CD_FNS(9),  FC_CD_FNS(10), FC_CD_FNS(11), FC_CD_FNS(12),
+                                                FC_CD_FNS(13), FC_CD_FNS(14)};
     const int *off = (const int *)(xp + g->c * g->hp * g->wp);
     const long taps = g->c * g->kh * g->kw, ohw = g->oh * g->ow;
     const long segs = (g->ow + FC_CD_RMAX - 1) / FC_CD_RMAX;
@@ -238,7 +244,8 @@ FC_INLINE void fc_cd_items(const fc_cd_geom *g, long nr, const float *xp, const 
         for (q = 0; q < segs; ++q) {
             const long ow0 = q * g->ow / segs, R = (q + 1) * g->ow / segs - ow0;
             float *yb = y + co0 * ohw + r * g->ow + ow0;
-            fns[R - 1][si](g->sw, taps, off, xp + r * g->sh * g->wp + ow0 * g->sw, wb, pf, more ? pfs : 0, t);
+            fns[R - 1][rows <= FC_SGEMM_VL][si](g->sw, taps, off, xp + r * g->sh * g->wp + ow0 * g->sw, wb, pf,
+                                                more ? pfs : 0, t);
             fc_cd_store(t, R, rows, bias ? bias + co0 : NULL, yb, ohw);
         }
         /* the epilogue on runs of whole output rows of the block (consecutive in each plane) of

@@ -50,6 +50,8 @@ for cid, xs, ws, kw, bias, epi in (
     ("3x3-s2", (1, 32, 16, 16), (64, 32, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1)), True, "residual"),
     ("1x3-s2", (1, 16, 14, 14), (48, 16, 1, 3), dict(strides=(2, 2), pads=(0, 1, 0, 1)), False, "relu"),
     ("7x7-s2-stem", (1, 3, 24, 24), (20, 3, 7, 7), dict(strides=(2, 2), pads=(3, 3, 3, 3)), True, None),
+    # 16 channels, one vector: tiles of one vector a row (a MobileNetV3 stem)
+    ("3x3-s2-16ch", (1, 3, 30, 30), (16, 3, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1)), True, "relu"),
     ("wide-rows", (1, 5, 9, 31), (9, 5, 3, 2), dict(pads=(0, 1, 2, 0)), True, "relu"),
     ("s3", (1, 6, 20, 20), (10, 6, 2, 2), dict(strides=(3, 3)), False, None),
     # 20 x 18 outputs: the epilogue on runs of 4 rows (72 positions), a partial channel block

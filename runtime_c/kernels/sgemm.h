@@ -12,7 +12,9 @@
  *     row-major, transposed, sliced and broadcast views all work), packed into the caller's
  *     scratch memory block by block at run time; raw A with a_direct = 1 is instead read in
  *     place by the micro-kernel (as fast as packed for row-major or transposed A, whose
- *     packing would cost up to 20% on small products; any strides are correct); or
+ *     packing would cost up to 20% on small products; any strides are correct), and so are
+ *     the whole column panels of a row-major raw B (b_cs 1) with b_direct = 1 (the last,
+ *     partial one is packed: a load there would read past the row); or
  *   - pre-packed (a_packed / b_packed = 1): the whole operand already in the layout below,
  *     as written by fc_sgemm_pack_a / fc_sgemm_pack_b or their numpy twins pack_a / pack_b in
  *     graphdef/ops/_sgemm_pack.py (constant weights are packed once, at compile time).
@@ -197,6 +199,8 @@ typedef struct fc_sgemm_plan {
     int bias;            /* FC_SGEMM_BIAS_NONE, _ROW or _COL */
     int order;           /* 1: column panels innermost (A micro-panel in L1); 0: row panels */
     int a_direct;        /* 1: raw A is read in place by the micro-kernel, never packed */
+    int b_direct;        /* 1: raw B with b_cs 1 is read in place, whole column panels (the last
+                            partial one is packed) */
     long mr, nr;         /* micro-tile; FC_SGEMM_MR and FC_SGEMM_NR for the fast kernel */
     long mc, kc, nc;     /* cache blocks (rows of A, depth, columns of B) */
 } fc_sgemm_plan;
@@ -246,6 +250,11 @@ FC_INLINE size_t fc_sg_abuf_floats(const fc_sgemm_plan *p) {
 /* Whether raw A is read in place (a_direct, on the native tile). */
 FC_INLINE int fc_sg_direct_a(const fc_sgemm_plan *p) {
     return p->a_direct && !p->a_packed && p->mr == FC_SGEMM_MR && p->nr == FC_SGEMM_NR;
+}
+
+/* Whether raw B is read in place (b_direct, row-major, on the native tile). */
+FC_INLINE int fc_sg_direct_b(const fc_sgemm_plan *p) {
+    return p->b_direct && !p->b_packed && p->b_cs == 1 && p->mr == FC_SGEMM_MR && p->nr == FC_SGEMM_NR;
 }
 
 /* Scratch bytes one part needs (0 when both operands are pre-packed or the product is empty). */
@@ -469,7 +478,7 @@ FC_SG_BODY void fc_sg_put(const fc_sg_out *o, long i, long u, fc_sgemm_v t) {
  * each step prefetches o->pf + p * o->pfs into L2 where fc_sgemm set o->pf: the tile's share of
  * the next packed B micro-panel (the weights of a dense layer). */
 FC_SG_BODY void fc_sg_micro_body(const int R, const int U, long kc, const float *FC_RESTRICT a,
-                                 const long ars, const long acs, const float *FC_RESTRICT b,
+                                 const long ars, const long acs, const float *FC_RESTRICT b, const long bs,
                                  const fc_sg_out *o, const int PF) {
     const fc_sgemm_v z = FC_SG_SPLAT(0.0f);
     const long pfd = kc * acs;
@@ -491,7 +500,7 @@ FC_SG_BODY void fc_sg_micro_body(const int R, const int U, long kc, const float 
             pfb += pfs;
         }
         a += acs;
-        b += FC_SGEMM_NR;
+        b += bs;
     }
     {
         FC_SG_STORE_LOCALS
@@ -513,14 +522,14 @@ FC_SG_BODY void fc_sg_micro_body(const int R, const int U, long kc, const float 
 #define FC_SG_TSTEP(x, i, s)                                                              \
     if (i < R) {                                                                          \
         const fc_sgemm_v ai = FC_SG_SPLAT(a[s * acs + i * ars]);                          \
-        const float *bs = b + s * FC_SGEMM_NR;                                            \
-        x##i##_0 = FC_SG_FMA(ai, fc_sg_load(bs), x##i##_0);                                \
+        const float *bq = b + s * bs;                                                     \
+        x##i##_0 = FC_SG_FMA(ai, fc_sg_load(bq), x##i##_0);                                \
         if (U > 1)                                                                        \
-            x##i##_1 = FC_SG_FMA(ai, fc_sg_load(bs + FC_SGEMM_VL), x##i##_1);              \
+            x##i##_1 = FC_SG_FMA(ai, fc_sg_load(bq + FC_SGEMM_VL), x##i##_1);              \
         if (U > 2)                                                                        \
-            x##i##_2 = FC_SG_FMA(ai, fc_sg_load(bs + 2 * FC_SGEMM_VL), x##i##_2);          \
+            x##i##_2 = FC_SG_FMA(ai, fc_sg_load(bq + 2 * FC_SGEMM_VL), x##i##_2);          \
         if (U > 3)                                                                        \
-            x##i##_3 = FC_SG_FMA(ai, fc_sg_load(bs + 3 * FC_SGEMM_VL), x##i##_3);          \
+            x##i##_3 = FC_SG_FMA(ai, fc_sg_load(bq + 3 * FC_SGEMM_VL), x##i##_3);          \
     }
 #define FC_SG_TSUM(i)                                                                     \
     c##i##_0 = (c##i##_0 + d##i##_0) + (e##i##_0 + f##i##_0);                             \
@@ -529,7 +538,7 @@ FC_SG_BODY void fc_sg_micro_body(const int R, const int U, long kc, const float 
     c##i##_3 = (c##i##_3 + d##i##_3) + (e##i##_3 + f##i##_3);
 
 FC_SG_BODY void fc_sg_micro_thin(const int R, const int U, long kc, const float *FC_RESTRICT a,
-                                 const long ars, const long acs, const float *FC_RESTRICT b,
+                                 const long ars, const long acs, const float *FC_RESTRICT b, const long bs,
                                  const fc_sg_out *o) {
     const fc_sgemm_v z = FC_SG_SPLAT(0.0f);
     long p;
@@ -541,12 +550,12 @@ FC_SG_BODY void fc_sg_micro_thin(const int R, const int U, long kc, const float 
         FC_SG_TSTEP(e, 0, 2) FC_SG_TSTEP(e, 1, 2)
         FC_SG_TSTEP(f, 0, 3) FC_SG_TSTEP(f, 1, 3)
         a += 4 * acs;
-        b += 4 * FC_SGEMM_NR;
+        b += 4 * bs;
     }
     for (; p < kc; p++) {
         FC_SG_TSTEP(c, 0, 0) FC_SG_TSTEP(c, 1, 0)
         a += acs;
-        b += FC_SGEMM_NR;
+        b += bs;
     }
     FC_SG_TSUM(0)
     FC_SG_TSUM(1)
@@ -563,21 +572,26 @@ FC_SG_BODY void fc_sg_micro_thin(const int R, const int U, long kc, const float 
 }
 
 /* A micro-panel element (i, p) is a[i*ars + p*acs]: packed (1, FC_SGEMM_MR), or raw A read in
- * place (row-major: (lda, 1); transposed: (1, lda)). */
-typedef void (*fc_sg_kernel_fn)(long kc, const float *a, long ars, long acs, const float *b,
+ * place (row-major: (lda, 1); transposed: (1, lda)). B's row p of the tile is at b + p*bs: a
+ * packed micro-panel (bs FC_SGEMM_NR) or raw B read in place (bs its row stride). */
+typedef void (*fc_sg_kernel_fn)(long kc, const float *a, long ars, long acs, const float *b, long bs,
                                 const fc_sg_out *o);
 
 #define FC_SG_INST(r, u)                                                                      \
     FC_SG_KERNEL void fc_sg_mk_##r##_##u(long kc, const float *a, long ars, long acs, const float *b, \
-                                         const fc_sg_out *o) {                                \
+                                         long bs, const fc_sg_out *o) {                       \
         if (FC_SGEMM_VL > 1 && r <= 2 && r * u < 8 && 4 * r * u <= FC_SG_REGS - 4)            \
-            fc_sg_micro_thin(r, u, kc, a, ars, acs, b, o);                                    \
+            fc_sg_micro_thin(r, u, kc, a, ars, acs, b, bs, o);                                \
         else                                                                                  \
-            fc_sg_micro_body(r, u, kc, a, ars, acs, b, o, 0);                                 \
+            fc_sg_micro_body(r, u, kc, a, ars, acs, b, bs, o, 0);                             \
     }
 /* The whole tile from a packed A: strides known, so loads use immediate offsets. */
 FC_SG_KERNEL void fc_sg_mk_full_packed(long kc, const float *a, const float *b, const fc_sg_out *o) {
-    fc_sg_micro_body(FC_SGEMM_MR, FC_SGEMM_NV, kc, a, 1, FC_SGEMM_MR, b, o, 1);
+    fc_sg_micro_body(FC_SGEMM_MR, FC_SGEMM_NV, kc, a, 1, FC_SGEMM_MR, b, FC_SGEMM_NR, o, 1);
+}
+/* The same with raw B read in place, bs floats from one row to the next. */
+FC_SG_KERNEL void fc_sg_mk_full_raw_b(long kc, const float *a, const float *b, long bs, const fc_sg_out *o) {
+    fc_sg_micro_body(FC_SGEMM_MR, FC_SGEMM_NV, kc, a, 1, FC_SGEMM_MR, b, bs, o, 1);
 }
 #define FC_SG_INST_R(r) FC_SG_INST(r, 1) FC_SG_INST(r, 2) FC_SG_INST(r, 3) FC_SG_INST(r, 4)
 FC_SG_INST_R(1) FC_SG_INST_R(2) FC_SG_INST_R(3) FC_SG_INST_R(4) FC_SG_INST_R(5)
@@ -683,22 +697,25 @@ FC_SG_KERNEL void fc_sg_narrow(long rows, long j0, long cols, long kc, const flo
  * a[i*ars + p*acs]. A packed panel whose last 1 to 4 columns start a vector takes the
  * vectors before them and fc_sg_narrow for them. */
 FC_INLINE void fc_sg_tile(long rows, long cols, long kc, const float *a, long ars, long acs,
-                          const float *b, const fc_sg_out *o) {
+                          const float *b, long bs, const fc_sg_out *o) {
     static const fc_sg_kernel_fn table[FC_SGEMM_MR][FC_SGEMM_NV] = {FC_SG_UPTO(FC_SGEMM_MR)};
     const long u = (cols + FC_SGEMM_VL - 1) / FC_SGEMM_VL, rem = cols % FC_SGEMM_VL;
     if (rows == FC_SGEMM_MR && cols == FC_SGEMM_NR && ars == 1 && acs == FC_SGEMM_MR) {
-        fc_sg_mk_full_packed(kc, a, b, o);
-    } else if (rem > 0 && rem <= FC_SG_NARROW && kc > 1 && ars == 1 && acs == FC_SGEMM_MR) {
+        if (bs == FC_SGEMM_NR)
+            fc_sg_mk_full_packed(kc, a, b, o);
+        else
+            fc_sg_mk_full_raw_b(kc, a, b, bs, o);
+    } else if (rem > 0 && rem <= FC_SG_NARROW && kc > 1 && ars == 1 && acs == FC_SGEMM_MR && bs == FC_SGEMM_NR) {
 #if FC_SG_NARROW
         if (u > 1) {
             fc_sg_out w = *o;
             w.cols = (u - 1) * FC_SGEMM_VL;
-            table[rows - 1][u - 2](kc, a, 1, FC_SGEMM_MR, b, &w);
+            table[rows - 1][u - 2](kc, a, 1, FC_SGEMM_MR, b, FC_SGEMM_NR, &w);
         }
         fc_sg_narrow(rows, (u - 1) * FC_SGEMM_VL, cols, kc, a, b, o);
 #endif
     } else {
-        table[rows - 1][u - 1](kc, a, ars, acs, b, o);
+        table[rows - 1][u - 1](kc, a, ars, acs, b, bs, o);
     }
 }
 
@@ -772,6 +789,7 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
     const int native = mr == FC_SGEMM_MR && nr == FC_SGEMM_NR;
     const int fly_b = fc_sg_fly_b(P);
     const int direct_a = fc_sg_direct_a(P);
+    const int direct_b = fc_sg_direct_b(P);
     /* A micro-panel addressing: packed, or raw A in place */
     const long a_rs = direct_a ? P->a_rs : 1, a_cs = direct_a ? P->a_cs : mr;
     long m0, m1, n0, n1, jc, pc, ic, ir, jr;
@@ -806,9 +824,16 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
             const long kb = fc_sg_min(kc, k - pc);
             const int last = pc + kb >= k;
             const long a_step = direct_a ? P->a_rs : kb; /* from one row panel to the next, per row */
+            /* raw B read in place: the block's whole column panels from b; its partial last one
+             * (from column jpart of the block on, if any) packed once into bbuf */
+            const long jpart = direct_b ? nb / nr * nr : nb;
             const float *bp, *ap;
             if (P->b_packed) {
                 bp = fc_sg_packed_b_block(b, npad, pc, jc, kb);
+            } else if (direct_b) {
+                bp = b + pc * P->b_rs + jc;
+                if (jpart < nb)
+                    fc_sg_pack_b_block(nr, nb - jpart, kb, bp + jpart, P->b_rs, 1, bbuf, NULL);
             } else if (fly_b) {
                 bp = bbuf;
             } else {
@@ -835,7 +860,7 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
         o.bias_row = last && P->bias == FC_SGEMM_BIAS_ROW ? bias + ic + ir : NULL;                \
         o.bias_col = last && P->bias == FC_SGEMM_BIAS_COL ? bias + jc + jr : NULL;                \
         if (native)                                                                               \
-            fc_sg_tile(rows, cols, kb, ap + ir * a_step, a_rs, a_cs, bpj, &o);                    \
+            fc_sg_tile(rows, cols, kb, ap + ir * a_step, a_rs, a_cs, bpj, bs, &o);                \
         else                                                                                      \
             fc_sg_tile_any(mr, nr, rows, cols, kb, ap + ir * kb, bpj, &o);                        \
         if (last && epi)                                                                          \
@@ -844,14 +869,18 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
                 if (P->order == 1) {
                     for (ir = 0; ir < mb; ir += mr)
                         for (jr = 0; jr < nb; jr += nr) {
-                            const float *bpj = bp + jr * kb;
+                            const int raw = jr < jpart && direct_b;
+                            const float *bpj = raw ? bp + jr : direct_b ? bbuf : bp + jr * kb;
+                            const long bs = raw ? P->b_rs : nr;
                             FC_SG_DO_TILE;
                         }
                 } else {
                     /* the full-height tiles of a panel of several prefetch (sgemm.h's B prefetch) */
                     const long full = mb > mr ? mb / mr : 0;
                     for (jr = 0; jr < nb; jr += nr) {
-                        const float *bpj = fly_b ? bbuf : bp + jr * kb;
+                        const int raw = jr < jpart && direct_b;
+                        const float *bpj = raw ? bp + jr : fly_b || direct_b ? bbuf : bp + jr * kb;
+                        const long bs = raw ? P->b_rs : nr;
                         /* packed B (a layer's weights, read from L3 or memory once a call): each
                          * row tile of this micro-panel prefetches its share of the next one (or of
                          * the next k block's first) into L2, pfs bytes a k step; without it the
@@ -867,7 +896,7 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
                             /* tile t from t * pfs * kb, the last ones held inside the panel */
                             pfs = fc_sg_min((pbytes + full * kb - 1) / (full * kb), pbytes / kb);
                         }
-                        if (fly_b) {
+                        if (fly_b && !direct_b) {
                             const float *src = b + pc * P->b_rs + (jc + jr) * P->b_cs;
                             fc_sg_pack_b_block(nr, fc_sg_min(nr, nb - jr), kb, src, P->b_rs, P->b_cs, bbuf,
                                                jr + nr < nb ? src + nr * P->b_cs : NULL);

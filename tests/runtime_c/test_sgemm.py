@@ -344,6 +344,21 @@ def test_operand_forms(kern, a, b, direct):
     check(kern, rng, 5, 3, 11, a=a, b=b, a_direct=direct)
 
 
+@pytest.mark.parametrize("b", ["row", "strided"])
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("direct", [False, True])
+def test_raw_b_in_place_or_packed(kern, b, order, direct):
+    """Raw B read in place (b_direct: its whole column panels; a ragged last one packed) or
+    packed at run time: thin tiles (1 and 2 rows), a last panel of a few columns, several k
+    blocks, several column blocks, parts, an epilogue, beta 1."""
+    vl, mr, nv = sp.ISAS[kern.isa]
+    nr = vl * nv
+    rng = np.random.default_rng(order * 2 + direct)
+    for m, n, k in ((23, 41, 75), (2, 3 * nr + 3, 20), (mr + 1, 2 * nr, 9), (45, 49, 201), (1, nr, 5)):
+        check(kern, rng, m, n, k, b=b, order=order, b_direct=direct)
+        check(kern, rng, m, n, k, b=b, order=order, b_direct=direct, kc=16, nc=nr, beta=1.0, epi=2, parts=2)
+
+
 @pytest.mark.parametrize("beta", [0.0, 1.0, 0.5, -2.0])
 @pytest.mark.parametrize("alpha", [1.0, -1.5])
 def test_alpha_beta(kern2, alpha, beta):

@@ -49,6 +49,47 @@ def test_bad_feeds_are_refused(feeds, match):
         m.run(feeds)
 
 
+def test_feeds_in_any_layout_read_as_the_values_they_hold():
+    g = _mlp(4)
+    m = codegen.compile(g)
+    x = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
+    want = m(x=x)["y"]
+    wide = np.zeros((2, 16), np.float32)
+    wide[:, ::2] = x
+    for form in (np.asfortranarray(x), wide[:, ::2], x.tolist()):
+        np.testing.assert_array_equal(m(x=form)["y"], want)
+
+
+def test_threads_calling_one_model_at_once_each_get_their_own_arena():
+    """Python threads calling one compiled model at the same time (cffi releases the GIL) each
+    run in an arena of their own, kept between their calls."""
+    import threading
+
+    rng = np.random.default_rng(6)
+    g = gd.Graph("deep")
+    with g:
+        h = gd.placeholder("x", (64, 128))
+        for _ in range(4):
+            h = gd.tanh(gd.matmul(h, gd.constant(rng.standard_normal((128, 128)).astype(np.float32) * 0.1)))
+        gd.identity(h, name="y")
+    m = codegen.compile(g)
+    xs = [rng.standard_normal((64, 128)).astype(np.float32) for _ in range(4)]
+    want = [m(x=x)["y"] for x in xs]
+    bad = []
+
+    def work(i):
+        for _ in range(40):
+            if not np.array_equal(m(x=xs[i])["y"], want[i]):
+                bad.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+
+
 def test_unchanged_graph_is_not_rebuilt():
     codegen.compile(_mlp(3))
     t0 = time.perf_counter()

@@ -59,6 +59,12 @@ CACHES = {
 
 BIAS = {"none": 0, "row": 1, "col": 2}
 
+B_DIRECT_PANEL = 32 << 10
+"""Bytes of a B micro-panel (kc rows of nr floats) up to which a raw B read in place serves
+more than three row panels (``make_plan``'s b_direct): its rows lie a row of B apart, and
+beyond the L1 of a Zen 4 or Skylake-X core (32 KiB) the row panels after the first waited on
+them (64 x 3136 x 576, kc 288: 2459 us packed, 2752 in place; 64 x 3136 x 256 1017 -> 977)."""
+
 FIELDS = ("m", "n", "k", "a_rs", "a_cs", "b_rs", "b_cs", "ldc", "alpha", "beta", "a_packed",
           "b_packed", "bias", "order", "a_direct", "b_direct", "mr", "nr", "mc", "kc", "nc")  # fmt: skip
 
@@ -210,11 +216,11 @@ def make_plan(m: int, n: int, k: int, *, isa: str = "avx512", a: str = "row", b:
     default on for row-major and transposed A, except when the row stride is a multiple of
     4 KiB (the rows of a tile would then share one L1 set). ``b_direct`` (row-major raw B
     only): the micro-kernel reads B's whole column panels in place instead of packing them; by
-    default on where one A block covers all rows (each B micro-panel then serves one block of
-    few row panels, and its packing cost as much as a fifth of the product: 16 x 12544 x 32
-    177 -> 150 us, 24 x 3136 x 144 241 -> 206, 80 x 196 x 480 145 -> 134, 64 x 1024 x 256
-    338 -> 298; one AVX-512 core); off where B blocks serve several A blocks (1024^3: packed
-    20 ms, in place 25).
+    default on where one A block covers all rows and the B micro-panel serves at most three
+    row panels or fits ``B_DIRECT_PANEL`` (packing it cost as much as a fifth of the product:
+    16 x 12544 x 32 177 -> 150 us, 24 x 3136 x 144 241 -> 206, 80 x 196 x 480 145 -> 134,
+    64 x 1024 x 256 338 -> 298; one AVX-512 core); off where B blocks serve several A blocks
+    (1024^3: packed 20 ms, in place 25).
 
     >>> make_plan(64, 3136, 576, a="packed", bias="row").kc
     288
@@ -237,7 +243,8 @@ def make_plan(m: int, n: int, k: int, *, isa: str = "avx512", a: str = "row", b:
         stride = a_rs if a == "row" else a_cs
         a_direct = a != "packed" and (stride * 4) % 4096 != 0
     if b_direct is None:
-        b_direct = b == "row" and blk["mc"] >= _roundup(m, mr)
+        few = -(-m // mr) <= 3 or blk["kc"] * vl * nv * 4 <= B_DIRECT_PANEL
+        b_direct = b == "row" and blk["mc"] >= _roundup(m, mr) and few
     return SgemmPlan(m=m, n=n, k=k, a_rs=a_rs, a_cs=a_cs, b_rs=b_rs, b_cs=b_cs, ldc=ldc or n,
                      alpha=float(alpha), beta=float(beta), a_packed=int(a == "packed"),
                      b_packed=int(b == "packed"), bias=BIAS[bias], order=int(blk["order"]),

@@ -824,9 +824,9 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
             const long kb = fc_sg_min(kc, k - pc);
             const int last = pc + kb >= k;
             const long a_step = direct_a ? P->a_rs : kb; /* from one row panel to the next, per row */
-            /* raw B read in place: the block's whole column panels from b; its partial last one
-             * (from column jpart of the block on, if any) packed once into bbuf */
-            const long jpart = direct_b ? nb / nr * nr : nb;
+            /* raw B read in place: the block's whole column panels (columns below jpart) from b;
+             * its partial last one, if any, packed once into bbuf */
+            const long jpart = direct_b ? nb / nr * nr : 0;
             const float *bp, *ap;
             if (P->b_packed) {
                 bp = fc_sg_packed_b_block(b, npad, pc, jc, kb);
@@ -851,6 +851,13 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
                     fc_sg_pack_a_block(mr, mb, kb, a + ic * P->a_rs + pc * P->a_cs, P->a_rs, P->a_cs, abuf);
                     ap = abuf;
                 }
+/* The B micro-panel of the block's columns from jr (bpj) and its row stride (bs): raw B in
+ * place, or packed (a panel packed just before its use and a partial one in bbuf, else in the
+ * packed block) */
+#define FC_SG_B_PANEL                                                                             \
+    const int raw = jr < jpart;                                                                   \
+    const float *bpj = raw ? bp + jr : fly_b || direct_b ? bbuf : bp + jr * kb;                   \
+    const long bs = raw ? P->b_rs : nr
 #define FC_SG_DO_TILE                                                                             \
     do {                                                                                          \
         const long rows = fc_sg_min(mr, mb - ir), cols = fc_sg_min(nr, nb - jr);                  \
@@ -869,18 +876,14 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
                 if (P->order == 1) {
                     for (ir = 0; ir < mb; ir += mr)
                         for (jr = 0; jr < nb; jr += nr) {
-                            const int raw = jr < jpart && direct_b;
-                            const float *bpj = raw ? bp + jr : direct_b ? bbuf : bp + jr * kb;
-                            const long bs = raw ? P->b_rs : nr;
+                            FC_SG_B_PANEL;
                             FC_SG_DO_TILE;
                         }
                 } else {
                     /* the full-height tiles of a panel of several prefetch (sgemm.h's B prefetch) */
                     const long full = mb > mr ? mb / mr : 0;
                     for (jr = 0; jr < nb; jr += nr) {
-                        const int raw = jr < jpart && direct_b;
-                        const float *bpj = raw ? bp + jr : fly_b || direct_b ? bbuf : bp + jr * kb;
-                        const long bs = raw ? P->b_rs : nr;
+                        FC_SG_B_PANEL;
                         /* packed B (a layer's weights, read from L3 or memory once a call): each
                          * row tile of this micro-panel prefetches its share of the next one (or of
                          * the next k block's first) into L2, pfs bytes a k step; without it the
@@ -909,6 +912,7 @@ FC_SGEMM_DRIVER void fc_sgemm(const fc_sgemm_plan *P, const float *a, const floa
                     }
                 }
 #undef FC_SG_DO_TILE
+#undef FC_SG_B_PANEL
             }
         }
     }

@@ -118,10 +118,11 @@ FC_SG_BODY void fc_cd_body(const int R, const int U, const int S0, long s, long 
     FC_SG_ROWS(FC_SG_DECL)
     for (p = 0; p < taps; ++p) {
         const float *a = x0 + off[p];
-        const fc_sgemm_v b0 = fc_sg_load(w);
-        const fc_sgemm_v b1 = U > 1 ? fc_sg_load(w + FC_SGEMM_VL) : z;
-        const fc_sgemm_v b2 = U > 2 ? fc_sg_load(w + 2 * FC_SGEMM_VL) : z;
-        const fc_sgemm_v b3 = U > 3 ? fc_sg_load(w + 3 * FC_SGEMM_VL) : z;
+        fc_sgemm_v b0 = fc_sg_load(w);
+        fc_sgemm_v b1 = U > 1 ? fc_sg_load(w + FC_SGEMM_VL) : z;
+        fc_sgemm_v b2 = U > 2 ? fc_sg_load(w + 2 * FC_SGEMM_VL) : z;
+        fc_sgemm_v b3 = U > 3 ? fc_sg_load(w + 3 * FC_SGEMM_VL) : z;
+        FC_SG_KEEP(b0, b1, b2, b3)
         FC_SG_ROWS(FC_SG_STEP)
         FC_SG_PREFETCH(pf);
         w += FC_SGEMM_NR;

@@ -123,6 +123,17 @@ def test_cost_model_picks_winograd_for_resnet_layers_and_keeps_im2col_elsewhere(
     assert set(est) == {"im2col", "winograd2x2", "winograd4x4"} and all(v > 0 for v in est.values())
 
 
+def test_few_input_channels_take_the_direct_tiles_where_they_apply():
+    """A 3-channel 3x3 stem at stride 1 goes to conv_direct on AVX-512 (MIN_CHANNELS); on AVX2,
+    which has no direct tiles, and with 16 channels the cost model's Winograd stays."""
+    ops = {
+        (c, isa): [n.op for n in convs(lowered(conv_graph(1, c, 16, 32, 32, (1, 1, 1, 1)), isa=isa))]
+        for c, isa in [(3, "avx512"), (3, "avx2"), (16, "avx512")]
+    }
+    want = {(3, "avx512"): "conv_direct", (3, "avx2"): "conv_winograd", (16, "avx512"): "conv_winograd"}
+    assert ops == {key: [op] for key, op in want.items()}
+
+
 def test_lowering_records_the_choice_and_keeps_the_graph_equal():
     g = conv_graph(1, 32, 32, 28, 28, (1, 1, 1, 1), relu=True)
     opt = lowered(g)

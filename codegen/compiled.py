@@ -180,6 +180,32 @@ class CompiledModel:
                 return raw.view(dtypes.np_dtype(t.dtype)).reshape(t.shape).copy()
         raise FeedError(f"model '{self.name}' has no state variable '{name}'")
 
+    def _state_vars(self) -> dict:
+        held = self.metadata["state"]
+        return {v["name"]: (TensorType(tuple(v["shape"]), v["dtype"]), v["offset"]) for v in held}
+
+    def save_checkpoint(self, path):
+        """The state variables (weights, optimizer slots, ``global_step``) to ``path``: the
+        .npz of graphdef/checkpoint.py, written atomically, readable by ``gd.Session.restore``."""
+        from graphdef import checkpoint
+
+        values = {n: self.variable(n) for n in self._state_vars()}
+        step = values.get("global_step")
+        return checkpoint.save(path, values, self.name, None if step is None else int(step))
+
+    def load_checkpoint(self, path) -> dict:
+        """State variables from a checkpoint (of this model's variables: another model's is
+        refused, naming the first variable that differs); returns its header."""
+        from graphdef import checkpoint
+
+        held = self._state_vars()
+        specs = {n: (t.shape, dtypes.np_dtype(t.dtype)) for n, (t, _) in held.items()}
+        values, header = checkpoint.load(path, specs, self.name)
+        for name, (t, offset) in held.items():
+            raw = np.ascontiguousarray(values[name]).reshape(-1).view(np.uint8)
+            self._state[offset : offset + t.nbytes] = raw
+        return header
+
     def __call__(self, **feeds) -> dict[str, np.ndarray]:
         return self.run(feeds)
 
@@ -297,6 +323,7 @@ def compile(
     gather: bool = False,
     placement: str = "auto",
     compress: str | None = None,
+    train=None,
 ) -> CompiledModel:  # noqa: A001 - the public spelling
     """Compile ``graph`` to C, build it as a shared library and load it with cffi.
 
@@ -308,8 +335,13 @@ def compile(
     processes; default MPI.COMM_WORLD) calls compile and then the model alike. Rank 0 builds
     with mpicc, the others load its build (or build it themselves where the cache folder is
     not shared).
+
+    ``train``: a train op (``gd.train.<Optimizer>.minimize``'s result, or its name): each call
+    then also runs it, one training step (forward, backward and the updates of the variables
+    and slots held in the model's state); its value, the loss, comes back under its name.
     """
     check_name(name)
+    outputs = with_train(graph, outputs, train)
     target = Target("host", portable, threads)
     options = pipeline.Options(
         target=target,
@@ -337,6 +369,19 @@ def compile(
     if error is not None:  # every rank raises rank 0's error
         raise FlowcError(error)
     return RankModel(*_build_cached(graph, options, key, True), comm, gather)
+
+
+def with_train(graph: Graph, outputs, train):
+    """``outputs`` (default: the graph's) plus the train op ``train`` (a Tensor or a name), so
+    that every call runs it; ``outputs`` itself without one."""
+    if train is None:
+        return outputs
+    from graphdef.builder import Tensor
+
+    ref = train.ref if isinstance(train, Tensor) else graph.resolve(train)
+    listed = list(outputs) if outputs is not None else list(graph.outputs)
+    refs = [o.ref if isinstance(o, Tensor) else graph.resolve(o) for o in listed]
+    return tuple(listed) if ref in refs else (*listed, Tensor(graph, ref))
 
 
 def _communicator(comm, ranks: int):

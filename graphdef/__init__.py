@@ -13,6 +13,7 @@ array([[0.5, 0.5]], dtype=float32)
 from __future__ import annotations
 
 from . import ops as _ops  # registers every op
+from . import train
 from .autodiff import gradients
 from .builder import (
     Graph,

@@ -49,3 +49,8 @@ class GradientError(FlowcError):
 
 class ToolchainError(FlowcError):
     """A missing compiler or a failing build: names the compiler, the command and the first errors."""
+
+
+class CheckpointError(FlowcError):
+    """A checkpoint that cannot be read, or that belongs to another model: names the file and
+    the first variable that does not match."""

@@ -76,6 +76,29 @@ class Session:
         """Forget assigned values: variables return to their initial values."""
         self._state.clear()
 
+    def _variable_names(self) -> list[str]:
+        return [n.name for n in self.graph.nodes if n.op == "variable"]
+
+    def save_checkpoint(self, path):
+        """Every variable's current value to ``path`` (graphdef/checkpoint.py's .npz, written
+        atomically); the step is ``global_step``'s where the graph has one."""
+        from . import checkpoint
+
+        values = {n: self._value_of_variable(n) for n in self._variable_names()}
+        step = values.get("global_step")
+        return checkpoint.save(path, values, self.graph.name, None if step is None else int(step))
+
+    def restore(self, path) -> dict:
+        """Variables from a checkpoint of this graph's variables (refused, naming the first
+        variable that differs, when it is another model's); returns its header."""
+        from . import checkpoint
+
+        initial = self.graph.variables
+        specs = {n: (initial[n].shape, initial[n].dtype) for n in self._variable_names()}
+        values, header = checkpoint.load(path, specs, self.graph.name)
+        self._state.update(values)
+        return header
+
     def _plan(self, fetched: tuple, fed: frozenset) -> list:
         key = (len(self.graph.nodes), fetched, fed)
         if key not in self._plans:

@@ -1,0 +1,154 @@
+"""Compiled training (codegen.compile(..., train=...)): forward, backward and the optimizer's
+updates in one net_run, step for step equal to the interpreter; checkpoints shared with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import codegen
+import graphdef as gd
+from graphdef.errors import CheckpointError
+
+pytestmark = pytest.mark.c
+
+RNG = np.random.default_rng(3)
+STEPS = 20
+
+
+def f32(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def he(*shape):
+    return f32(*shape, scale=(2.0 / np.prod(shape[1:] if len(shape) > 2 else shape[:1])) ** 0.5)
+
+
+def mlp(batch=16):
+    """64-32-10 MLP, softmax cross-entropy on class labels, Adam."""
+    with gd.Graph("mlp_train") as g:
+        x = gd.placeholder("x", (batch, 64))
+        y = gd.placeholder("y", (batch,), "int64")
+        w1, b1 = gd.variable("w1", he(64, 32)), gd.variable("b1", np.zeros(32, np.float32))
+        w2, b2 = gd.variable("w2", he(32, 10)), gd.variable("b2", np.zeros(10, np.float32))
+        logits = gd.matmul(gd.relu(gd.matmul(x, w1) + b1), w2) + b2
+        loss = gd.train.softmax_cross_entropy(logits, y, name="loss")
+        train = gd.train.Adam(0.01).minimize(loss)
+    feeds = [{"x": f32(batch, 64), "y": RNG.integers(0, 10, batch)} for _ in range(4)]
+    return g, train, feeds
+
+
+def cnn(batch=4):
+    """conv 3x3 -> batch norm (training mode, moving statistics) -> relu -> max pool -> dense;
+    SGD with Nesterov momentum and a cosine schedule."""
+    with gd.Graph("cnn_train") as g:
+        x = gd.placeholder("x", (batch, 2, 8, 8))
+        y = gd.placeholder("y", (batch,), "int64")
+        w = gd.variable("conv_w", he(6, 2, 3, 3))
+        scale = gd.variable("bn_scale", np.ones(6, np.float32))
+        bias = gd.variable("bn_bias", np.zeros(6, np.float32))
+        mean = gd.variable("bn_mean", np.zeros(6, np.float32), trainable=False)
+        var = gd.variable("bn_var", np.ones(6, np.float32), trainable=False)
+        h = gd.train.batch_norm(gd.conv(x, w, pads=(1, 1, 1, 1)), scale, bias, mean, var)
+        h = gd.max_pool2d(gd.relu(h), 2)
+        dense = gd.variable("dense", he(6 * 4 * 4, 5))
+        logits = gd.matmul(gd.reshape(h, (batch, 6 * 4 * 4)), dense)
+        loss = gd.train.softmax_cross_entropy(logits, y, name="loss")
+        lr = gd.train.cosine_decay(0.1, gd.train.global_step(), STEPS)
+        train = gd.train.SGD(lr, momentum=0.9, nesterov=True).minimize(loss)
+    feeds = [{"x": f32(batch, 2, 8, 8), "y": RNG.integers(0, 5, batch)} for _ in range(4)]
+    return g, train, feeds
+
+
+def transformer(seq=8, dim=16, heads=2):
+    """One pre-norm transformer block (attention + GELU MLP) over token vectors, mean-squared
+    error against a target; AdamW with gradient clipping."""
+    dh = dim // heads
+    with gd.Graph("tiny_transformer") as g:
+        x = gd.placeholder("x", (seq, dim))
+        target = gd.placeholder("t", (seq, dim))
+        p = {
+            "ln1": gd.variable("ln1", np.ones(dim, np.float32)),
+            "wq": gd.variable("wq", he(dim, dim)),
+            "wk": gd.variable("wk", he(dim, dim)),
+            "wv": gd.variable("wv", he(dim, dim)),
+            "wo": gd.variable("wo", he(dim, dim)),
+            "ln2": gd.variable("ln2", np.ones(dim, np.float32)),
+            "w1": gd.variable("w1", he(dim, 4 * dim)),
+            "w2": gd.variable("w2", he(4 * dim, dim)),
+        }
+        h = gd.layer_norm(x, p["ln1"])
+
+        def split(t):  # (seq, dim) -> (heads, seq, dh)
+            return gd.transpose(gd.reshape(t, (seq, heads, dh)), (1, 0, 2))
+
+        q, k, v = (split(gd.matmul(h, p[n])) for n in ("wq", "wk", "wv"))
+        att = gd.softmax(gd.matmul(q, gd.transpose(k, (0, 2, 1))) * (1.0 / dh**0.5))
+        o = gd.reshape(gd.transpose(gd.matmul(att, v), (1, 0, 2)), (seq, dim))
+        x1 = x + gd.matmul(o, p["wo"])
+        y = x1 + gd.matmul(gd.gelu(gd.matmul(gd.layer_norm(x1, p["ln2"]), p["w1"])), p["w2"])
+        loss = gd.train.mean_squared_error(y, target, name="loss")
+        train = gd.train.AdamW(3e-3, weight_decay=0.05, clip_norm=1.0).minimize(loss)
+    feeds = [{"x": f32(seq, dim), "t": f32(seq, dim)} for _ in range(4)]
+    return g, train, feeds
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_compiled_steps_match_the_interpreter(name):
+    """20 steps (cycling over 4 batches): the compiled model's losses and final variables equal
+    the interpreter's within float32 tolerance, and it trains."""
+    g, train, feeds = MODELS[name]()
+    m = codegen.compile(g, outputs=["loss"], train=train, name=name)
+    s = gd.Session(g)
+    got, want = [], []
+    for i in range(STEPS):
+        got.append(float(m(**feeds[i % 4])["loss"]))
+        want.append(float(s.run(feeds[i % 4], [train])[0]))
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
+    assert np.mean(got[-4:]) < np.mean(got[:4])
+    state = {v["name"] for v in m.metadata["state"]}
+    assert "global_step" in state and int(m.variable("global_step")) == STEPS
+    for v in state:
+        np.testing.assert_allclose(m.variable(v), s.variable(v), rtol=2e-3, atol=2e-5, err_msg=v)
+
+
+def test_checkpoint_resume_gives_the_same_losses(tmp_path):
+    """Stop after 7 steps, checkpoint, resume in a fresh model (and in the interpreter): the
+    next steps' losses are those of a run that did not stop; the file is numpy's .npz."""
+    g, train, feeds = mlp()
+    m = codegen.compile(g, outputs=["loss"], train=train)
+    for i in range(7):
+        m(**feeds[i % 4])
+    path = m.save_checkpoint(tmp_path / "ck.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.npz"]  # no temporary left
+    data = np.load(path)
+    assert int(data["global_step"]) == 7 and data["w1/m"].shape == (64, 32)
+    straight = [float(m(**feeds[i % 4])["loss"]) for i in range(7, 12)]
+    fresh = codegen.compile(g, outputs=["loss"], train=train)
+    header = fresh.load_checkpoint(path)
+    assert header["step"] == 7
+    assert [float(fresh(**feeds[i % 4])["loss"]) for i in range(7, 12)] == straight
+    s = gd.Session(g)
+    s.restore(path)
+    interp = [float(s.run(feeds[i % 4], [train])[0]) for i in range(7, 12)]
+    np.testing.assert_allclose(interp, straight, rtol=2e-4)
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+    g, train, _ = mlp()
+    m = codegen.compile(g, outputs=["loss"], train=train, name="mlp")
+    g2, train2, _ = cnn()
+    other = codegen.compile(g2, outputs=["loss"], train=train2, name="cnn")
+    path = other.save_checkpoint(tmp_path / "cnn.npz")
+    with pytest.raises(
+        CheckpointError, match=r"cnn\.npz \(of model 'cnn'\) has no variable 'w1' of model 'mlp'"
+    ):
+        m.load_checkpoint(path)
+    before = m.variable("w1")
+    np.savez(tmp_path / "plain.npz", w1=before)
+    with pytest.raises(CheckpointError, match="not a flowc checkpoint"):
+        m.load_checkpoint(tmp_path / "plain.npz")
+    np.testing.assert_array_equal(m.variable("w1"), before)  # nothing half-loaded

@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) samples/digits.py
 	$(PY) samples/pipeline.py
+	$(PY) samples/finetune.py
 
 test: $(STAMP)
 	$(PY) -m pytest graphdef codegen tests

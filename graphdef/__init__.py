@@ -65,13 +65,19 @@ slice = _shape.slice_  # noqa: A001 - gd.slice mirrors the op name
 
 
 def load_onnx(
-    path, shapes: dict | None = None, name: str | None = None, values: dict | None = None, **limits
+    path,
+    shapes: dict | None = None,
+    name: str | None = None,
+    values: dict | None = None,
+    trainable=False,
+    **limits,
 ) -> Graph:
     """Import an ONNX model (needs the ``onnx`` package); see ``graphdef.onnx.load_onnx`` (also
-    for ``limits``: fold_limit, const_limit)."""
+    for ``trainable``, the initializers as variables to fine-tune, and ``limits``: fold_limit,
+    const_limit)."""
     from .onnx import load_onnx as _load
 
-    return _load(path, shapes, name, values, **limits)
+    return _load(path, shapes, name, values, trainable=trainable, **limits)
 
 
 def _bind_operators() -> None:

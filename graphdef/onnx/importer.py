@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import dtypes
-from ..builder import Graph, Tensor, constant, default_graph_scope, fill, placeholder
+from ..builder import Graph, Tensor, constant, default_graph_scope, fill, placeholder, variable
 from ..errors import FlowcError, GraphError, ShapeError, UnsupportedError
 from ..interpret import run
 from ..ops.shape import identity
@@ -341,6 +341,11 @@ def _external_array(t, base: Path | None, dims: list, dtype: str, nbytes: int) -
     return array
 
 
+FROZEN_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,), "BatchNormalization": (3, 4)}
+"""Inputs read as import-time constants (or kept as constants when fine-tuning: batch norm's
+running mean and variance): initializers there stay constants with ``trainable``."""
+
+
 class _Importer:
     def __init__(
         self,
@@ -351,8 +356,10 @@ class _Importer:
         values: dict | None = None,
         fold_limit: int = FOLD_LIMIT_BYTES,
         const_limit: int = CONST_LIMIT_BYTES,
+        trainable=False,
     ):
         self.model = model
+        self.trainable = trainable
         self.fold_limit = int(fold_limit)
         self.const_limit = int(const_limit)
         # graph node -> (ONNX node, bytes) of values known from constants but too large to compute
@@ -377,6 +384,9 @@ class _Importer:
         for t in g.initializer:
             self.env[t.name] = _tensor_array(t, self.base, "initializer")
         with graph:
+            for name in self._trainable(g):
+                array = self.env[name]
+                self.env[name] = variable(name, array, dtype=dtypes.as_dtype(array.dtype))
             for vi in g.input:
                 if vi.name in inits:
                     continue
@@ -411,6 +421,38 @@ class _Importer:
                     outs.append(v)
             graph.set_outputs(*outs)
         return graph
+
+    def _trainable(self, g) -> list[str]:
+        """The initializers that become variables (``trainable``: True, or a collection of
+        names): float arrays of at least one dimension that no node reads where an import-time
+        constant is needed (FROZEN_INPUTS: resize scales, batch norm's running statistics) and no
+        subgraph reads; in initializer order."""
+        if not self.trainable:
+            return []
+        frozen = set()
+        for node in g.node:
+            for i in FROZEN_INPUTS.get(node.op_type, ()):
+                if i < len(node.input):
+                    frozen.add(node.input[i])
+            for sub in _subgraphs(node):
+                frozen.update(name for n in _all_nodes(sub) for name in n.input)
+        wanted = None if self.trainable is True else set(self.trainable)
+        names = []
+        for t in g.initializer:
+            a = self.env[t.name]
+            if wanted is not None and t.name not in wanted:
+                continue
+            if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.ndim >= 1 and t.name not in frozen:
+                names.append(t.name)
+            elif wanted is not None:
+                raise OnnxImportError(
+                    f"{self.label}: initializer '{t.name}' ({a.dtype}{list(a.shape)}) cannot be trainable: "
+                    "only float arrays of at least one dimension read as data are"
+                )
+        if wanted is not None and wanted - set(names):
+            missing = sorted(wanted - {t.name for t in g.initializer})
+            raise OnnxImportError(f"{self.label}: no initializer named '{missing[0]}' to make trainable")
+        return names
 
     def _check_ops(self, g) -> None:
         missing: Counter = Counter()
@@ -623,6 +665,7 @@ def load_onnx(
     values: dict | None = None,
     fold_limit: int = FOLD_LIMIT_BYTES,
     const_limit: int = CONST_LIMIT_BYTES,
+    trainable=False,
 ) -> Graph:
     """Import an ONNX model file into a Graph with static shapes.
 
@@ -635,6 +678,9 @@ def load_onnx(
     (it decides a shape) is refused. ``const_limit`` bounds the helper constants converters
     build from shapes (masks, index tables): a larger one is refused. Sizes are checked before
     anything is allocated.
+    ``trainable``: True makes the float initializers read as data (weights, biases, norm scales;
+    not batch norm's running statistics) trainable variables named as in the file, for
+    fine-tuning with gd.train; or a collection of the initializer names to make trainable.
     """
     try:
         import onnx
@@ -658,7 +704,9 @@ def load_onnx(
     if not model.HasField("graph") or not model.graph.output or model.ir_version <= 0:
         raise OnnxImportError(f"{label}: not an ONNX model (no graph, outputs or IR version)")
     try:
-        graph = _Importer(model, path.parent, shapes or {}, label, values, fold_limit, const_limit).run(name)
+        graph = _Importer(
+            model, path.parent, shapes or {}, label, values, fold_limit, const_limit, trainable
+        ).run(name)
     except RecursionError:
         raise OnnxImportError(f"{label}: graph is too deeply nested") from None
     except FlowcError:

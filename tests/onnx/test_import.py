@@ -162,3 +162,67 @@ def test_cli_compiles_an_onnx_model_with_a_fixed_shape(tmp_path):
     ).read_text() or "[3, 4]" in (tmp_path / "out" / "metadata.json").read_text().replace("\n", "").replace(
         " ", ""
     ).replace(",", ", ")
+
+
+def _trainable_model(tmp_path):
+    """conv (weights, bias) -> BatchNormalization (scale, bias; running mean / var) -> Gemm
+    (transposed weight, through a Transpose an exporter left) -> Clip with scalar bounds ->
+    Resize with float scales, plus an int64 shape initializer."""
+    rng = np.random.default_rng(0)
+    arrays = {
+        "conv.weight": rng.standard_normal((4, 2, 3, 3)).astype(np.float32) * 0.3,
+        "conv.bias": rng.standard_normal(4).astype(np.float32),
+        "bn.weight": np.ones(4, np.float32), "bn.bias": np.zeros(4, np.float32),
+        "bn.running_mean": rng.standard_normal(4).astype(np.float32) * 0.1,
+        "bn.running_var": np.ones(4, np.float32),
+        "fc.weight": rng.standard_normal((3, 64)).astype(np.float32) * 0.1,
+        "lo": np.array(-1.0, np.float32), "hi": np.array(1.0, np.float32),
+        "flat": np.array([2, 64], np.int64), "scales": np.array([1.0, 2.0], np.float32),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization", ["c", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"], ["b"]
+        ),
+        helper.make_node("Reshape", ["b", "flat"], ["f"]),
+        helper.make_node("Transpose", ["fc.weight"], ["wt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["f", "wt"], ["m"]),
+        helper.make_node("Clip", ["m", "lo", "hi"], ["k"]),
+        helper.make_node("Resize", ["k", "", "scales"], ["y"], mode="nearest"),
+    ]
+    inits = [numpy_helper.from_array(a, n) for n, a in arrays.items()]
+    return save(tmp_path, nodes, [vi("x", [2, 2, 4, 4])], [vi("y", [2, 6])], inits), arrays
+
+
+def test_trainable_import_makes_the_data_initializers_variables(tmp_path):
+    """trainable=True: weights, biases and norm scales become trainable variables under their
+    file names (the Transpose on fc.weight then runs in the graph instead of at import);
+    running statistics, scalar bounds, resize scales and int shapes stay constants. The graph
+    computes what the plain import does, and trains."""
+    path, arrays = _trainable_model(tmp_path)
+    g = gd.load_onnx(path, trainable=True)
+    variables = [n.name for n in g.nodes if n.op == "variable"]
+    assert variables == ["conv.weight", "conv.bias", "bn.weight", "bn.bias", "fc.weight"]
+    np.testing.assert_array_equal(g.variables["fc.weight"], arrays["fc.weight"])
+    x = np.random.default_rng(1).standard_normal((2, 2, 4, 4)).astype(np.float32)
+    (plain,) = gd.run(gd.load_onnx(path), {"x": x}, ["y"])
+    s = gd.Session(g)
+    np.testing.assert_allclose(s.run({"x": x}, ["y"])[0], plain, rtol=1e-6)
+    from graphdef.builder import Tensor
+
+    with g:
+        loss = gd.train.mean_squared_error(Tensor(g, g.resolve("y")), 0.5)
+        train = gd.train.SGD(0.1).minimize(loss)
+    losses = [float(s.run({"x": x}, [train])[0]) for _ in range(5)]
+    assert losses[-1] < losses[0]
+    assert not np.array_equal(s.variable("fc.weight"), arrays["fc.weight"])
+
+
+def test_trainable_by_name_and_its_errors(tmp_path):
+    path, _ = _trainable_model(tmp_path)
+    g = gd.load_onnx(path, trainable=["fc.weight"])
+    assert [n.name for n in g.nodes if n.op == "variable"] == ["fc.weight"]
+    with pytest.raises(gd.FlowcError, match="no initializer named 'fc.wieght' to make trainable"):
+        gd.load_onnx(path, trainable=["fc.weight", "fc.wieght"])
+    with pytest.raises(gd.FlowcError, match=r"initializer 'flat' \(int64\[2\]\) cannot be trainable"):
+        gd.load_onnx(path, trainable=["flat"])

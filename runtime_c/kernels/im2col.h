@@ -67,4 +67,37 @@ FC_INLINE void fc_im2col_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col,
     fc_im2col_rows_f32(x, col, g, cg, 0, g->out[0] * g->out[1]);
 }
 
+/* The adjoint of fc_im2col_f32: x[c][i0][i1][i2] += col[(c, t0, t1, t2)][(o0, o1, o2)] for every
+ * tap and output position whose input index i = o*s - p + t*d is inside the image (a
+ * transposed convolution's scatter of W^T X, with the roles of its input and output swapped). */
+FC_INLINE void fc_col2im_f32(const float *FC_RESTRICT col, float *FC_RESTRICT x, const fc_conv_geom *g, long cg) {
+    const long L = g->out[0] * g->out[1] * g->out[2];
+    long c, t0, t1, t2, r, o2;
+    for (c = 0; c < cg; ++c)
+        for (t0 = 0; t0 < g->k[0]; ++t0)
+            for (t1 = 0; t1 < g->k[1]; ++t1)
+                for (t2 = 0; t2 < g->k[2]; ++t2) {
+                    const float *row = col + (((c * g->k[0] + t0) * g->k[1] + t1) * g->k[2] + t2) * L;
+                    long lo2, hi2;
+                    fc_im2col_range(g->in[2], g->out[2], g->stride[2], g->pad[2], t2 * g->dil[2], &lo2, &hi2);
+                    for (r = 0; r < g->out[0] * g->out[1]; ++r) {
+                        const long o0 = r / g->out[1], o1 = r % g->out[1];
+                        const long i0 = o0 * g->stride[0] - g->pad[0] + t0 * g->dil[0];
+                        const long i1 = o1 * g->stride[1] - g->pad[1] + t1 * g->dil[1];
+                        const float *src = row + r * g->out[2];
+                        if (i0 < 0 || i0 >= g->in[0] || i1 < 0 || i1 >= g->in[1])
+                            continue;
+                        {
+                            const long base = ((c * g->in[0] + i0) * g->in[1] + i1) * g->in[2]
+                                              - g->pad[2] + t2 * g->dil[2];
+                            const long s2 = g->stride[2];
+                            if (s2 == 1)
+                                for (o2 = lo2; o2 < hi2; ++o2) x[base + o2] += src[o2];
+                            else
+                                for (o2 = lo2; o2 < hi2; ++o2) x[base + o2 * s2] += src[o2];
+                        }
+                    }
+                }
+}
+
 #endif /* FC_KERNELS_IM2COL_H */

@@ -165,3 +165,59 @@ def test_fine_tuning_sample_runs():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main() == 0
+
+
+# ----------------------------------------------------------------------------- the convolutions of training
+CONVS = [
+    # (x shape, w shape, attrs)
+    ((3, 4, 9, 9), (6, 4, 3, 3), dict(pads=(1, 1, 1, 1))),
+    ((2, 4, 8, 7), (6, 2, 3, 2), dict(strides=(2, 1), group=2, pads=(0, 1, 1, 0))),
+    ((2, 3, 10), (5, 3, 4), dict(dilations=(2,))),
+    ((1, 2, 4, 4, 5), (3, 2, 2, 2, 3), dict(pads=(0, 1, 0, 1, 0, 1))),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", range(len(CONVS)), ids=[f"{c[0]}-{c[1]}" for c in CONVS])
+def test_convolutions_with_weights_computed_at_run_time(case, threads):
+    """A conv whose weights are a variable (raw A of conv_gemm), its input gradient (a
+    conv_transpose: conv_transpose_gemm) and weight gradient (a conv by the output's
+    gradient), compiled, against the interpreter; 1-D, 2-D and 3-D, groups, strides, pads,
+    dilations."""
+    x_shape, w_shape, attrs = CONVS[case]
+    x, w = f32(*x_shape), f32(*w_shape, scale=0.3)
+    with gd.Graph("convs") as g:
+        xt = gd.placeholder("x", x_shape)
+        wt = gd.variable("w", w)
+        y = gd.conv(xt, wt, gd.variable("b", f32(w_shape[0])), **attrs)
+        loss = gd.reduce_sum(y * gd.constant(f32(*y.shape)))
+        dx, dw = gd.gradients(loss, [xt, wt])
+        gd.identity(y, name="y"), gd.identity(dx, name="dx"), gd.identity(dw, name="dw")
+    names = ["y", "dx", "dw"]
+    ops = {n.op for n in codegen.program_for(g, names).steps}
+    assert {"conv_gemm", "conv_transpose_gemm"} <= ops and not ops & {"conv", "conv_transpose"}
+    m = codegen.compile(g, outputs=names, threads=threads, name="convs")
+    got = m(x=x)
+    want = gd.run(g, {"x": x}, names)
+    for name, ref in zip(names, want):
+        np.testing.assert_allclose(
+            got[name], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()), err_msg=name
+        )
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_transpose_layers_on_the_gemm(threads):
+    """conv_transpose as a layer (constant weights, bias, stride 2, output_padding; and a
+    grouped one) runs as conv_transpose_gemm and matches the interpreter."""
+    x = f32(3, 4, 5, 6)
+    with gd.Graph("upsample") as g:
+        xt = gd.placeholder("x", x.shape)
+        a = gd.conv_transpose(xt, gd.constant(f32(4, 3, 3, 3)), gd.constant(f32(3)), strides=(2, 2),
+                              pads=(1, 1, 1, 1), output_padding=(1, 1))  # fmt: skip
+        b = gd.conv_transpose(xt, gd.constant(f32(4, 2, 2, 3)), group=2, dilations=(1, 2), pads=(0, 1, 1, 0))
+        gd.identity(a, name="a"), gd.identity(b, name="b")
+    ops = [n.op for n in codegen.program_for(g, ["a", "b"]).steps]
+    assert ops.count("conv_transpose_gemm") == 2
+    got = codegen.compile(g, outputs=["a", "b"], threads=threads, name="upsample")(x=x)
+    for name, ref in zip(["a", "b"], gd.run(g, {"x": x}, ["a", "b"])):
+        np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))

@@ -237,19 +237,26 @@ def _conv_gemm_infer(types, attrs):
         check_dtype(t, ("float32",))
     x = types[0]
     p = plan_of(attrs)
-    if types[1].size != attrs["group"] * p.packed_a_floats():
+    if types[1].size != attrs["group"] * _group_weights(p):
         raise ShapeError(
-            f"packed weights hold {types[1].size} values, the plan needs "
-            f"{attrs['group']} x {p.packed_a_floats()}"
+            f"{'packed ' if p.a_packed else ''}weights hold {types[1].size} values, the plan needs "
+            f"{attrs['group']} x {_group_weights(p)}"
         )
     out = TensorType((x.shape[0], p.m * attrs["group"]) + tuple(attrs["out"]), "float32")
     return _check_epilogue(out, split_inputs(types, attrs)[1], attrs)
 
 
+def _group_weights(p: SgemmPlan) -> int:
+    """Floats of one group's weights: packed (constant weights), or the raw (mg, cg * taps)
+    row-major block of weights computed at run time (a training graph's variables)."""
+    return p.packed_a_floats() if p.a_packed else p.m * p.k
+
+
 def _conv_gemm_ref(xs, attrs):
     p = plan_of(attrs)
     g = attrs["group"]
-    w = np.concatenate([unpack_a(part, p) for part in np.split(np.asarray(xs[1]).reshape(-1), g)])
+    raw = np.asarray(xs[1]).reshape(-1)
+    w = raw if not p.a_packed else np.concatenate([unpack_a(part, p) for part in np.split(raw, g)])
     w = w.reshape((p.m * g, xs[0].shape[1] // g) + tuple(attrs["kernel"]))
     bias, extras = split_inputs(xs, attrs)
     y = conv_ref([xs[0], w] + ([] if bias is None else [bias]), _conv_attrs(attrs))
@@ -284,7 +291,7 @@ def chunking(p: SgemmPlan, attrs, isa: str) -> dict | None:
 
     def plan(r):
         return make_plan(
-            p.m, r * width, p.k, isa=attrs["isa"], a="packed", ldc=p.n,
+            p.m, r * width, p.k, isa=attrs["isa"], a="packed" if p.a_packed else "row", ldc=p.n,
             bias="row" if p.bias else "none", mr=p.mr, kc=p.kc,
         )  # fmt: skip
 
@@ -368,6 +375,121 @@ defop(
     doc="float32 convolution as packed-weight products per image and group (im2col unless 1x1)",
     examples=_conv_gemm_examples(),
 )
+
+
+# ----------------------------------------------------------------------------- conv_transpose_gemm
+def _conv_t_gemm_infer(types, attrs):
+    for t in types:
+        check_dtype(t, ("float32",))
+    p = plan_of(attrs)
+    x, w = types[:2]
+    g = attrs["group"]
+    if p.k * g != x.shape[1] or p.m != w.shape[1] * math.prod(w.shape[2:]) or p.n != math.prod(x.shape[2:]):
+        raise ShapeError(
+            f"conv_transpose_gemm plan {p.m} x {p.n} x {p.k} does not fit x {x.shape}, w {w.shape}"
+        )
+    return TensorType((x.shape[0], w.shape[1] * g) + tuple(attrs["out"]), "float32")
+
+
+def _conv_t_attrs(attrs):
+    return {k: attrs[k] for k in ("strides", "pads", "dilations", "group", "output_padding")}
+
+
+def _conv_t_gemm_example(x_shape, w_shape, out, bias=False, **attrs):
+    g = attrs.setdefault("group", 1)
+    attrs = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "output_padding": (0, 0), **attrs}
+    cin, cog = w_shape[:2]
+    plan = make_plan(
+        cog * math.prod(w_shape[2:]), math.prod(x_shape[2:]), cin // g, isa=_EXAMPLE_ISA, a="trans"
+    )
+    full = {"plan": _plan_tuple(plan), "isa": _EXAMPLE_ISA, "out": out, "parts": 1, **attrs}
+    inputs = (Sample(x_shape), Sample(w_shape)) + ((Sample((cog * g,)),) if bias else ())
+    return Example(inputs, full, None, grad=False)
+
+
+defop(
+    "conv_transpose_gemm",
+    ("x", "w", "b?"),
+    _conv_t_gemm_infer,
+    lambda xs, attrs: get_op("conv_transpose").ref(xs, _conv_t_attrs(attrs)),
+    _INTERNAL,
+    attrs={
+        "plan": Attr("ints"),
+        "isa": Attr("str"),
+        "out": Attr("ints"),
+        "strides": Attr("ints"),
+        "pads": Attr("ints"),
+        "dilations": Attr("ints"),
+        "group": Attr("int"),
+        "output_padding": Attr("ints"),
+        "parts": Attr("int", 1),
+    },
+    kind=KERNEL,
+    flops=lambda ins, outs, attrs: 2 * ins[0].size * plan_of(attrs).m,
+    doc="float32 transposed convolution as products per image and group (W^T X, then col2im)",
+    examples=(
+        # stride 2, padded and grown by output_padding, with a bias
+        _conv_t_gemm_example(
+            (2, 3, 3, 3),
+            (3, 2, 3, 3),
+            (6, 6),
+            bias=True,
+            strides=(2, 2),
+            pads=(1, 1, 1, 1),
+            output_padding=(1, 1),
+        ),
+        # two groups, dilation 2 along the rows, a pad at the start of the columns
+        _conv_t_gemm_example(
+            (1, 4, 3, 3), (4, 1, 2, 2), (5, 3), group=2, dilations=(2, 1), pads=(0, 1, 0, 0)
+        ),
+    ),
+)
+
+
+def conv_t_chunk(p: SgemmPlan, isa: str) -> dict:
+    """Scratch of one part of a conv_transpose_gemm: the col matrix of an image's group (m x n
+    floats, rounded to 64 bytes) and the product's own."""
+    col = -(-(p.m * p.n * 4) // 64) * 64
+    return {"col_bytes": col, "part_bytes": col + part_scratch(p, isa)}
+
+
+def _conv_t_gemm_scratch(ins, outs, attrs, isa):
+    return conv_t_chunk(plan_of(attrs), isa)["part_bytes"] * min(attrs["parts"], ins[0].shape[0])
+
+
+@kernel("conv_transpose_gemm", scratch=_conv_t_gemm_scratch)
+def _conv_transpose_gemm(s):
+    """Per image and group: col = W_g^T X_g on the GEMM (W read in place, transposed), then
+    col2im adds each column's taps into the output (runtime_c/kernels/im2col.h); parts take
+    whole images."""
+    x, w = s.ins[:2]
+    a = s.attrs
+    p = plan_of(a)
+    g = a["group"]
+    n = x.shape[0]
+    runs = min(a["parts"], n)
+    cog = w.shape[1]
+    y_shape = s.outs[0].shape
+    k = {
+        "plan": p.c_init(),
+        "n": n,
+        "group": g,
+        "cin": x.shape[1],
+        "cin_g": p.k,
+        "cog": cog,
+        "cout": cog * g,
+        "p_in": p.n,
+        "p_out": math.prod(y_shape[2:]),
+        "w_group": p.k * p.m,
+        "bias": s.arg(2),
+        "runs": runs,
+        "run_parts": run_parts(s.func, runs),
+        **conv_t_chunk(p, s.isa),
+        # col2im: the output is the image, the input's positions the columns
+        **geom(y_shape, w.shape[2:], x.shape[2:], a),
+    }
+    headers = ("kernels/sgemm.h", "kernels/im2col.h")
+    return Call("conv_transpose_gemm", k, headers, prelude="conv_transpose_gemm", parallel=runs > 1)
 
 
 # ----------------------------------------------------------------------------- dwconv
@@ -573,7 +695,7 @@ def _conv_gemm(s):
         "mg": p.m,
         "hw": math.prod(x.shape[2:]),
         "p": p.n,
-        "packed": p.packed_a_floats(),
+        "packed": _group_weights(p),
         "m_total": p.m * g,
         "c_total": x.shape[1],
         **geom(x.shape, attrs["kernel"], attrs["out"], attrs),

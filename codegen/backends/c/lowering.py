@@ -67,6 +67,12 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             new = _lower_matmul(graph, node, ins, isa)
         elif op == "gemm" and f32(*node.inputs) and node.outputs[0].size:
             new = _lower_gemm(graph, node, ins, isa)
+        elif op == "conv_transpose" and f32(*node.inputs) and node.outputs[0].size:
+            new = _lower_conv_transpose(node, ins, isa)
+        elif (
+            op == "conv" and f32(*node.inputs) and node.outputs[0].size and _runtime_weights(graph, node, ins)
+        ):
+            new = _lower_conv(graph, node, ins, isa)
         elif (
             op == "conv"
             and f32(*node.inputs)
@@ -271,19 +277,54 @@ def _lower_gemm(graph, node, ins, isa):
     return "sgemm", operands + ([bias] if bias is not None else []), attrs
 
 
-def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
+def _lower_conv_transpose(node, ins, isa):
+    """A float32 transposed convolution as products per image and group (``conv_transpose_gemm``):
+    col (C_out/g * taps x input positions) = W_g^T X_g with the weights (constant or computed at
+    run time, as the input gradient of a training graph's conv is) read in place, then col2im."""
     a = node.attrs
     x_t, w_t = ins[:2]
-    w = passes.constant_value(graph, node.inputs[1]).astype(np.float32)
+    g = a["group"]
+    m, n, k = w_t.shape[1] * math.prod(w_t.shape[2:]), math.prod(x_t.shape[2:]), x_t.shape[1] // g
+    plan = SP.make_plan(m, n, k, isa=isa, a="trans")
+    attrs = {
+        "plan": _plan_tuple(plan),
+        "isa": isa,
+        "out": tuple(node.outputs[0].shape[2:]),
+        **{k: a[k] for k in ("strides", "pads", "dilations", "group", "output_padding")},
+    }
+    return "conv_transpose_gemm", list(node.inputs), attrs
+
+
+def _runtime_weights(graph, node, ins) -> bool:
+    """A conv whose weights are computed at run time (the variables of a training graph, or
+    the gradient of one: a weight gradient is a conv by the output's gradient), not depthwise:
+    ``_lower_conv`` reads them in place as the GEMM's raw A."""
+    g, cg = node.attrs["group"], ins[1].shape[1]
+    depthwise = g == ins[0].shape[1] and cg == 1 and g > 1
+    return not depthwise and passes.constant_value(graph, node.inputs[1]) is None
+
+
+def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
+    """im2col + GEMM (``conv_gemm``): constant weights packed now, or weights computed at run
+    time read in place (row-major (M, C/g * taps) per group)."""
+    a = node.attrs
+    x_t, w_t = ins[:2]
+    w = passes.constant_value(graph, node.inputs[1])
     g = a["group"]
     m, cg = w_t.shape[:2]
     kernel = w_t.shape[2:]
     out_sp = node.outputs[0].shape[2:]
     kg, p = cg * math.prod(kernel), math.prod(out_sp)
-    plan = SP.make_plan(m // g, p, kg, isa=isa, a="packed", bias="row" if len(node.inputs) == 3 else "none")
-    packed = np.concatenate(
-        [SP.pack_a(w[i * (m // g) : (i + 1) * (m // g)].reshape(m // g, kg), plan) for i in range(g)]
-    )
+    bias = "row" if len(node.inputs) == 3 else "none"
+    if w is None:
+        plan = SP.make_plan(m // g, p, kg, isa=isa, a="row", bias=bias)
+        weights = node.inputs[1]
+    else:
+        plan = SP.make_plan(m // g, p, kg, isa=isa, a="packed", bias=bias)
+        w = w.astype(np.float32)
+        weights = np.concatenate(
+            [SP.pack_a(w[i * (m // g) : (i + 1) * (m // g)].reshape(m // g, kg), plan) for i in range(g)]
+        )
     direct = (
         all(k == 1 for k in kernel)
         and all(s == 1 for s in a["strides"])
@@ -302,9 +343,10 @@ def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
         "direct": direct,
         "estimates": estimates,  # the 3x3 cost model's, where it chose im2col (winograd.choose)
     }
-    operands = [node.inputs[0], packed]
+    operands = [node.inputs[0], weights]
     if len(node.inputs) == 3:
-        operands.append(passes.constant_value(graph, node.inputs[2]).astype(np.float32))
+        b = passes.constant_value(graph, node.inputs[2])
+        operands.append(node.inputs[2] if b is None else b.astype(np.float32))
     return "conv_gemm", operands, attrs
 
 

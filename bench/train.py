@@ -1,0 +1,250 @@
+"""Training step time: flowc's compiled step (``codegen.compile(g, outputs=["loss"],
+train=op)``, forward + backward + optimizer update in one call of the generated C) against
+PyTorch eager on the CPU: the same model, initial weights, batch (32), optimizer and thread
+count, the two steps alternated in one run and compared pair by pair (this machine is shared).
+
+    python bench/train.py [--threads 1 2] [--runs 200] [--only NAME]
+
+Models: the digits MLP (64-32-10, SGD), LeNet-5 on 28x28 (SGD with momentum), and a small
+transformer encoder (2 pre-norm blocks of width 64, 2 heads, 16 tokens, GELU MLP, mean-pooled
+classifier; AdamW). Both sides start from the same weights and see the same batch; the
+"loss diff" column is the largest relative difference of their first 10 losses (float32
+rounding only, when both compute the same step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import codegen  # noqa: E402
+import graphdef as gd  # noqa: E402
+
+BATCH = 32
+
+
+def _init(rng, *shape):
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+    return (rng.standard_normal(shape) * (2.0 / fan_in) ** 0.5).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- models
+# Each returns (graph, train op, feeds, torch module, torch optimizer); weights are created in
+# PyTorch's layout and handed to both.
+def mlp(rng):
+    import torch
+
+    p = {"w1": _init(rng, 32, 64), "b1": np.zeros(32, np.float32), "w2": _init(rng, 10, 32),
+         "b2": np.zeros(10, np.float32)}  # fmt: skip
+    with gd.Graph("mlp_train") as g:
+        x = gd.placeholder("x", (BATCH, 64))
+        y = gd.placeholder("y", (BATCH,), "int64")
+        v = {k: gd.variable(k, a) for k, a in p.items()}
+        h = gd.relu(gd.matmul(x, gd.transpose(v["w1"])) + v["b1"])
+        loss = gd.train.softmax_cross_entropy(gd.matmul(h, gd.transpose(v["w2"])) + v["b2"], y, name="loss")
+        train = gd.train.SGD(0.2).minimize(loss)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    _load(net, [p["w1"], p["b1"], p["w2"], p["b2"]])
+    feeds = {"x": rng.random((BATCH, 64), np.float32), "y": rng.integers(0, 10, BATCH)}
+    return g, train, feeds, net, torch.optim.SGD(net.parameters(), lr=0.2)
+
+
+def lenet(rng):
+    import torch
+
+    shapes = {"c1": (6, 1, 5, 5), "c2": (16, 6, 5, 5), "f1": (120, 400), "f2": (84, 120), "f3": (10, 84)}
+    p = {}
+    for k, s in shapes.items():
+        p[k], p[k + "b"] = _init(rng, *s), np.zeros(s[0], np.float32)
+    with gd.Graph("lenet_train") as g:
+        x = gd.placeholder("x", (BATCH, 1, 28, 28))
+        y = gd.placeholder("y", (BATCH,), "int64")
+        v = {k: gd.variable(k, a) for k, a in p.items()}
+        h = gd.max_pool2d(gd.relu(gd.conv(x, v["c1"], v["c1b"], pads=(2, 2, 2, 2))), 2)
+        h = gd.max_pool2d(gd.relu(gd.conv(h, v["c2"], v["c2b"])), 2)
+        h = gd.reshape(h, (BATCH, 400))
+        for k in ("f1", "f2"):
+            h = gd.relu(gd.matmul(h, gd.transpose(v[k])) + v[k + "b"])
+        logits = gd.matmul(h, gd.transpose(v["f3"])) + v["f3b"]
+        loss = gd.train.softmax_cross_entropy(logits, y, name="loss")
+        train = gd.train.SGD(0.01, momentum=0.9).minimize(loss)
+    nn = torch.nn
+    net = nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10),
+    )  # fmt: skip
+    _load(net, [p[k] for k in ("c1", "c1b", "c2", "c2b", "f1", "f1b", "f2", "f2b", "f3", "f3b")])
+    feeds = {"x": rng.random((BATCH, 1, 28, 28), np.float32), "y": rng.integers(0, 10, BATCH)}
+    return g, train, feeds, net, torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+
+
+SEQ, DIM, HEADS, LAYERS = 16, 64, 2, 2
+
+
+def transformer(rng):
+    import torch
+
+    nn, dh = torch.nn, DIM // HEADS
+    p = {}
+    for i in range(LAYERS):
+        p |= {f"ln1_{i}": np.ones(DIM, np.float32), f"ln1b_{i}": np.zeros(DIM, np.float32),
+              f"qkv_{i}": _init(rng, 3 * DIM, DIM), f"qkvb_{i}": np.zeros(3 * DIM, np.float32),
+              f"o_{i}": _init(rng, DIM, DIM), f"ob_{i}": np.zeros(DIM, np.float32),
+              f"ln2_{i}": np.ones(DIM, np.float32), f"ln2b_{i}": np.zeros(DIM, np.float32),
+              f"m1_{i}": _init(rng, 4 * DIM, DIM), f"m1b_{i}": np.zeros(4 * DIM, np.float32),
+              f"m2_{i}": _init(rng, DIM, 4 * DIM), f"m2b_{i}": np.zeros(DIM, np.float32)}  # fmt: skip
+    p |= {"head": _init(rng, 10, DIM), "headb": np.zeros(10, np.float32)}
+    with gd.Graph("transformer_train") as g:
+        x = gd.placeholder("x", (BATCH, SEQ, DIM))
+        y = gd.placeholder("y", (BATCH,), "int64")
+        v = {k: gd.variable(k, a) for k, a in p.items()}
+
+        def dense(h, k, i):
+            return gd.matmul(h, gd.transpose(v[f"{k}_{i}"])) + v[f"{k}b_{i}"]
+
+        def heads(t):  # (B, S, DIM) -> (B, HEADS, S, dh)
+            return gd.transpose(gd.reshape(t, (BATCH, SEQ, HEADS, dh)), (0, 2, 1, 3))
+
+        h = x
+        for i in range(LAYERS):
+            a = gd.layer_norm(h, v[f"ln1_{i}"], v[f"ln1b_{i}"])
+            qkv = dense(a, "qkv", i)
+            q, k, val = (heads(gd.slice(qkv, [j * DIM], [(j + 1) * DIM], [2])) for j in range(3))
+            att = gd.softmax(gd.matmul(q, gd.transpose(k, (0, 1, 3, 2))) * (1.0 / dh**0.5))
+            o = gd.reshape(gd.transpose(gd.matmul(att, val), (0, 2, 1, 3)), (BATCH, SEQ, DIM))
+            h = h + dense(o, "o", i)
+            m = gd.gelu(dense(gd.layer_norm(h, v[f"ln2_{i}"], v[f"ln2b_{i}"]), "m1", i))
+            h = h + dense(m, "m2", i)
+        logits = gd.matmul(gd.reduce_mean(h, axes=1), gd.transpose(v["head"])) + v["headb"]
+        loss = gd.train.softmax_cross_entropy(logits, y, name="loss")
+        train = gd.train.AdamW(1e-3, weight_decay=0.01).minimize(loss)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.qkv, self.o = nn.LayerNorm(DIM), nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
+            self.ln2, self.m1, self.m2 = nn.LayerNorm(DIM), nn.Linear(DIM, 4 * DIM), nn.Linear(4 * DIM, DIM)
+
+        def forward(self, h):
+            parts = self.qkv(self.ln1(h)).split(DIM, 2)
+            q, k, val = (t.view(BATCH, SEQ, HEADS, dh).transpose(1, 2) for t in parts)
+            att = torch.softmax(q @ k.transpose(2, 3) * (1.0 / dh**0.5), -1)
+            h = h + self.o((att @ val).transpose(1, 2).reshape(BATCH, SEQ, DIM))
+            return h + self.m2(torch.nn.functional.gelu(self.m1(self.ln2(h))))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.Sequential(*(Block() for _ in range(LAYERS)))
+            self.head = nn.Linear(DIM, 10)
+
+        def forward(self, x):
+            return self.head(self.blocks(x).mean(1))
+
+    net = Net()
+    order = []
+    for i in range(LAYERS):
+        names = ("ln1", "ln1b", "qkv", "qkvb", "o", "ob", "ln2", "ln2b", "m1", "m1b", "m2", "m2b")
+        order += [p[f"{k}_{i}"] for k in names]
+    _load(net, order + [p["head"], p["headb"]])
+    feeds = {"x": rng.standard_normal((BATCH, SEQ, DIM)).astype(np.float32), "y": rng.integers(0, 10, BATCH)}
+    return g, train, feeds, net, torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
+
+
+def _load(net, arrays):
+    import torch
+
+    params = list(net.parameters())
+    assert len(params) == len(arrays), (len(params), len(arrays))
+    with torch.no_grad():
+        for t, a in zip(params, arrays):
+            assert tuple(t.shape) == a.shape, (tuple(t.shape), a.shape)
+            t.copy_(torch.from_numpy(a))
+
+
+MODELS = {"digits MLP": mlp, "LeNet-5": lenet, "transformer": transformer}
+
+
+# ----------------------------------------------------------------------------- timing
+def bench(name: str, threads: int, runs: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    g, train, feeds, net, opt = MODELS[name](np.random.default_rng(0))
+    model = codegen.compile(g, outputs=["loss"], train=train, threads=threads, name="step")
+    tx, ty = torch.from_numpy(feeds["x"]), torch.from_numpy(feeds["y"])
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def torch_step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(tx), ty)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    def flowc_step():
+        return float(model.run(feeds)["loss"])
+
+    first = [(flowc_step(), torch_step()) for _ in range(10)]
+    diff = max(abs(a - b) / max(abs(b), 1e-6) for a, b in first)
+    for _ in range(10):
+        flowc_step(), torch_step()
+    tf, tt, ratios = [], [], []
+    for i in range(runs):
+        t = {}
+        for fn in (flowc_step, torch_step) if i % 2 == 0 else (torch_step, flowc_step):
+            t0 = time.perf_counter()
+            fn()
+            t[fn] = time.perf_counter() - t0
+        tf.append(t[flowc_step])
+        tt.append(t[torch_step])
+        ratios.append(t[flowc_step] / t[torch_step])
+    return {
+        "flowc_us": statistics.median(tf) * 1e6,
+        "torch_us": statistics.median(tt) * 1e6,
+        "ratio": statistics.median(ratios),
+        "diff": diff,
+        "arena": model.arena_bytes,
+        "lower": model.lower_bound_bytes,
+        "state": model.state_bytes,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    import torch
+
+    print(f"training step, batch {BATCH}: flowc (compiled, called from Python), PyTorch {torch.__version__}")
+    print(
+        "| model | threads | flowc step (us) | PyTorch step (us) | flowc/PyTorch (paired) | loss diff "
+        "| arena (lower bound) | state |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name in MODELS:
+        if args.only and args.only not in name:
+            continue
+        for threads in args.threads:
+            r = bench(name, threads, args.runs)
+            print(
+                f"| {name} | {threads} | {r['flowc_us']:.1f} | {r['torch_us']:.1f} | {r['ratio']:.2f} | "
+                f"{r['diff']:.1e} | {r['arena']} B ({r['lower']} B) | {r['state']} B |",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

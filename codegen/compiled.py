@@ -457,6 +457,7 @@ def export(
     ranks: int | None = None,
     placement: str = "auto",
     compress: str | None = None,
+    train=None,
 ) -> Path:
     """Write a project folder (header, sources, Makefile, CMakeLists.txt, metadata.json) and,
     unless ``build_binary`` is False, build it:
@@ -476,9 +477,12 @@ def export(
     built with mpicc; ``placement`` and ``compress`` as for compile(); ``max_ram`` then bounds
     each rank's arena, and the pipeline placement keeps every rank under it.
 
+    ``train``: a train op, run by every call as compile()'s (its value, the loss, is an output).
+
     The folder appears complete or not at all: it is written beside and renamed into place.
     """
     check_name(name)
+    outputs = with_train(graph, outputs, train)
     target = Target(arch, portable, threads)
     limits = {
         "max_ram": None if max_ram is None else parse_bytes(max_ram, "max-ram"),

@@ -70,6 +70,21 @@ def training_graph(batch: int, lr: float = 0.2, seed: int = 0) -> gd.Graph:
     return g
 
 
+def last_layer_training_graph(weights: dict, batch: int = 10, lr: float = 0.1) -> gd.Graph:
+    """On-device fine-tuning: the hidden layer frozen (constants w1, b1), the output layer's w2
+    and b2 variables trained by an SGD step ('train') on a batch of images and labels."""
+    g = gd.Graph("digits_last_layer")
+    with g:
+        x = gd.placeholder("x", (batch, 64))
+        labels = gd.placeholder("labels", (batch,), "int64")
+        p = {
+            k: gd.constant(v, name=k) if k in ("w1", "b1") else gd.variable(k, v) for k, v in weights.items()
+        }
+        loss = gd.train.softmax_cross_entropy(_logits(x, p), labels, name="loss")
+        gd.train.SGD(lr).minimize(loss, name="train")
+    return g
+
+
 def train(epochs: int = 30, batch: int = 50, seed: int = 0, compiled: bool = True) -> dict[str, np.ndarray]:
     """Trained weights, deterministically for a given seed: each step compiled to C (forward,
     backward and update in one call of the generated code), or run by the numpy interpreter."""
@@ -265,7 +280,40 @@ def arm(weights: dict, images: np.ndarray, host_preds: np.ndarray, build_dir: Pa
         f"cortex-m4 on qemu-system-arm (MPS2-AN386), {len(images)} images in one run: predictions identical "
         f"to the host's: {bool(np.all(preds == host_preds))}, stack used {res['stack']} B"
     )
+    return same and on_device_training(weights, build_dir)
+
+
+def on_device_training(weights: dict, build_dir: Path, steps: int = 20, batch: int = 10) -> bool:
+    """The output layer fine-tuned on the Cortex-M4 (last_layer_training_graph): ``steps`` SGD
+    steps of the generated C on the emulated board; True when its last loss is the
+    interpreter's."""
+    import codegen
+    from codegen.backends.c import mcu
+
+    tx, ty, _, _ = load_data()
+    feeds = {"x": invert_some(tx[:batch]), "labels": ty[:batch]}
+    g = last_layer_training_graph(weights, batch)
+    out = codegen.export(g, build_dir / "digits_m4_train", name="digits", arch="cortex-m4", outputs=["loss"],
+                         train="train")  # fmt: skip
+    fp = mcu.Footprint.from_json(json.loads((out / "metadata.json").read_text())["footprint"])
+    res = mcu.run_firmware(out, feeds, runs=steps)
+    sess = gd.Session(g)
+    want = [float(sess.run(feeds, ["train"])[0]) for _ in range(steps)]
+    got = float(res["outputs"]["loss"])
+    same = abs(got - want[-1]) <= 1e-5 * max(1.0, abs(want[-1]))
+    print(
+        f"cortex-m4 on-device training of the output layer (SGD, batch {batch}): {fp.line()}; "
+        f"after {steps} steps on the board the loss is {got:.6f} (interpreter {want[-1]:.6f}, first step "
+        f"{want[0]:.6f}), stack used {res['stack']} B"
+    )
     return same
+
+
+def invert_some(x: np.ndarray) -> np.ndarray:
+    """Every other image with its pixels inverted: data the trained classifier has not seen."""
+    x = x.copy()
+    x[::2] = 1.0 - x[::2]
+    return x
 
 
 if __name__ == "__main__":

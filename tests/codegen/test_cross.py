@@ -158,6 +158,31 @@ def test_mcu_library_runs_on_the_emulated_board(arch, models, tmp_path):
 
 
 @pytest.mark.cross
+def test_mcu_trains_the_output_layer_on_the_board(tmp_path):
+    """On-device fine-tuning: the digits classifier's output layer (samples/digits.py's
+    last_layer_training_graph, an SGD step in state) built for a Cortex-M4 and stepped 20 times
+    on the emulated board; its last loss is the interpreter's 20th, and the footprint counts
+    the state (weights, plus the variables trained)."""
+    need("cortex-m4")
+    digits = _sample("digits")
+    g = digits.last_layer_training_graph(digits._params(1), batch=6)
+    rng = np.random.default_rng(2)
+    feeds = {"x": rng.random((6, 64), np.float32), "labels": rng.integers(0, 10, 6)}
+    folder = codegen.export(
+        g, tmp_path / "m4", name="digits", arch="cortex-m4", outputs=["loss"], train="train"
+    )
+    meta = json.loads((folder / "metadata.json").read_text())
+    fp = meta["footprint"]
+    assert fp["state"] == meta["state_bytes"] >= 4 * (32 * 10 + 10) + 8  # w2, b2 and global_step, aligned
+    assert fp["ram"] >= fp["arena"] + fp["state"] + fp["stack"]
+    run = mcu.run_firmware(folder, feeds, runs=20)
+    sess = gd.Session(g)
+    want = [float(sess.run(feeds, ["train"])[0]) for _ in range(20)]
+    assert want[-1] < 0.5 * want[0]  # it trains
+    np.testing.assert_allclose(float(run["outputs"]["loss"]), want[-1], rtol=1e-5)
+
+
+@pytest.mark.cross
 def test_mcu_weights_are_in_flash_and_the_makefile_rebuilds(models, tmp_path):
     need("cortex-m4", run=False)
     for name, g, _ in models:  # digits: C arrays; lenet (> 64 KiB): the .incbin blob

@@ -524,9 +524,10 @@ def _decl(f) -> dict | None:
 FIRMWARE_LDFLAGS = ("-T", "runtime/mcu/mps2.ld", "-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections")
 
 
-def firmware_data(env: jinja2.Environment, ins: list[dict], feeds: dict | None) -> str:
+def firmware_data(env: jinja2.Environment, ins: list[dict], feeds: dict | None, runs: int = 1) -> str:
     """firmware_data.h: the inputs the firmware runs on, as const arrays (in flash), or zeroed
-    arrays (in RAM) when ``feeds`` is None. ``ins``: the input contexts (cname, ctype, size)."""
+    arrays (in RAM) when ``feeds`` is None, and how many times it calls the model on them.
+    ``ins``: the input contexts (cname, ctype, size)."""
     arrays = []
     for t in ins:
         value = None if feeds is None else feeds[t["label"]]
@@ -538,7 +539,7 @@ def firmware_data(env: jinja2.Environment, ins: list[dict], feeds: dict | None) 
                 "lines": None if value is None else _value_lines(np.asarray(value).reshape(-1)),
             }
         )
-    return env.get_template("build/firmware_data.h.j2").render(arrays=arrays, version=VERSION)
+    return env.get_template("build/firmware_data.h.j2").render(arrays=arrays, version=VERSION, runs=int(runs))
 
 
 def io_metadata(items) -> list[dict]:

@@ -359,8 +359,10 @@ def footprint(folder: Path, name: str, target: Target, metadata: dict) -> Footpr
 
 
 # ----------------------------------------------------------------------------- running
-def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0) -> dict:
-    """Run the model of an MCU export folder once on the arch's QEMU board.
+def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0, runs: int = 1) -> dict:
+    """Run the model of an MCU export folder on the arch's QEMU board: ``runs`` calls one after
+    the other on the same feeds (a training step each, for a model with state), the outputs
+    those of the last.
 
     Writes ``feeds`` (input name -> array) into firmware_data.h, relinks firmware.elf and runs
     it under qemu-system-arm with semihosting. Returns {"outputs": {name: array},
@@ -382,7 +384,7 @@ def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0) -> d
                 raise FlowcError(f"model '{meta['name']}' needs feed '{t['name']}' ({tt})")
             values[t["name"]] = feed_value(t["name"], tt, feeds[t["name"]])
     (folder / "firmware_data.h").write_text(
-        emit.firmware_data(emit.environment(), ins, values if feeds else None)
+        emit.firmware_data(emit.environment(), ins, values if feeds else None, runs)
     )
     link_firmware(folder, meta["name"], target)
     if not shutil.which(target.spec.qemu):

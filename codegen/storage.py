@@ -12,7 +12,8 @@ Rules, in order:
 - a step's scratch memory (the backend says how much) is one more buffer, live at that step;
 - the inputs of a step that holds them (an asynchronous send) stay live until the run ends;
 - outputs that are inputs, constants, state or a second name of another output are copied
-  at the end of the run; assign ops store their new values into the state at the end.
+  at the end of the run; assign ops store their new values into the state at the end, or
+  straight into it at their step where no later step reads the variable.
 
 Offsets inside the arena are the next stage's business (``program.place``).
 """
@@ -138,6 +139,19 @@ def assign(
     def root_node(g: ValueRef) -> Node:
         return graph.node(g.node)
 
+    # an assign writes its new value straight into the variable's state when no later step
+    # reads the variable (which would see the new value, not the run's starting one) and no
+    # other assign sets it: no copy into the state after the run
+    assigns: dict[str, list[Node]] = {}
+    for n in steps:
+        if get_op(n.op).stateful:
+            assigns.setdefault(n.inputs[0].node, []).append(n)
+    for n, *others in assigns.values():
+        gv, go = groups.find(n.inputs[0]), groups.find(n.ref())
+        if not others and get_op(n.op).elementwise and last.get(gv, -1) <= pos[n.name] and gv != go:
+            groups.union(n.inputs[0], n.ref())
+            last[groups.find(gv)] = end
+
     # in place: an elementwise step takes over the buffer of an input that dies there
     inplace: set[str] = set()
     for n in steps:
@@ -212,6 +226,7 @@ def assign(
             loc[v] = place
 
     output_copies = [(k, r) for k, r in enumerate(graph.declared_outputs) if loc[r] != Loc("output", k)]
+    updates = [(var, r) for var, r in updates if loc[r].kind != "state"]  # the others wrote it in place
     scratch_buffer: dict[str, int] = {}
     for n in steps:
         size = scratch(n, [graph.type_of(r) for r in n.inputs])

@@ -365,6 +365,56 @@ def _conv_weight_grad(x, gy, kernel, attrs):
     return transpose(dw, (1, 0) + tuple(range(2, 2 + sp)))
 
 
+def _conv_wgrad_infer(types, attrs):
+    x, gy = types
+    dt = same_dtype(types, dtypes.FLOATS)
+    g, kernel = attrs["group"], tuple(attrs["kernel"])
+    if x.rank != gy.rank or x.rank != len(kernel) + 2 or x.shape[0] != gy.shape[0]:
+        raise ShapeError(f"conv_weight_grad of x {x.shape} and gy {gy.shape} with kernel {kernel}")
+    if g < 1 or x.shape[1] % g or gy.shape[1] % g:
+        raise ShapeError(f"channels: x {x.shape[1]}, gy {gy.shape[1]}, group {g} do not match")
+    if _out_spatial(x.shape[2:], kernel, attrs) != gy.shape[2:]:
+        raise ShapeError(f"gy {gy.shape} is not the output of a {kernel} conv of x {x.shape}")
+    return TensorType((gy.shape[1], x.shape[1] // g) + kernel, dt)
+
+
+def _conv_wgrad_ref(xs, attrs):
+    x, gy = _acc(xs[0]), _acc(xs[1])
+    n, c = x.shape[:2]
+    m, g, kernel = gy.shape[1], attrs["group"], tuple(attrs["kernel"])
+    out_sp = gy.shape[2:]
+    xp = _padded(x, attrs, out_sp, kernel, 0)
+    gg = gy.reshape(n, g, m // g, -1)
+    dw = np.zeros((g, m // g, c // g) + kernel, dtype=x.dtype)
+    for k, sl in _windows(x.shape[2:], kernel, attrs, out_sp):
+        patch = xp[(slice(None), slice(None)) + sl].reshape(n, g, c // g, -1)
+        dw[(...,) + k] = np.einsum("ngmp,ngcp->gmc", gg, patch)
+    return dw.reshape((m, c // g) + kernel).astype(xs[0].dtype)
+
+
+defop(
+    "conv_weight_grad",
+    ("x", "gy"),
+    _conv_wgrad_infer,
+    _conv_wgrad_ref,
+    NotDifferentiable("second derivatives of a convolution are not built", error=True),
+    attrs={**{k: Attr("ints") for k in ("kernel", "strides", "pads", "dilations")}, "group": Attr("int", 1)},
+    flops=lambda ins, outs, attrs: 2 * ins[1].size * outs[0].size // max(ins[1].shape[1], 1),
+    kind=KERNEL,
+    doc="the weight gradient of conv(x, w) given the output's gradient gy: (M, C/group, *kernel)",
+    examples=(
+        Example(
+            (Sample((2, 3, 5, 5)), Sample((2, 4, 5, 5))),
+            {"kernel": (3, 3), "strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1)},
+        ),
+        Example(
+            (Sample((1, 4, 7, 6)), Sample((1, 6, 3, 3))),
+            {"kernel": (2, 3), "strides": (2, 1), "pads": (0, 0, 0, 1), "dilations": (1, 2), "group": 2},
+        ),
+    ),
+)
+
+
 def _g_conv(op, gys):
     x, w = op.inputs[:2]
     gy = gys[0]
@@ -395,8 +445,17 @@ def _g_conv(op, gys):
                 output_padding=out_pad,
             ),
         ),
-        op.want(1, lambda: _conv_weight_grad(x, gy, kernel, a)),
+        op.want(1, lambda: _weight_grad(x, gy, kernel, a)),
     ) + _bias_grad(op, gy)
+
+
+def _weight_grad(x, gy, kernel, a):
+    """float32: the conv_weight_grad op (the C backend's GEMM over each image's im2col);
+    other float types: the same as a convolution of x by gy."""
+    if x.dtype == "float32" and gy.dtype == "float32":
+        attrs = {k: a[k] for k in ("strides", "pads", "dilations", "group")}
+        return apply("conv_weight_grad", [x, gy], None, kernel=tuple(kernel), **attrs)
+    return _conv_weight_grad(x, gy, kernel, a)
 
 
 def _bias_grad(op, gy):
@@ -554,7 +613,7 @@ def _g_conv_t(op, gys):
     return (
         op.want(0, lambda: conv(g_full, w, strides=a["strides"], dilations=a["dilations"], group=a["group"])),
         # the weight gradient of "conv(g_full) -> x" has w's layout (C, M/group, *K)
-        op.want(1, lambda: _conv_weight_grad(g_full, x, kernel, ca)),
+        op.want(1, lambda: _weight_grad(g_full, x, kernel, ca)),
     ) + _bias_grad(op, gy)
 
 

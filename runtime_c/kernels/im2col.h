@@ -13,6 +13,14 @@
 #include "flowc_rt.h"
 #include "kernels/conv.h"
 
+/* gcc makes the row copies below memcpy calls, which cost more than rows of a few dozen
+ * floats (LeNet-5's training step spent 11% of its time in memcpy); keep them loops. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define FC_IM2COL_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define FC_IM2COL_LOOPS
+#endif
+
 /* First and one-past-last output index whose input index o*s - p + t*d is in [0, n). */
 FC_INLINE void fc_im2col_range(long n, long out, long s, long p, long off, long *lo, long *hi) {
     long a = p - off, b = n - 1 + p - off;  /* need a <= o*s <= b */
@@ -26,7 +34,7 @@ FC_INLINE void fc_im2col_range(long n, long out, long s, long p, long off, long 
  * matrix of cg channels: col has cg * k[0] * k[1] * k[2] rows of L = (r1 - r0) * out[2]
  * values, row (c, t0, t1, t2) holding the input under kernel tap (t0, t1, t2) of channel c at
  * every output position of the slice (0 in the padding). */
-FC_INLINE void fc_im2col_rows_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g,
+FC_IM2COL_LOOPS FC_INLINE void fc_im2col_rows_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g,
                                   long cg, long r0, long r1) {
     const long L = (r1 - r0) * g->out[2];
     long c, t0, t1, t2, r, o2;
@@ -37,8 +45,8 @@ FC_INLINE void fc_im2col_rows_f32(const float *FC_RESTRICT x, float *FC_RESTRICT
                     float *row = col + (((c * g->k[0] + t0) * g->k[1] + t1) * g->k[2] + t2) * L;
                     long lo2, hi2;
                     fc_im2col_range(g->in[2], g->out[2], g->stride[2], g->pad[2], t2 * g->dil[2], &lo2, &hi2);
-                    for (r = r0; r < r1; ++r) {
-                        const long o0 = r / g->out[1], o1 = r % g->out[1];
+                    long o0 = r0 / g->out[1], o1 = r0 % g->out[1]; /* row r, counted on (no division a row) */
+                    for (r = r0; r < r1; ++r, o1 = o1 + 1 < g->out[1] ? o1 + 1 : (++o0, 0)) {
                         const long i0 = o0 * g->stride[0] - g->pad[0] + t0 * g->dil[0];
                         const long i1 = o1 * g->stride[1] - g->pad[1] + t1 * g->dil[1];
                         float *dst = row + (r - r0) * g->out[2];
@@ -70,7 +78,7 @@ FC_INLINE void fc_im2col_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col,
 /* The adjoint of fc_im2col_f32: x[c][i0][i1][i2] += col[(c, t0, t1, t2)][(o0, o1, o2)] for every
  * tap and output position whose input index i = o*s - p + t*d is inside the image (a
  * transposed convolution's scatter of W^T X, with the roles of its input and output swapped). */
-FC_INLINE void fc_col2im_f32(const float *FC_RESTRICT col, float *FC_RESTRICT x, const fc_conv_geom *g, long cg) {
+FC_IM2COL_LOOPS FC_INLINE void fc_col2im_f32(const float *FC_RESTRICT col, float *FC_RESTRICT x, const fc_conv_geom *g, long cg) {
     const long L = g->out[0] * g->out[1] * g->out[2];
     long c, t0, t1, t2, r, o2;
     for (c = 0; c < cg; ++c)
@@ -80,8 +88,8 @@ FC_INLINE void fc_col2im_f32(const float *FC_RESTRICT col, float *FC_RESTRICT x,
                     const float *row = col + (((c * g->k[0] + t0) * g->k[1] + t1) * g->k[2] + t2) * L;
                     long lo2, hi2;
                     fc_im2col_range(g->in[2], g->out[2], g->stride[2], g->pad[2], t2 * g->dil[2], &lo2, &hi2);
-                    for (r = 0; r < g->out[0] * g->out[1]; ++r) {
-                        const long o0 = r / g->out[1], o1 = r % g->out[1];
+                    long o0 = 0, o1 = 0; /* row r, counted on */
+                    for (r = 0; r < g->out[0] * g->out[1]; ++r, o1 = o1 + 1 < g->out[1] ? o1 + 1 : (++o0, 0)) {
                         const long i0 = o0 * g->stride[0] - g->pad[0] + t0 * g->dil[0];
                         const long i1 = o1 * g->stride[1] - g->pad[1] + t1 * g->dil[1];
                         const float *src = row + r * g->out[2];

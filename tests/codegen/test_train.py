@@ -174,6 +174,8 @@ CONVS = [
     ((2, 4, 8, 7), (6, 2, 3, 2), dict(strides=(2, 1), group=2, pads=(0, 1, 1, 0))),
     ((2, 3, 10), (5, 3, 4), dict(dilations=(2,))),
     ((1, 2, 4, 4, 5), (3, 2, 2, 2, 3), dict(pads=(0, 1, 0, 1, 0, 1))),
+    # an image's im2col over 1 MiB: the weight gradient slices its output rows
+    ((2, 32, 40, 40), (8, 32, 3, 3), dict(pads=(1, 1, 1, 1))),
 ]
 
 
@@ -181,24 +183,26 @@ CONVS = [
 @pytest.mark.parametrize("case", range(len(CONVS)), ids=[f"{c[0]}-{c[1]}" for c in CONVS])
 def test_convolutions_with_weights_computed_at_run_time(case, threads):
     """A conv whose weights are a variable (raw A of conv_gemm), its input gradient (a
-    conv_transpose: conv_transpose_gemm) and weight gradient (a conv by the output's
-    gradient), compiled, against the interpreter; 1-D, 2-D and 3-D, groups, strides, pads,
-    dilations."""
+    conv_transpose: conv_transpose_gemm) and weight gradient (conv_weight_grad: conv_wgrad),
+    compiled, against the interpreter; 1-D, 2-D and 3-D, groups, strides, pads, dilations,
+    parts over images with 2 threads."""
     x_shape, w_shape, attrs = CONVS[case]
     x, w = f32(*x_shape), f32(*w_shape, scale=0.3)
     with gd.Graph("convs") as g:
         xt = gd.placeholder("x", x_shape)
-        wt = gd.variable("w", w)
-        y = gd.conv(xt, wt, gd.variable("b", f32(w_shape[0])), **attrs)
+        wt = gd.placeholder("w", w_shape)  # weights fed at run time, as a training step reads its variables
+        y = gd.conv(xt, wt, gd.placeholder("b", (w_shape[0],)), **attrs)
         loss = gd.reduce_sum(y * gd.constant(f32(*y.shape)))
         dx, dw = gd.gradients(loss, [xt, wt])
         gd.identity(y, name="y"), gd.identity(dx, name="dx"), gd.identity(dw, name="dw")
     names = ["y", "dx", "dw"]
     ops = {n.op for n in codegen.program_for(g, names).steps}
-    assert {"conv_gemm", "conv_transpose_gemm"} <= ops and not ops & {"conv", "conv_transpose"}
+    assert {"conv_gemm", "conv_transpose_gemm", "conv_wgrad"} <= ops
+    assert not ops & {"conv", "conv_transpose", "conv_weight_grad"}
     m = codegen.compile(g, outputs=names, threads=threads, name="convs")
-    got = m(x=x)
-    want = gd.run(g, {"x": x}, names)
+    feeds = {"x": x, "w": w, "b": f32(w_shape[0])}
+    got = m(**feeds)
+    want = gd.run(g, feeds, names)
     for name, ref in zip(names, want):
         np.testing.assert_allclose(
             got[name], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()), err_msg=name
@@ -221,3 +225,24 @@ def test_conv_transpose_layers_on_the_gemm(threads):
     got = codegen.compile(g, outputs=["a", "b"], threads=threads, name="upsample")(x=x)
     for name, ref in zip(["a", "b"], gd.run(g, {"x": x}, ["a", "b"])):
         np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_updates_write_the_state_in_place_unless_a_later_step_reads_the_variable():
+    """An optimizer's assigns store their new values straight into the state (no copies after
+    the run); a variable read after its assign (here through a control dependency) keeps the
+    copy, and the later read still sees the value the run started with."""
+    g, train, feeds = mlp()
+    prog = codegen.program_for(g, ["loss", train])
+    assert prog.state_updates == []
+    with gd.Graph("late_read") as g2:
+        v = gd.variable("v", np.arange(4, dtype=np.float32))
+        a = gd.assign_add(v, np.ones(4, np.float32), name="bump")
+        with gd.control_dependencies([a]):
+            late = gd.identity(v * 2.0, name="late")
+    prog = codegen.program_for(g2, ["bump", "late"])
+    assert [var for var, _ in prog.state_updates] == ["v"]
+    m = codegen.compile(g2, outputs=["bump", "late"], name="late_read")
+    for step in range(2):
+        out = m()
+        np.testing.assert_array_equal(out["late"], 2 * (np.arange(4) + step))
+        np.testing.assert_array_equal(out["bump"], np.arange(4) + step + 1)

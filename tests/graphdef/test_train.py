@@ -232,3 +232,39 @@ def test_batch_norm_in_training_mode_uses_the_batch_and_moves_the_statistics():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(s.variable("mean"), 0.1 * m, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(s.variable("var"), 0.9 + 0.1 * v * 16 / 15, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "x_shape, w_shape, attrs",
+    [
+        ((2, 3, 7, 6), (4, 3, 3, 2), dict(pads=(1, 0, 1, 1), strides=(2, 1))),
+        ((1, 4, 9), (6, 2, 3), dict(group=2, dilations=(2,))),
+        ((2, 2, 3, 4, 5), (3, 2, 2, 2, 2), dict(strides=(1, 2, 1))),
+    ],
+)
+def test_conv_weight_grad_op_is_the_convolution_of_x_by_gy(dtype, x_shape, w_shape, attrs):
+    """float32 weight gradients go through the conv_weight_grad op, others through the
+    convolution of x by gy it replaces; both equal a finite-difference-free numpy check: the
+    gradient of sum(conv(x, w) * r) with respect to w, entry by entry, is the sum over windows
+    of r times x."""
+    x, w = f32(*x_shape).astype(dtype), f32(*w_shape).astype(dtype)
+    with gd.Graph("wg") as g:
+        wt = gd.variable("w", w, dtype=dtype)
+        y = gd.conv(gd.constant(x, dtype), wt, **attrs)
+        r = f32(*y.shape).astype(dtype)
+        (dw,) = gd.gradients(gd.reduce_sum(y * gd.constant(r, dtype)), [wt])
+    ops = {n.op for n in g.nodes}
+    assert ("conv_weight_grad" in ops) == (dtype == "float32")
+    (got,) = gd.run(g, {}, [dw])
+    # numpy: d/dw of sum(conv(x, w) * r) is linear in r; build it from unit weights
+    from graphdef.ops.nn import conv_ref
+
+    full = {"strides": (1,) * (len(x_shape) - 2), "pads": (0,) * (2 * (len(x_shape) - 2)),
+            "dilations": (1,) * (len(x_shape) - 2), "group": 1, **attrs}  # fmt: skip
+    want = np.zeros(w_shape)
+    for idx in np.ndindex(*w_shape):
+        unit = np.zeros(w_shape)
+        unit[idx] = 1.0
+        want[idx] = np.sum(conv_ref([x.astype(np.float64), unit], full) * r)
+    np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-5)

@@ -492,6 +492,96 @@ def _conv_transpose_gemm(s):
     return Call("conv_transpose_gemm", k, headers, prelude="conv_transpose_gemm", parallel=runs > 1)
 
 
+# ----------------------------------------------------------------------------- conv_weight_grad
+WGRAD_BYTES = 1 << 20
+"""The im2col matrices a weight gradient sums over in one pass (about an L2): whole images
+when one fits, else slices of an image's output rows."""
+
+
+def wgrad_chunking(n: int, cg: int, gy_shape, kernel) -> dict:
+    """How a float32 conv_weight_grad runs, per group: ``images`` images at a time (or, where
+    one image's im2col matrix exceeds WGRAD_BYTES, slices of ``rows`` output rows of one),
+    im2col'd (the forward conv's matrix: Cg * taps rows, the positions as columns) into
+    scratch, then dW_g (Mg x Cg*taps) += the sum over them of dY (Mg x positions) times the
+    im2col along the positions (kernels/gemmnt.h)."""
+    out = list(gy_shape[2:])
+    width, total = out[-1], math.prod(out[:-1])
+    per_row = cg * math.prod(kernel) * width * 4
+    rows = total if per_row * total <= WGRAD_BYTES else max(1, WGRAD_BYTES // per_row)
+    images = max(1, WGRAD_BYTES // (per_row * total)) if rows == total else 1
+    images = min(images, n)
+    col = -(-(per_row * rows * images) // 64) * 64
+    return {"rows": rows, "total": total, "count": -(-total // rows), "width": width, "images": images,
+            "col_bytes": col, "image_floats": per_row * total // 4}  # fmt: skip
+
+
+def _wgrad_sizes(ins, attrs) -> dict:
+    x, gy = ins
+    cg = x.shape[1] // attrs["group"]
+    ch = wgrad_chunking(x.shape[0], cg, gy.shape, attrs["kernel"])
+    acc = -(-(gy.shape[1] * cg * math.prod(attrs["kernel"]) * 4) // 64) * 64
+    runs = min(attrs["parts"], x.shape[0])
+    return {**ch, "acc_bytes": acc, "part_bytes": ch["col_bytes"] + acc, "runs": runs}
+
+
+def _wgrad_scratch(ins, outs, attrs, isa):
+    sz = _wgrad_sizes(ins, attrs)
+    return sz["part_bytes"] * sz["runs"]
+
+
+defop(
+    "conv_wgrad",
+    ("x", "gy"),
+    lambda types, attrs: get_op("conv_weight_grad").infer_types(types, attrs),
+    lambda xs, attrs: get_op("conv_weight_grad").ref(xs, {k: v for k, v in attrs.items() if k != "parts"}),
+    _INTERNAL,
+    attrs={
+        **{k: Attr("ints") for k in ("kernel", "strides", "pads", "dilations")},
+        "group": Attr("int", 1),
+        "parts": Attr("int", 1),
+    },
+    kind=KERNEL,
+    flops=lambda ins, outs, attrs: 2 * ins[1].size * outs[0].size // max(ins[1].shape[1], 1),
+    doc="float32 conv_weight_grad on the C kernel: parts take runs of images, each its own sum",
+    examples=(
+        Example(
+            (Sample((3, 4, 6, 6)), Sample((3, 4, 3, 3))),
+            {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 2},
+            grad=False,
+        ),
+    ),
+)
+
+
+@kernel("conv_wgrad", scratch=_wgrad_scratch)
+def _conv_wgrad(s):
+    """The weight gradient summed over images and slices of output rows (``wgrad_chunking``);
+    with parts, each part sums a run of images, the first into the output, the others into
+    their scratch, added to it at the end."""
+    x, gy = s.ins
+    a = s.attrs
+    g = a["group"]
+    cg, mg = x.shape[1] // g, gy.shape[1] // g
+    sz = _wgrad_sizes(s.ins, a)
+    k = {
+        "n": x.shape[0],
+        "group": g,
+        "cg": cg,
+        "mg": mg,
+        "cgk": cg * math.prod(a["kernel"]),
+        "c_total": x.shape[1],
+        "m_total": gy.shape[1],
+        "hw": math.prod(x.shape[2:]),
+        "p": math.prod(gy.shape[2:]),
+        "chunk": sz,
+        "size": s.outs[0].size,
+        "run_parts": run_parts(s.func, sz["runs"]),
+        **geom(x.shape, a["kernel"], gy.shape[2:], a),
+    }
+    headers = ("kernels/im2col.h", "kernels/gemmnt.h")
+    return Call("conv_wgrad", k, headers, prelude="conv_wgrad", parallel=sz["runs"] > 1)
+
+
 # ----------------------------------------------------------------------------- dwconv
 _DW_CONV = ("strides", "pads", "dilations", "group")
 

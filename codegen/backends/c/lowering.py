@@ -67,6 +67,8 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             new = _lower_matmul(graph, node, ins, isa)
         elif op == "gemm" and f32(*node.inputs) and node.outputs[0].size:
             new = _lower_gemm(graph, node, ins, isa)
+        elif op == "conv_weight_grad" and f32(*node.inputs) and node.outputs[0].size:
+            new = "conv_wgrad", list(node.inputs), dict(node.attrs)
         elif op == "conv_transpose" and f32(*node.inputs) and node.outputs[0].size:
             new = _lower_conv_transpose(node, ins, isa)
         elif (

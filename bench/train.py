@@ -1,9 +1,10 @@
 """Training step time: flowc's compiled step (``codegen.compile(g, outputs=["loss"],
 train=op)``, forward + backward + optimizer update in one call of the generated C) against
 PyTorch eager on the CPU: the same model, initial weights, batch (32), optimizer and thread
-count, the two steps alternated in one run and compared pair by pair (this machine is shared).
+count, in one run: blocks of 10 steps of each side alternated (a pause before each, so that the
+other side's threads stop spinning), compared pair by pair (this machine is shared).
 
-    python bench/train.py [--threads 1 2] [--runs 200] [--only NAME]
+    python bench/train.py [--threads 1 2] [--runs 30] [--only NAME]
 
 Models: the digits MLP (64-32-10, SGD), LeNet-5 on 28x28 (SGD with momentum), and a small
 transformer encoder (2 pre-norm blocks of width 64, 2 heads, 16 tokens, GELU MLP, mean-pooled
@@ -29,6 +30,8 @@ import codegen  # noqa: E402
 import graphdef as gd  # noqa: E402
 
 BATCH = 32
+BLOCK = 10  # steps a side runs in a row
+PAUSE = 0.02  # seconds before each block
 
 
 def _init(rng, *shape):
@@ -198,13 +201,17 @@ def bench(name: str, threads: int, runs: int) -> dict:
     diff = max(abs(a - b) / max(abs(b), 1e-6) for a, b in first)
     for _ in range(10):
         flowc_step(), torch_step()
+    # blocks of BLOCK steps of one side, alternated, each after a pause: the other side's
+    # threads (PyTorch's OpenMP team, flowc's pool) stop spinning before a block starts
     tf, tt, ratios = [], [], []
     for i in range(runs):
         t = {}
         for fn in (flowc_step, torch_step) if i % 2 == 0 else (torch_step, flowc_step):
+            time.sleep(PAUSE)
             t0 = time.perf_counter()
-            fn()
-            t[fn] = time.perf_counter() - t0
+            for _ in range(BLOCK):
+                fn()
+            t[fn] = (time.perf_counter() - t0) / BLOCK
         tf.append(t[flowc_step])
         tt.append(t[torch_step])
         ratios.append(t[flowc_step] / t[torch_step])
@@ -222,7 +229,7 @@ def bench(name: str, threads: int, runs: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--runs", type=int, default=30, help="pairs of blocks of BLOCK steps")
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     import torch

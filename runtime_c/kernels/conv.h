@@ -28,8 +28,8 @@ FC_INLINE long fc_win_ceil_div(long a, long b) {
 FC_INLINE void fc_win_span(long j, long s, long p, long d, long k, long lo, long hi, long *t0,
                            long *t1) {
     long start = j * s - p;
-    long a = fc_win_ceil_div(lo - start, d);
-    long b = fc_win_ceil_div(hi - start, d);
+    long a = d == 1 ? lo - start : fc_win_ceil_div(lo - start, d); /* no division when undilated */
+    long b = d == 1 ? hi - start : fc_win_ceil_div(hi - start, d);
     *t0 = a > 0 ? a : 0;
     *t1 = b < k ? b : k;
     if (*t1 < *t0)

@@ -34,9 +34,9 @@ FC_INLINE void fc_im2col_range(long n, long out, long s, long p, long off, long 
  * matrix of cg channels: col has cg * k[0] * k[1] * k[2] rows of L = (r1 - r0) * out[2]
  * values, row (c, t0, t1, t2) holding the input under kernel tap (t0, t1, t2) of channel c at
  * every output position of the slice (0 in the padding). */
-FC_IM2COL_LOOPS FC_INLINE void fc_im2col_rows_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g,
-                                  long cg, long r0, long r1) {
-    const long L = (r1 - r0) * g->out[2];
+FC_IM2COL_LOOPS FC_INLINE void fc_im2col_rows_ld_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col,
+                                                      const fc_conv_geom *g, long cg, long r0, long r1, long ld) {
+    const long L = ld;
     long c, t0, t1, t2, r, o2;
     for (c = 0; c < cg; ++c)
         for (t0 = 0; t0 < g->k[0]; ++t0)
@@ -68,6 +68,24 @@ FC_IM2COL_LOOPS FC_INLINE void fc_im2col_rows_f32(const float *FC_RESTRICT x, fl
                         }
                     }
                 }
+}
+
+/* The same with rows of exactly the slice's positions. */
+FC_INLINE void fc_im2col_rows_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g, long cg,
+                                  long r0, long r1) {
+    fc_im2col_rows_ld_f32(x, col, g, cg, r0, r1, (r1 - r0) * g->out[2]);
+}
+
+/* The whole im2col matrix, each row ld >= out0 * out1 * out2 floats apart, zeros after its
+ * positions (rows padded to whole vectors for kernels/gemmnt.h). */
+FC_INLINE void fc_im2col_pad_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g, long cg,
+                                 long ld) {
+    const long P = g->out[0] * g->out[1] * g->out[2], rows = cg * g->k[0] * g->k[1] * g->k[2];
+    long r, j;
+    fc_im2col_rows_ld_f32(x, col, g, cg, 0, g->out[0] * g->out[1], ld);
+    for (r = 0; r < rows; ++r)
+        for (j = P; j < ld; ++j)
+            col[r * ld + j] = 0.0f;
 }
 
 /* The whole im2col matrix: every output row. */

@@ -97,7 +97,9 @@ def unpack(wp, m: int, c: int, kernel, nr: int) -> np.ndarray:
 def lower(node, ins, w, bias, isa: str, estimates: tuple = ()):
     """``conv_direct``'s (op, operands, attrs) for a float32 conv with constant weights ``w``
     (and ``bias``, or None), or None where it is not ``eligible``; ``estimates``: the 3x3 cost
-    model's, where it chose im2col over Winograd (winograd.choose), kept for ``flowc inspect``."""
+    model's, where it chose im2col over Winograd (winograd.choose), kept for ``flowc inspect``.
+    ``w`` (and ``bias``) None: the node's own weights (and bias) computed at run time (a
+    training step's variables), packed at run time by a ``pack_direct`` step."""
     x_t, w_t = ins[:2]
     out = tuple(node.outputs[0].shape[2:])
     if not eligible(x_t.shape, w_t.shape, out, node.attrs, isa):
@@ -114,10 +116,42 @@ def lower(node, ins, w, bias, isa: str, estimates: tuple = ()):
         "bias": bias is not None,
         "estimates": estimates,
     }
+    if w is None:
+        attrs["bias"] = len(node.inputs) == 3
+        operands = [node.inputs[0], ("pack_direct", [node.inputs[1]], {"nr": nr})] + list(node.inputs[2:3])
+        return "conv_direct", operands, attrs
     operands = [node.inputs[0], pack(w, nr)]
     if bias is not None:
         operands.append(np.asarray(bias, np.float32))
     return "conv_direct", operands, attrs
+
+
+def _pack_infer(types, attrs):
+    (w,) = types
+    check_dtype(w, ("float32",))
+    nr = attrs["nr"]
+    return TensorType((-(-w.shape[0] // nr) * nr * math.prod(w.shape[1:]),), "float32")
+
+
+defop(
+    "pack_direct",
+    ("w",),
+    _pack_infer,
+    lambda xs, attrs: pack(xs[0], attrs["nr"]),
+    _INTERNAL,
+    attrs={"nr": Attr("int")},
+    kind=KERNEL,
+    doc="float32 conv weights (M, C, *K) in conv_direct's layout (``pack``), at run time",
+    examples=(Example((Sample((35, 2, 3, 3)),), {"nr": 32}, None, grad=False),),
+)
+
+
+@kernel("pack_direct")
+def _pack_direct(s):
+    w = s.ins[0]
+    k = {"m": w.shape[0], "taps": math.prod(w.shape[1:]), "nr": s.attrs["nr"],
+         "blocks": -(-w.shape[0] // s.attrs["nr"])}  # fmt: skip
+    return Call("pack_direct", k)
 
 
 # ----------------------------------------------------------------------------- the op

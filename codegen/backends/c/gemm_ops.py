@@ -510,9 +510,14 @@ def wgrad_chunking(n: int, cg: int, gy_shape, kernel) -> dict:
     rows = total if per_row * total <= WGRAD_BYTES else max(1, WGRAD_BYTES // per_row)
     images = max(1, WGRAD_BYTES // (per_row * total)) if rows == total else 1
     images = min(images, n)
-    col = -(-(per_row * rows * images) // 64) * 64
+    if rows == total:  # whole images: rows of positions padded to whole vectors (of at most 16)
+        padded = -(-width * total // 16) * 16
+        floats = (cg * math.prod(kernel) + gy_shape[1]) * padded * images
+    else:
+        floats = per_row * rows // 4
+    col = -(-(floats * 4) // 64) * 64
     return {"rows": rows, "total": total, "count": -(-total // rows), "width": width, "images": images,
-            "col_bytes": col, "image_floats": per_row * total // 4}  # fmt: skip
+            "col_bytes": col}  # fmt: skip
 
 
 def _wgrad_sizes(ins, attrs) -> dict:

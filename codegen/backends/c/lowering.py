@@ -74,7 +74,7 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
         elif (
             op == "conv" and f32(*node.inputs) and node.outputs[0].size and _runtime_weights(graph, node, ins)
         ):
-            new = _lower_conv(graph, node, ins, isa)
+            new = lower_direct(node, ins, None, None, isa) or _lower_conv(graph, node, ins, isa)
         elif (
             op == "conv"
             and f32(*node.inputs)
@@ -102,12 +102,21 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             if get_op(op_name).flops(ins, node.outputs, Attrs(attrs)) >= PARALLEL_FLOPS:
                 attrs["parts"] = threads
         with default_graph_scope(rb.new), device(node.device), control_dependencies(rb.controls(node)):
-            inputs = [
-                Tensor(rb.new, rb.refs[r]) if isinstance(r, ValueRef) else gd.constant(r) for r in operands
-            ]
+            inputs = [_operand(rb, r) for r in operands]
             out = gd.apply(op_name, inputs, None, **attrs)
         rb.bind(node, [out.ref])
     return rb.finish()
+
+
+def _operand(rb, r) -> Tensor:
+    """A lowered node's operand: a value of the graph, a constant array, or ("op", [values],
+    attrs), a step made for it (weights packed at run time)."""
+    if isinstance(r, ValueRef):
+        return Tensor(rb.new, rb.refs[r])
+    if isinstance(r, tuple):
+        op, refs, attrs = r
+        return gd.apply(op, [Tensor(rb.new, rb.refs[q]) for q in refs], None, **attrs)
+    return gd.constant(r)
 
 
 def fuse_epilogues(graph: Graph) -> Graph:

@@ -307,11 +307,23 @@ def _lp_pool(s):
     return Call("pool", k, ("kernels/pool.h",))
 
 
-@kernel("max_pool_grad", "avg_pool_grad")
+def _pool_grad_split(ins, outs, attrs):
+    """Pooling gradients split by planes (image, channel), each plane's windows its own."""
+    gx, gy = outs[0], ins[-1]
+    cells = gy.size * math.prod(attrs["kernel_shape"])
+    return Split(gx.shape[0] * gx.shape[1], work(ins, outs, 4 * cells + 2 * gx.size))
+
+
+@kernel("max_pool_grad", "avg_pool_grad", split=_pool_grad_split)
 def _pool_grad(s):
     x = TensorType(s.attrs["shape"], s.ins[0].dtype) if "shape" in s.attrs else s.ins[0]
-    k = _pool_geom(x, s.ins[-1], s.attrs)  # gy has the pooled shape
-    k.update(fn=s.fn(f"fc_{s.node.op}"), args=[*s.x, s.y[0]])
+    gy = s.ins[-1]
+    k = _pool_geom(x, gy, s.attrs)  # gy has the pooled shape
+    planes = k["planes"]
+    per = {id(t): t.size // planes for t in s.ins}
+    args = [s.at(ptr, per[id(t)]) for ptr, t in zip(s.x, s.ins)] + [s.at(s.y[0], s.outs[0].size // planes)]
+    k.update(fn=s.fn(f"fc_{s.node.op}"), args=args, planes=s.count(planes),
+             storage="const" if s.split else "static const")  # fmt: skip
     return Call("pool_grad", k, ("kernels/pool.h",))
 
 

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from graphdef.errors import ShapeError
+from graphdef.errors import ShapeError, UnsupportedError
 from graphdef.ir import TensorType
 from graphdef.ops._util import check_dtype
 from graphdef.ops.fused import run_program
@@ -525,7 +525,7 @@ def _wgrad_sizes(ins, attrs) -> dict:
     cg = x.shape[1] // attrs["group"]
     ch = wgrad_chunking(x.shape[0], cg, gy.shape, attrs["kernel"])
     acc = -(-(gy.shape[1] * cg * math.prod(attrs["kernel"]) * 4) // 64) * 64
-    runs = min(attrs["parts"], x.shape[0])
+    runs = min(attrs.get("parts", 1), x.shape[0])
     return {**ch, "acc_bytes": acc, "part_bytes": ch["col_bytes"] + acc, "runs": runs}
 
 
@@ -558,12 +558,15 @@ defop(
 )
 
 
-@kernel("conv_wgrad", scratch=_wgrad_scratch)
+@kernel("conv_wgrad", "conv_weight_grad", scratch=_wgrad_scratch)
 def _conv_wgrad(s):
     """The weight gradient summed over images and slices of output rows (``wgrad_chunking``);
     with parts, each part sums a run of images, the first into the output, the others into
-    their scratch, added to it at the end."""
+    their scratch, added to it at the end. ``conv_weight_grad`` itself (where no lowering
+    made it a ``conv_wgrad``: microcontrollers) runs the same in one part; float32 only."""
     x, gy = s.ins
+    if x.dtype != "float32":
+        raise UnsupportedError(f"conv_weight_grad of {x.dtype} has no C kernel (float32 only)")
     a = s.attrs
     g = a["group"]
     cg, mg = x.shape[1] // g, gy.shape[1] // g

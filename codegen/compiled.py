@@ -173,12 +173,12 @@ class CompiledModel:
 
     def variable(self, name: str) -> np.ndarray:
         """The current value of a state variable (a copy)."""
-        for v in self.metadata["state"]:
-            if v["name"] == name:
-                t = TensorType(tuple(v["shape"]), v["dtype"])
-                raw = self._state[v["offset"] : v["offset"] + t.nbytes]
-                return raw.view(dtypes.np_dtype(t.dtype)).reshape(t.shape).copy()
-        raise FeedError(f"model '{self.name}' has no state variable '{name}'")
+        held = self._state_vars()
+        if name not in held:
+            raise FeedError(f"model '{self.name}' has no state variable '{name}'")
+        t, offset = held[name]
+        raw = self._state[offset : offset + t.nbytes]
+        return raw.view(dtypes.np_dtype(t.dtype)).reshape(t.shape).copy()
 
     def _state_vars(self) -> dict:
         held = self.metadata["state"]

@@ -271,17 +271,18 @@ class Optimizer:
                 if self.clip_norm is not None:
                     grads, _ = clip_by_global_norm(grads, self.clip_norm)
                 lr = self._lr(step)
-                t = _f32(step) + 1.0
                 updates = []
                 for g, (_, v), held in zip(grads, pairs, slots):
-                    new, new_slots = self._update(v, g, held, lr, t)
+                    new, new_slots = self._update(v, g, held, lr, step)
                     updates.append(assign(v, new))
                     updates += [assign(held[s], x) for s, x in new_slots.items()]
                 updates.append(assign_add(step, np.int64(1)))
             with control_dependencies(updates):
                 return identity(loss if loss is not None else step, name=name)
 
-    def _update(self, v, g, slots, lr, t):
+    def _update(self, v, g, slots, lr, step):
+        """(new value, new slots) of variable v with gradient g; ``step``: global_step before
+        this update's increment."""
         raise NotImplementedError
 
     # numpy twin: one update of float32 arrays; ``state`` holds the slots by name, t the step
@@ -302,7 +303,7 @@ class SGD(Optimizer):
         self.momentum, self.nesterov, self.weight_decay = float(momentum), nesterov, float(weight_decay)
         self.slots = ("momentum",) if momentum else ()
 
-    def _update(self, v, g, slots, lr, t):
+    def _update(self, v, g, slots, lr, step):
         if self.weight_decay:
             g = g + v * self.weight_decay
         if not self.momentum:
@@ -336,8 +337,9 @@ class Adam(Optimizer):
     def _decay(self, v, lr):
         return v
 
-    def _update(self, v, g, slots, lr, t):
+    def _update(self, v, g, slots, lr, step):
         b1, b2 = self.beta1, self.beta2
+        t = _f32(step) + 1.0  # 1 at the first update
         m = slots["m"] * b1 + g * (1 - b1)
         s = slots["v"] * b2 + g * g * (1 - b2)
         c1 = 1.0 - pow(constant(np.float32(b1)), t)

@@ -14,24 +14,18 @@
 #include "kernels/vecf.h"
 
 /* Rows of A per block: 4 where 32 vector registers hold 16 accumulators and 8 loads (AVX-512),
- * else 2. The loaded vectors are held in registers (FC_GNT_KEEP: gcc otherwise folds each load
- * into every multiply-add that uses it, as in kernels/sgemm.h). */
+ * else 2. The loaded vectors are held in registers (FC_VF_KEEP). */
 #if FC_VF_VL >= 16
 #define FC_GNT_RI 4
 #else
 #define FC_GNT_RI 2
-#endif
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && FC_VF_VL > 1
-#define FC_GNT_KEEP(v) __asm__("" : "+v"(v))
-#else
-#define FC_GNT_KEEP(v) ((void)0)
 #endif
 #define FC_GNT_ROWS(X) X(0) X(1) X(2) X(3)
 #define FC_GNT_DECL(r) fc_vf s##r##0 = z, s##r##1 = z, s##r##2 = z, s##r##3 = z;
 #define FC_GNT_STEP(r)                                                                                  \
     if (r < FC_GNT_RI) {                                                                                \
         fc_vf x = fc_vf_load(a0 + ra[r] + p);                                                          \
-        FC_GNT_KEEP(x);                                                                                 \
+        FC_VF_KEEP(x);                                                                                 \
         s##r##0 += x * y0, s##r##1 += x * y1, s##r##2 += x * y2, s##r##3 += x * y3;                     \
     }
 #define FC_GNT_TAIL(r)                                                                                  \
@@ -66,10 +60,10 @@ FC_INLINE void fc_gemm_nt_f32(long m, long n, long k, long batch, const float *F
                 for (p = 0; p < kv; p += FC_VF_VL) {
                     fc_vf y0 = fc_vf_load(b0 + p), y1 = fc_vf_load(b1 + p);
                     fc_vf y2 = fc_vf_load(b2 + p), y3 = fc_vf_load(b3 + p);
-                    FC_GNT_KEEP(y0);
-                    FC_GNT_KEEP(y1);
-                    FC_GNT_KEEP(y2);
-                    FC_GNT_KEEP(y3);
+                    FC_VF_KEEP(y0);
+                    FC_VF_KEEP(y1);
+                    FC_VF_KEEP(y2);
+                    FC_VF_KEEP(y3);
                     FC_GNT_ROWS(FC_GNT_STEP)
                 }
                 for (; p < k; ++p) {
@@ -82,6 +76,16 @@ FC_INLINE void fc_gemm_nt_f32(long m, long n, long k, long batch, const float *F
                     c[(i + r) * ldc + j + q] += t[r][q];
         }
     }
+}
+
+/* rows x cols floats of src (row stride ls) into dst with row stride ld >= cols, zeros after
+ * each row: an operand whose rows are padded to whole vectors (no scalar tail above). */
+FC_INLINE void fc_rows_pad_f32(float *FC_RESTRICT dst, long ld, const float *FC_RESTRICT src, long ls, long rows,
+                               long cols) {
+    long r, j;
+    for (r = 0; r < rows; ++r)
+        for (j = 0; j < ld; ++j)
+            dst[r * ld + j] = j < cols ? src[r * ls + j] : 0.0f;
 }
 
 #endif /* FC_KERNELS_GEMMNT_H */

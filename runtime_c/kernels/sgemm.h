@@ -415,22 +415,16 @@ FC_SG_BODY void fc_sg_put(const fc_sg_out *o, long i, long u, fc_sgemm_v t) {
 }
 
 /* ------------------------------------------------------------------ micro-kernels */
-/* B's vectors of a k step held in registers: with few rows gcc folds each load into every
- * multiply-add that uses it (vfmadd231ps (mem), ...), a 512-bit load per multiply-add, and a
- * tile of 3 or 4 rows ran at half the speed of one of 8 (4 x 64 x 256: 49% of one AVX-512
- * core's peak, 95% with the loads kept; a batch-32 dense layer, 32 = 14 + 14 + 4 rows,
- * 32 x 512 x 784: 252.6 -> 225.4 us). The empty asm makes each vector a register value. */
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && FC_SGEMM_VL > 1
+/* B's vectors of a k step held in registers (FC_VF_KEEP): with few rows gcc folded each load
+ * into every multiply-add (a batch-32 dense layer, 32 = 14 + 14 + 4 rows, 32 x 512 x 784:
+ * 252.6 -> 225.4 us kept). */
 #define FC_SG_KEEP(b0, b1, b2, b3)                         \
     {                                                      \
-        __asm__("" : "+v"(b0));                            \
-        if (U > 1) __asm__("" : "+v"(b1));                 \
-        if (U > 2) __asm__("" : "+v"(b2));                 \
-        if (U > 3) __asm__("" : "+v"(b3));                 \
+        FC_VF_KEEP(b0);                                    \
+        if (U > 1) FC_VF_KEEP(b1);                         \
+        if (U > 2) FC_VF_KEEP(b2);                         \
+        if (U > 3) FC_VF_KEEP(b3);                         \
     }
-#else
-#define FC_SG_KEEP(b0, b1, b2, b3)
-#endif
 #define FC_SG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
 #define FC_SG_DECL(i) fc_sgemm_v c##i##_0 = z, c##i##_1 = z, c##i##_2 = z, c##i##_3 = z;
 #define FC_SG_STEP(i)                                      \

@@ -60,6 +60,16 @@ typedef int32_t fc_vi __attribute__((vector_size(FC_VF_VL * 4)));
 #endif
 #endif
 
+/* FC_VF_KEEP(v): the vector v held in a register. With few uses of a loaded vector gcc folds
+ * the load into every multiply-add that uses it (vfmadd231ps (mem), ...), a 512-bit load per
+ * multiply-add: kernels/sgemm.h's tiles of 3 or 4 rows then ran at 49% of an AVX-512 core's
+ * peak, 95% with the loads kept (4 x 64 x 256); the empty asm makes v a register value. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && FC_VF_VL > 1
+#define FC_VF_KEEP(v) __asm__("" : "+v"(v))
+#else
+#define FC_VF_KEEP(v) ((void)0)
+#endif
+
 /* FC_VF_EVEN(a, b) / FC_VF_ODD(a, b): the even / odd lanes of the 2*FC_VF_VL floats a then b
  * (a stride-2 load), where FC_VF_HAS_SHUFFLE is 1. */
 #if FC_VF_VL > 1 && defined(__clang__)

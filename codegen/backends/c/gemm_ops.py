@@ -89,11 +89,16 @@ def _check_epilogue(out: TensorType, extras, attrs) -> TensorType:
     return t
 
 
+def lines(nbytes: int) -> int:
+    """``nbytes`` rounded up to whole 64-byte lines (scratch buffers start on a line)."""
+    return -(-nbytes // 64) * 64
+
+
 def part_scratch(plan: SgemmPlan, isa: str) -> int:
     """Scratch bytes of one thread's part of a product built for ``isa`` (the ISA the build's
     compiler selects: a plan packed for another tile packs raw operands it would read in
     place on its own ISA), rounded to 64."""
-    return -(-plan.scratch_bytes(isa) // 64) * 64
+    return lines(plan.scratch_bytes(isa))
 
 
 def _batch_offsets(batch):
@@ -296,7 +301,7 @@ def chunking(p: SgemmPlan, attrs, isa: str) -> dict | None:
         )  # fmt: skip
 
     main, tail = plan(rows), plan(tail_rows) if tail_rows else None
-    col = -(-(p.k * rows * width * 4) // 64) * 64
+    col = lines(p.k * rows * width * 4)
     gemm = max(part_scratch(main, isa), part_scratch(tail, isa) if tail else 0)
     return {
         "rows": rows,
@@ -395,13 +400,18 @@ def _conv_t_attrs(attrs):
     return {k: attrs[k] for k in ("strides", "pads", "dilations", "group", "output_padding")}
 
 
+def conv_t_plan(x_shape, w_shape, group: int, isa: str) -> SgemmPlan:
+    """The product of one image and group of a transposed convolution: col (C_out/g * taps x
+    input positions) = W_g^T (W (C_in, C_out/g, *K) read in place, transposed) X_g."""
+    m, n, k = w_shape[1] * math.prod(w_shape[2:]), math.prod(x_shape[2:]), x_shape[1] // group
+    return make_plan(m, n, k, isa=isa, a="trans")
+
+
 def _conv_t_gemm_example(x_shape, w_shape, out, bias=False, **attrs):
     g = attrs.setdefault("group", 1)
     attrs = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "output_padding": (0, 0), **attrs}
-    cin, cog = w_shape[:2]
-    plan = make_plan(
-        cog * math.prod(w_shape[2:]), math.prod(x_shape[2:]), cin // g, isa=_EXAMPLE_ISA, a="trans"
-    )
+    cog = w_shape[1]
+    plan = conv_t_plan(x_shape, w_shape, g, _EXAMPLE_ISA)
     full = {"plan": _plan_tuple(plan), "isa": _EXAMPLE_ISA, "out": out, "parts": 1, **attrs}
     inputs = (Sample(x_shape), Sample(w_shape)) + ((Sample((cog * g,)),) if bias else ())
     return Example(inputs, full, None, grad=False)
@@ -449,7 +459,7 @@ defop(
 def conv_t_chunk(p: SgemmPlan, isa: str) -> dict:
     """Scratch of one part of a conv_transpose_gemm: the col matrix of an image's group (m x n
     floats, rounded to 64 bytes) and the product's own."""
-    col = -(-(p.m * p.n * 4) // 64) * 64
+    col = lines(p.m * p.n * 4)
     return {"col_bytes": col, "part_bytes": col + part_scratch(p, isa)}
 
 
@@ -515,7 +525,7 @@ def wgrad_chunking(n: int, cg: int, gy_shape, kernel) -> dict:
         floats = (cg * math.prod(kernel) + gy_shape[1]) * padded * images
     else:
         floats = per_row * rows // 4
-    col = -(-(floats * 4) // 64) * 64
+    col = lines(floats * 4)
     return {"rows": rows, "total": total, "count": -(-total // rows), "width": width, "images": images,
             "col_bytes": col}  # fmt: skip
 
@@ -524,7 +534,7 @@ def _wgrad_sizes(ins, attrs) -> dict:
     x, gy = ins
     cg = x.shape[1] // attrs["group"]
     ch = wgrad_chunking(x.shape[0], cg, gy.shape, attrs["kernel"])
-    acc = -(-(gy.shape[1] * cg * math.prod(attrs["kernel"]) * 4) // 64) * 64
+    acc = lines(gy.shape[1] * cg * math.prod(attrs["kernel"]) * 4)
     runs = min(attrs.get("parts", 1), x.shape[0])
     return {**ch, "acc_bytes": acc, "part_bytes": ch["col_bytes"] + acc, "runs": runs}
 

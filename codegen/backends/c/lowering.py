@@ -21,7 +21,7 @@ from . import layout as L
 from . import pwdw
 from . import sgemm as SP
 from .direct import lower as lower_direct
-from .gemm_ops import plan_of
+from .gemm_ops import conv_t_plan, plan_of
 from .ops.nn import depthwise_geom
 from .winograd import lower_winograd
 
@@ -49,8 +49,11 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
     - gemm with a constant b and a bias per column (or none);
     - conv with constant weights (and bias), except depthwise ones (group == channels, one
       input channel per group), which keep their direct kernel; a 3x3 stride-1 one becomes a
-      Winograd ``conv_winograd`` where the cost model says it is faster (winograd.py).
-    Everything else (other dtypes, conv_transpose, ...) is left as it is. Products of at
+      Winograd ``conv_winograd`` where the cost model says it is faster (winograd.py); one
+      whose weights or bias are computed at run time: conv_direct on weights packed by a
+      ``pack_direct`` step, else conv_gemm reading them in place;
+    - conv_transpose (``conv_transpose_gemm``) and float32 conv_weight_grad (``conv_wgrad``).
+    Everything else (other dtypes, depthwise convs, ...) is left as it is. Products of at
     least ``PARALLEL_FLOPS`` get ``parts = threads`` (a Winograd conv: where its direct form
     has as many, the count its chunks were sized for).
     """
@@ -60,7 +63,7 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
 
     rb = Rebuild(graph)
     for node in graph.nodes:
-        op, a = node.op, node.attrs
+        op = node.op
         ins = [graph.type_of(r) for r in node.inputs]
         new = None
         if op == "matmul" and f32(*node.inputs) and node.outputs[0].size:
@@ -71,28 +74,19 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             new = "conv_wgrad", list(node.inputs), dict(node.attrs)
         elif op == "conv_transpose" and f32(*node.inputs) and node.outputs[0].size:
             new = _lower_conv_transpose(node, ins, isa)
-        elif (
-            op == "conv" and f32(*node.inputs) and node.outputs[0].size and _runtime_weights(graph, node, ins)
-        ):
-            new = lower_direct(node, ins, None, None, isa) or _lower_conv(graph, node, ins, isa)
-        elif (
-            op == "conv"
-            and f32(*node.inputs)
-            and node.outputs[0].size
-            and passes.constant_value(graph, node.inputs[1]) is not None
-        ):
-            cg = ins[1].shape[1]
-            depthwise = a["group"] == ins[0].shape[1] and cg == 1 and a["group"] > 1
-            if not depthwise and (
-                len(node.inputs) < 3 or passes.constant_value(graph, node.inputs[2]) is not None
-            ):
+        elif op == "conv" and f32(*node.inputs) and node.outputs[0].size and not _depthwise(node, ins):
+            w = passes.constant_value(graph, node.inputs[1])
+            bias = passes.constant_value(graph, node.inputs[2]) if len(node.inputs) == 3 else None
+            if w is not None and (len(node.inputs) < 3 or bias is not None):
                 new = _lower_conv_dense(graph, node, ins, isa)
                 if new is None:
-                    bias = passes.constant_value(graph, node.inputs[2]) if len(node.inputs) == 3 else None
-                    w = passes.constant_value(graph, node.inputs[1])
                     new, est = lower_winograd(node, ins, w, bias, isa, threads)
                     new = new or lower_direct(node, ins, w, bias, isa, est)
                     new = new or _lower_conv(graph, node, ins, isa, est)
+            else:  # weights or bias computed at run time (a training step's variables)
+                new = (lower_direct(node, ins, None, None, isa) if w is None else None) or _lower_conv(
+                    graph, node, ins, isa
+                )
         if new is None:
             rb.keep(node)
             continue
@@ -295,8 +289,7 @@ def _lower_conv_transpose(node, ins, isa):
     a = node.attrs
     x_t, w_t = ins[:2]
     g = a["group"]
-    m, n, k = w_t.shape[1] * math.prod(w_t.shape[2:]), math.prod(x_t.shape[2:]), x_t.shape[1] // g
-    plan = SP.make_plan(m, n, k, isa=isa, a="trans")
+    plan = conv_t_plan(x_t.shape, w_t.shape, g, isa)
     attrs = {
         "plan": _plan_tuple(plan),
         "isa": isa,
@@ -306,13 +299,10 @@ def _lower_conv_transpose(node, ins, isa):
     return "conv_transpose_gemm", list(node.inputs), attrs
 
 
-def _runtime_weights(graph, node, ins) -> bool:
-    """A conv whose weights are computed at run time (the variables of a training graph, or
-    the gradient of one: a weight gradient is a conv by the output's gradient), not depthwise:
-    ``_lower_conv`` reads them in place as the GEMM's raw A."""
-    g, cg = node.attrs["group"], ins[1].shape[1]
-    depthwise = g == ins[0].shape[1] and cg == 1 and g > 1
-    return not depthwise and passes.constant_value(graph, node.inputs[1]) is None
+def _depthwise(node, ins) -> bool:
+    """A depthwise conv (one input channel per group): it keeps its direct kernel."""
+    g = node.attrs["group"]
+    return g == ins[0].shape[1] and ins[1].shape[1] == 1 and g > 1
 
 
 def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):

@@ -319,9 +319,8 @@ def _pool_grad(s):
     x = TensorType(s.attrs["shape"], s.ins[0].dtype) if "shape" in s.attrs else s.ins[0]
     gy = s.ins[-1]
     k = _pool_geom(x, gy, s.attrs)  # gy has the pooled shape
-    planes = k["planes"]
-    per = {id(t): t.size // planes for t in s.ins}
-    args = [s.at(ptr, per[id(t)]) for ptr, t in zip(s.x, s.ins)] + [s.at(s.y[0], s.outs[0].size // planes)]
+    planes = k["planes"]  # each input and the output: the same count of planes
+    args = [s.at(ptr, t.size // planes) for ptr, t in zip([*s.x, s.y[0]], [*s.ins, s.outs[0]])]
     k.update(fn=s.fn(f"fc_{s.node.op}"), args=args, planes=s.count(planes),
              storage="const" if s.split else "static const")  # fmt: skip
     return Call("pool_grad", k, ("kernels/pool.h",))

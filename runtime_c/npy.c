@@ -31,12 +31,10 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
     return -1;
 }
 
-/* n bytes of a file, src, as text safe on a terminal: printable ASCII as is, any other byte (and
- * the quote and the backslash) as \xNN; at most QUOTE_MAX bytes of it, then "...". dst holds
- * QUOTE_LEN chars. */
-#define QUOTE_MAX 32
-#define QUOTE_LEN (4 * QUOTE_MAX + 4)
-static const char *quote(char *dst, const char *src, size_t n) {
+/* untrusted bytes for a message (see npy.h) */
+#define QUOTE_MAX FC_NPY_QUOTE_MAX
+#define QUOTE_LEN FC_NPY_QUOTE_LEN
+const char *fc_npy_quote(char *dst, const char *src, size_t n) {
     size_t i, k = 0;
     for (i = 0; i < n && i < QUOTE_MAX; ++i) {
         unsigned char c = (unsigned char)src[i];
@@ -91,7 +89,7 @@ static int parse_header(const char *h, fc_npy *out, char *err, size_t errlen, co
     if (n == 0) return fail(err, errlen, "%s: empty dtype in .npy header", path);
     if (n >= sizeof descr)
         return fail(err, errlen, "%s: unsupported dtype '%s' (little-endian numeric or bool only)", path,
-                    quote(q, d, n));
+                    fc_npy_quote(q, d, n));
     memcpy(descr, d, n);
     descr[n] = 0;
     if (descr[0] == '=') descr[0] = '<'; /* native order is little-endian on our targets */
@@ -106,7 +104,7 @@ static int parse_header(const char *h, fc_npy *out, char *err, size_t errlen, co
     }
     if (!out->dtype[0])
         return fail(err, errlen, "%s: unsupported dtype '%s' (little-endian numeric or bool only)", path,
-                    quote(q, descr, n));
+                    fc_npy_quote(q, descr, n));
     if (strncmp(f, "False", 5) != 0) return fail(err, errlen, "%s: Fortran-order arrays are not supported", path);
     if (*s != '(') return fail(err, errlen, "%s: malformed shape in .npy header", path);
     s++;
@@ -204,38 +202,83 @@ int fc_npy_load(const char *path, fc_npy *out, char *err, size_t errlen) {
     return 0;
 }
 
-int fc_npy_save_temp(const char *dir, const char *file, char **tmp, const char *dtype, int rank,
-                     const long *shape, const void *data, char *err, size_t errlen) {
-    char header[512];
-    size_t n, i, total, nbytes, itemsize, elements = 1;
+int fc_npy_parse(const void *buf, size_t n, fc_npy *out, size_t *offset, const char *what, char *err,
+                 size_t errlen) {
+    const unsigned char *p = (const unsigned char *)buf;
+    size_t header_len, prefix;
+    char *header;
+    int rc;
+    memset(out, 0, sizeof *out);
+    *offset = 0;
+    if (n < 10 || memcmp(p, "\x93NUMPY", 6) != 0) return fail(err, errlen, "%s: not a .npy file", what);
+    if (p[6] == 1) {
+        header_len = (size_t)p[8] | ((size_t)p[9] << 8);
+        prefix = 10;
+    } else if (p[6] == 2 || p[6] == 3) {
+        if (n < 12) return fail(err, errlen, "%s: truncated .npy header", what);
+        header_len = (size_t)p[8] | ((size_t)p[9] << 8) | ((size_t)p[10] << 16) | ((size_t)p[11] << 24);
+        prefix = 12;
+    } else {
+        return fail(err, errlen, "%s: unsupported .npy version %d.%d", what, p[6], p[7]);
+    }
+    if (header_len > (1u << 20)) return fail(err, errlen, "%s: .npy header too large", what);
+    if (header_len > n - prefix) return fail(err, errlen, "%s: truncated .npy header", what);
+    header = (char *)malloc(header_len + 1);
+    if (!header) return fail(err, errlen, "%s: out of memory", what);
+    memcpy(header, p + prefix, header_len);
+    header[header_len] = 0;
+    rc = parse_header(header, out, err, errlen, what);
+    free(header);
+    if (rc != 0) return -1;
+    if (out->nbytes != n - prefix - header_len)
+        return fail(err, errlen, "%s: holds %lu bytes, expected %lu for a %s array of %ld elements", what,
+                    (unsigned long)n,
+                    out->nbytes > SIZE_MAX - prefix - header_len ? (unsigned long)SIZE_MAX
+                                                                 : (unsigned long)(prefix + header_len + out->nbytes),
+                    out->dtype, out->size);
+    *offset = prefix + header_len;
+    return 0;
+}
+
+size_t fc_npy_header(char *buf, const char *dtype, int rank, const long *shape, size_t *nbytes) {
+    size_t n, i, total, itemsize, elements = 1;
     const char *descr = NULL;
+    char *header = buf + 10;
+    for (i = 0; i < NTYPES; ++i)
+        if (strcmp(TYPES[i].name, dtype) == 0) descr = TYPES[i].descr;
+    if (!descr || rank < 0 || rank > FC_NPY_MAX_RANK) return 0;
+    for (i = 0; i < (size_t)rank; ++i) {
+        if (shape[i] < 0 || (shape[i] && elements > SIZE_MAX / (size_t)shape[i])) return 0;
+        elements *= (size_t)shape[i];
+    }
+    itemsize = fc_npy_itemsize(dtype);
+    if (elements > SIZE_MAX / itemsize) return 0;
+    *nbytes = elements * itemsize;
+    /* the dict: at most 51 + 8 * 22 + 4 chars, padded to 64 with the 10-byte prefix: < 320 */
+    n = (size_t)snprintf(header, FC_NPY_HEADER_MAX - 10, "{'descr': '%s', 'fortran_order': False, 'shape': (",
+                         descr);
+    for (i = 0; i < (size_t)rank; ++i)
+        n += (size_t)snprintf(header + n, FC_NPY_HEADER_MAX - 10 - n, "%ld%s", shape[i],
+                              rank == 1 ? "," : (i + 1 < (size_t)rank ? ", " : ""));
+    n += (size_t)snprintf(header + n, FC_NPY_HEADER_MAX - 10 - n, "), }");
+    total = ((10 + n + 1 + 63) / 64) * 64; /* magic + length + header + newline, padded to 64 */
+    while (10 + n + 1 < total) header[n++] = ' ';
+    header[n++] = '\n';
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (char)(n & 0xff);
+    buf[9] = (char)(n >> 8);
+    return 10 + n;
+}
+
+int fc_npy_temp_open(const char *dir, const char *file, char **tmp, FILE **fpp, char *err, size_t errlen) {
+    size_t total = strlen(dir) + strlen(file) + sizeof "/..XXXXXX";
     char *path;
     int fd, saved;
     mode_t mask;
     FILE *fp;
     *tmp = NULL;
-    for (i = 0; i < NTYPES; ++i)
-        if (strcmp(TYPES[i].name, dtype) == 0) descr = TYPES[i].descr;
-    if (!descr || rank < 0 || rank > FC_NPY_MAX_RANK)
-        return fail(err, errlen, "%s/%s: bad array description", dir, file);
-    for (i = 0; i < (size_t)rank; ++i) {
-        if (shape[i] < 0 || (shape[i] && elements > SIZE_MAX / (size_t)shape[i]))
-            return fail(err, errlen, "%s/%s: bad array description", dir, file);
-        elements *= (size_t)shape[i];
-    }
-    itemsize = fc_npy_itemsize(dtype);
-    if (elements > SIZE_MAX / itemsize) return fail(err, errlen, "%s/%s: bad array description", dir, file);
-    nbytes = elements * itemsize;
-    n = (size_t)snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
-    for (i = 0; i < (size_t)rank; ++i)
-        n += (size_t)snprintf(header + n, sizeof header - n, "%ld%s", shape[i], rank == 1 ? "," : (i + 1 < (size_t)rank ? ", " : ""));
-    n += (size_t)snprintf(header + n, sizeof header - n, "), }");
-    total = ((10 + n + 1 + 63) / 64) * 64; /* magic + length + header + newline, padded to 64 */
-    while (10 + n + 1 < total) header[n++] = ' ';
-    header[n++] = '\n';
-
+    *fpp = NULL;
     /* a fresh file: mkstemp opens with O_CREAT|O_EXCL, so never an existing file or a link */
-    total = strlen(dir) + strlen(file) + sizeof "/..XXXXXX";
     path = (char *)malloc(total);
     if (!path) return fail(err, errlen, "%s/%s: out of memory", dir, file);
     snprintf(path, total, "%s/.%s.XXXXXX", dir, file);
@@ -254,10 +297,24 @@ int fc_npy_save_temp(const char *dir, const char *file, char **tmp, const char *
         free(path);
         return fail(err, errlen, "%s/%s: cannot write (%s)", dir, file, strerror(saved));
     }
+    *tmp = path;
+    *fpp = fp;
+    return 0;
+}
+
+int fc_npy_save_temp(const char *dir, const char *file, char **tmp, const char *dtype, int rank,
+                     const long *shape, const void *data, char *err, size_t errlen) {
+    char header[FC_NPY_HEADER_MAX];
+    size_t n, nbytes;
+    char *path;
+    int saved;
+    FILE *fp;
+    *tmp = NULL;
+    n = fc_npy_header(header, dtype, rank, shape, &nbytes);
+    if (!n) return fail(err, errlen, "%s/%s: bad array description", dir, file);
+    if (fc_npy_temp_open(dir, file, &path, &fp, err, errlen) != 0) return -1;
     errno = 0;
-    if (fwrite("\x93NUMPY\x01\x00", 1, 8, fp) != 8 || fputc((int)(n & 0xff), fp) == EOF ||
-        fputc((int)(n >> 8), fp) == EOF || fwrite(header, 1, n, fp) != n ||
-        (nbytes && fwrite(data, 1, nbytes, fp) != nbytes) || fflush(fp) != 0) {
+    if (fwrite(header, 1, n, fp) != n || (nbytes && fwrite(data, 1, nbytes, fp) != nbytes) || fflush(fp) != 0) {
         saved = errno;
         fclose(fp);
         unlink(path);
@@ -279,13 +336,18 @@ int fc_npy_save(const char *path, const char *dtype, int rank, const long *shape
     const char *slash = strrchr(path, '/');
     size_t dlen = slash ? (size_t)(slash - path) : 1;
     char *dir = (char *)malloc(dlen + 1), *tmp;
-    int rc, saved;
+    int rc;
     if (!dir) return fail(err, errlen, "%s: out of memory", path);
     memcpy(dir, slash ? path : ".", dlen);
     dir[dlen] = 0;
     rc = fc_npy_save_temp(dir, slash ? slash + 1 : path, &tmp, dtype, rank, shape, data, err, errlen);
     free(dir);
     if (rc != 0) return -1;
+    return fc_npy_rename(tmp, path, err, errlen);
+}
+
+int fc_npy_rename(char *tmp, const char *path, char *err, size_t errlen) {
+    int saved;
     if (rename(tmp, path) != 0) {
         saved = errno;
         unlink(tmp);

@@ -4,6 +4,7 @@
 #define FC_NPY_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define FC_NPY_MAX_RANK 8
 
@@ -49,5 +50,35 @@ char *fc_npy_path(const char *dir, const char *file);
 /* One line on stderr: prefix, then msg with every byte that is not printable ASCII written as
  * \xNN (msg quotes arguments and file names: no control characters reach the terminal). */
 void fc_npy_error_line(const char *prefix, const char *msg);
+
+/* Helpers shared with npz.c. */
+
+/* Parse a whole .npy file held in memory (buf, n bytes): dtype, rank, shape, size and nbytes into
+ * *out (out->data stays NULL) and where the data starts in *offset. The data must fill the rest of
+ * buf exactly. Returns 0, or -1 with "WHAT: reason" in err (what names the file, or the member). */
+int fc_npy_parse(const void *buf, size_t n, fc_npy *out, size_t *offset, const char *what, char *err,
+                 size_t errlen);
+
+/* The version 1.0 preamble of an array (magic, version, length, header dict, spaces and a newline
+ * up to a multiple of 64 bytes) into buf (FC_NPY_HEADER_MAX bytes), and the data's size in *nbytes.
+ * Returns the preamble's length, or 0 when dtype, rank or shape is not valid. */
+#define FC_NPY_HEADER_MAX 512
+size_t fc_npy_header(char *buf, const char *dtype, int rank, const long *shape, size_t *nbytes);
+
+/* A new temporary file dir/.<file>.XXXXXX opened for writing as fc_npy_save_temp does (mkstemp,
+ * then the permissions fopen gives). Returns 0 with its path in *tmp (malloc'ed) and its stream in
+ * *fp, or -1 with a one-line reason in err, both NULL and nothing left behind. */
+int fc_npy_temp_open(const char *dir, const char *file, char **tmp, FILE **fp, char *err, size_t errlen);
+
+/* Rename the finished temporary tmp (malloc'ed; freed) over path. Returns 0, or -1 with a
+ * one-line reason in err and the temporary removed. */
+int fc_npy_rename(char *tmp, const char *path, char *err, size_t errlen);
+
+/* src[0..n) as terminal-safe text into dst (FC_NPY_QUOTE_LEN chars): printable ASCII as is, any
+ * other byte, the quote and the backslash as \xNN; at most FC_NPY_QUOTE_MAX bytes of it, then "...".
+ * Returns dst. */
+#define FC_NPY_QUOTE_MAX 32
+#define FC_NPY_QUOTE_LEN (4 * FC_NPY_QUOTE_MAX + 4)
+const char *fc_npy_quote(char *dst, const char *src, size_t n);
 
 #endif /* FC_NPY_H */

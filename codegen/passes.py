@@ -530,13 +530,15 @@ def _group_program(graph: Graph, members: list[Node], rank: int):
 
 
 def pipeline(
-    rules: Mapping[str, Callable] | None = None, fold_limit: int = FOLD_LIMIT
+    rules: Mapping[str, Callable] | None = None, fold_limit: int = FOLD_LIMIT, freeze: bool = True
 ) -> tuple[tuple[str, Callable[[Graph], Graph]], ...]:
     """The target-neutral passes, in order, as (name, pass); ``rules``: a backend's
-    legalizations, applied by ``decompose`` (see there); ``fold_limit``: see fold_constants."""
+    legalizations, applied by ``decompose`` (see there); ``fold_limit``: see fold_constants;
+    ``freeze``: variables no step assigns become constants (not for a model that reads its
+    variables from a checkpoint)."""
     return (
         ("prune", prune),
-        ("freeze_variables", freeze_variables),
+        ("freeze_variables", freeze_variables if freeze else (lambda g: g)),
         ("fold_batch_norm", fold_batch_norm),
         ("decompose", lambda g: decompose(g, rules)),
         ("fold_constants", lambda g: fold_constants(g, limit=fold_limit)),

@@ -37,7 +37,7 @@ import graphdef as gd
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
 
-from . import backends, limits, partition, passes, program, schedule, storage
+from . import backends, data_parallel, limits, partition, passes, program, schedule, storage
 from .target import Target
 
 PLACEMENTS = ("auto", *partition.ALGORITHMS)
@@ -53,7 +53,11 @@ class Options:
     compiler and extra flags; ``name``: the model's C name; ``weights``: "auto", "c" or "blob";
     ``product``: what the build stage makes ("shared", "program", "library", "none";
     default: the target's own product); ``fold_limit``: the largest constant (bytes) that
-    constant folding makes (larger results stay run-time steps).
+    constant folding makes (larger results stay run-time steps); ``allreduce``: a training
+    step of a data-parallel binary, its gradients averaged over MPI ranks with this wire dtype
+    ("float32" or "float16"; codegen/data_parallel.py), None: one process; ``freeze``: variables
+    that nothing assigns become constants (False: they stay in the state, which a checkpoint
+    can fill: the inference model of a training binary).
     """
 
     target: Target = field(default_factory=Target)
@@ -74,6 +78,8 @@ class Options:
     max_ram: int | None = None
     alpha: float = partition.ALPHA
     beta: float = partition.BETA
+    allreduce: str | None = None
+    freeze: bool = True
 
     def with_(self, **changes) -> Options:
         return replace(self, **changes)
@@ -123,12 +129,26 @@ def _partition(graph: Graph, c: Compilation):
     return partition.split(graph, o.ranks, placement(graph, o), order, o.compress, o.max_ram, o.alpha, o.beta)
 
 
+def _ranks_mean(graph: Graph, c: Compilation) -> Graph:
+    """One process: the gradients' cross-rank means are the gradients themselves."""
+    return graph if c.options.allreduce is not None else data_parallel.single_process(graph)
+
+
+def _allreduce(graph: Graph, c: Compilation) -> Graph:
+    """A data-parallel training step: its gradient means fused into allreduce buckets (after the
+    backend's lowering, which sees them as the identity they are on one rank)."""
+    return graph if c.options.allreduce is None else data_parallel.fuse(graph, c.options.allreduce)
+
+
 def _schedule(value, c: Compilation):
     if isinstance(value, partition.Partition):
         return PerRank(
             schedule.Schedule(g, g.nodes, f"{value.algorithm} partition, run order") for g in value.graphs
         )
-    return schedule.make(value, c.options.schedule)
+    made = schedule.make(value, c.options.schedule)
+    if c.options.allreduce is None:
+        return made
+    return schedule.Schedule(value, tuple(data_parallel.overlap(made.order, value)), made.algorithm)
 
 
 def _storage(value, c: Compilation):
@@ -177,12 +197,14 @@ def stages(options: Options) -> list[Stage]:
     out = [
         Stage("outputs", lambda g, c: passes.select_outputs(g, c.options.outputs)),
         Stage("limits", lambda g, c: limits.check_graph(g, c.options.target)),
+        Stage("ranks_mean", _ranks_mean),
     ]
     out += [
-        Stage(name, _graph_stage(fn)) for name, fn in passes.pipeline(backend.LEGALIZE, options.fold_limit)
+        Stage(name, _graph_stage(fn))
+        for name, fn in passes.pipeline(backend.LEGALIZE, options.fold_limit, options.freeze)
     ]
     out += [
-        Stage("lower", lambda g, c: c.backend.lower(g, c.options)),
+        Stage("lower", lambda g, c: _allreduce(c.backend.lower(g, c.options), c)),
         Stage("partition", _partition),
         Stage("schedule", _schedule),
         Stage("storage", _storage),

@@ -25,6 +25,10 @@ rules (torch.optim, dampening 0, Adam's epsilon added to the bias-corrected root
 step counter is the int64 variable ``global_step`` (``global_step()``), which ``minimize`` adds
 one to. Each optimizer's ``reference`` is the same update in numpy, for tests.
 
+Every gradient an optimizer applies first goes through ``cross_rank_mean`` (graphdef/ops/comm.py):
+the identity on one process, the mean over the ranks in a data-parallel training binary
+(codegen/data_parallel.py), before clipping, so that the clipped norm is the global batch's.
+
 Variable semantics (graphdef/ops/state.py): every read in a run sees the value from the run's
 start, so a learning-rate schedule of ``global_step`` uses the step before its increment, and
 Adam's bias correction the step after it (1 at the first update), as in PyTorch.
@@ -41,6 +45,7 @@ from . import dtypes
 from .autodiff import gradients
 from .builder import Tensor, constant, control_dependencies, name_scope, variable
 from .errors import GraphError
+from .ops.comm import cross_rank_mean
 from .ops.elementwise import cast, equal, maximum, minimum, pow, rsqrt, sqrt, where  # noqa: A004
 from .ops.math import cos, floor, softplus
 from .ops.nn import log_softmax
@@ -266,8 +271,10 @@ class Optimizer:
                  for s in self.slots}
                 for _, v in pairs
             ]  # fmt: skip
-            grads = [g for g, _ in pairs]
             with name_scope(name):
+                # averaged over the ranks of a data-parallel run (compiled away on one process),
+                # before anything that depends on the whole batch's gradient (the clipping)
+                grads = [cross_rank_mean(g) if dtypes.is_float(g.dtype) else g for g, _ in pairs]
                 if self.clip_norm is not None:
                     grads, _ = clip_by_global_norm(grads, self.clip_norm)
                 lr = self._lr(step)

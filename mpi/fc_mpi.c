@@ -343,6 +343,17 @@ int fc_mpi_allreduce_sum_f32(fc_mpi *m, float *buf, long count, const char *tens
     return 0;
 }
 
+int fc_mpi_iallreduce(fc_mpi *m, void *buf, long count, MPI_Datatype type, MPI_Op op, MPI_Request *req,
+                      const char *what) {
+    double t0 = MPI_Wtime();
+    int err;
+    check_count(m, count, " elements", "MPI_Iallreduce", OF_WHAT, what, 0, 0);
+    err = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, type, op, m->comm, req);
+    if (err != MPI_SUCCESS) fail(m, err, "MPI_Iallreduce", OF_WHAT, what, 0, 0);
+    m->comm_us += (MPI_Wtime() - t0) * 1e6;
+    return 0;
+}
+
 int fc_mpi_allreduce_max_f64(fc_mpi *m, double *buf, long count, const char *what) {
     double t0 = MPI_Wtime();
     int err;

@@ -55,6 +55,10 @@ int fc_mpi_irecv(fc_mpi *m, void *buf, long nbytes, int peer, int tag, MPI_Reque
 int fc_mpi_wait(fc_mpi *m, MPI_Request *req, const char *tensor);
 int fc_mpi_waitall(fc_mpi *m, int count, MPI_Request *reqs, const char *what);
 int fc_mpi_allreduce_sum_f32(fc_mpi *m, float *buf, long count, const char *tensor); /* in place, MPI_SUM */
+/* Post the in-place reduction over the ranks of count elements of type with op (e.g. MPI_FLOAT,
+ * MPI_SUM): nonblocking, completed by fc_mpi_wait. */
+int fc_mpi_iallreduce(fc_mpi *m, void *buf, long count, MPI_Datatype type, MPI_Op op, MPI_Request *req,
+                      const char *what);
 int fc_mpi_allreduce_max_f64(fc_mpi *m, double *buf, long count, const char *what);  /* in place, MPI_MAX */
 int fc_mpi_bcast(fc_mpi *m, void *buf, long nbytes, int root, const char *tensor);
 int fc_mpi_barrier(fc_mpi *m);

@@ -57,6 +57,7 @@ class Sources:
     metadata: dict = field(default_factory=dict)
     c_files: list[str] = field(default_factory=list)  # what the model's build compiles (not main.c)
     api: EntryPoints | None = None
+    context: dict = field(default_factory=dict)  # what the templates saw (main.c's ``m``)
 
     def describe(self) -> str:
         sizes = ", ".join(f"{n} ({len(c)} B)" for n, c in self.files.items())
@@ -322,7 +323,7 @@ def steps(
             call_args.append("pool")
             out.uses_pool = True
         if call.comm:
-            if node.op == "recv_wait":
+            if node.op in ("recv_wait", "allreduce_wait"):
                 slot = request[node.inputs[0].node]
             else:
                 slot = request[node.name] = len(request)
@@ -456,6 +457,18 @@ def emit(
         "calls": st.calls,
         "copies": copies,
         "state_init": state_init,
+        "state_vars": [
+            {
+                "name": c_string(v),
+                "dtype": g.node(v).outputs[0].dtype,
+                "rank": len(g.node(v).outputs[0].shape),
+                "shape": list(g.node(v).outputs[0].shape),
+                "offset": program.state_offsets[i],
+            }
+            for i, v in enumerate(program.variables)
+        ],  # fmt: skip
+        "trainer": False,  # main.c also runs the training driver (trainer.py)
+        "mpi": False,  # built with MPI's compiler (a data-parallel training binary)
         "uses_arena": uses_arena,
         "null_checks": null_checks or ["0"],
         "unused": unused,
@@ -482,7 +495,7 @@ def emit(
             else ""
         ),
     }
-    src = Sources(api=api)
+    src = Sources(api=api, context=m)
     src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
     src.files[f"{name}.c"] = env.get_template("c/model.c.j2").render(m=m)
     if w.blob is not None:

@@ -9,9 +9,11 @@ from ..cnames import c_string
 from ..table import Call, kernel
 
 
-@kernel("send", "recv", "recv_wait")
+@kernel("send", "recv", "recv_wait", "allreduce_start", "allreduce_wait")
 def _comm(step) -> Call:
     op, a = step.node.op, step.attrs
+    if op.startswith("allreduce"):
+        return _allreduce(step)
     k = {"op": op, "peer": a["peer"], "tag": a["tag"], "tensor": c_string(a["tensor"]), "unused": []}
     if op == "send":
         k.update(buf=step.x[0], nbytes=step.ins[0].nbytes)
@@ -20,3 +22,26 @@ def _comm(step) -> Call:
     else:  # the wait: the buffer is the value, in place
         k["unused"] = [step.x[0], step.y[0]]
     return Call("mpi/step", k, headers=("fc_mpi.h",), comm=True)
+
+
+def _allreduce(step) -> Call:
+    """A data-parallel gradient bucket (graphdef/ops/comm.py): the start packs the gradients into
+    the fusion buffer and posts the sum; the wait completes it and unpacks each mean."""
+    a = step.attrs
+    grads = step.ins if step.node.op == "allreduce_start" else step.outs
+    offsets, at = [], 0
+    for t in grads:
+        offsets.append(at)
+        at += t.size
+    k = {
+        "op": step.node.op,
+        "what": c_string(f"gradient bucket {a['bucket']}"),
+        "f16": int(a["wire"] == "float16"),
+        "count": at,
+        "grads": [{"var": v, "offset": o, "size": t.size} for v, o, t in zip(
+            step.x if step.node.op == "allreduce_start" else step.y, offsets, grads)],
+        "buf": step.y[0] if step.node.op == "allreduce_start" else step.x[0],
+        "unused": [],
+    }  # fmt: skip
+    headers = ("fc_mpi.h", "kernels/allreduce.h") if k["f16"] else ("fc_mpi.h",)
+    return Call("mpi/step", k, headers=headers, comm=True)

@@ -4,7 +4,13 @@ PyTorch eager on the CPU: the same model, initial weights, batch (32), optimizer
 count, in one run: blocks of 10 steps of each side alternated (a pause before each, so that the
 other side's threads stop spinning), compared pair by pair (this machine is shared).
 
-    python bench/train.py [--threads 1 2] [--runs 30] [--only NAME]
+    python bench/train.py [--threads 1 2] [--runs 30] [--only NAME] [--ranks-runs 5]
+
+Data parallel (``--ranks-runs`` > 0, when MPI is installed): the training binary
+(``codegen.compiled.export_trainer``, built with mpicc) of each model trains on a random
+dataset with a global batch of 32: one rank with the step compiled for 32 samples, against two
+ranks (``mpiexec -n 2``) each with a step of 16, the gradients averaged by the step's allreduce;
+runs of a few epochs alternated, samples/s (the binary's own figure) compared pair by pair.
 
 Models: the digits MLP (64-32-10, SGD), LeNet-5 on 28x28 (SGD with momentum), and a small
 transformer encoder (2 pre-norm blocks of width 64, 2 heads, 16 tokens, GELU MLP, mean-pooled
@@ -17,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,14 +50,14 @@ def _init(rng, *shape):
 # ----------------------------------------------------------------------------- models
 # Each returns (graph, train op, feeds, torch module, torch optimizer); weights are created in
 # PyTorch's layout and handed to both.
-def mlp(rng):
+def mlp(rng, batch=BATCH):
     import torch
 
     p = {"w1": _init(rng, 32, 64), "b1": np.zeros(32, np.float32), "w2": _init(rng, 10, 32),
          "b2": np.zeros(10, np.float32)}  # fmt: skip
     with gd.Graph("mlp_train") as g:
-        x = gd.placeholder("x", (BATCH, 64))
-        y = gd.placeholder("y", (BATCH,), "int64")
+        x = gd.placeholder("x", (batch, 64))
+        y = gd.placeholder("y", (batch,), "int64")
         v = {k: gd.variable(k, a) for k, a in p.items()}
         h = gd.relu(gd.matmul(x, gd.transpose(v["w1"])) + v["b1"])
         loss = gd.train.softmax_cross_entropy(gd.matmul(h, gd.transpose(v["w2"])) + v["b2"], y, name="loss")
@@ -60,7 +68,7 @@ def mlp(rng):
     return g, train, feeds, net, torch.optim.SGD(net.parameters(), lr=0.2)
 
 
-def lenet(rng):
+def lenet(rng, batch=BATCH):
     import torch
 
     shapes = {"c1": (6, 1, 5, 5), "c2": (16, 6, 5, 5), "f1": (120, 400), "f2": (84, 120), "f3": (10, 84)}
@@ -68,12 +76,12 @@ def lenet(rng):
     for k, s in shapes.items():
         p[k], p[k + "b"] = _init(rng, *s), np.zeros(s[0], np.float32)
     with gd.Graph("lenet_train") as g:
-        x = gd.placeholder("x", (BATCH, 1, 28, 28))
-        y = gd.placeholder("y", (BATCH,), "int64")
+        x = gd.placeholder("x", (batch, 1, 28, 28))
+        y = gd.placeholder("y", (batch,), "int64")
         v = {k: gd.variable(k, a) for k, a in p.items()}
         h = gd.max_pool2d(gd.relu(gd.conv(x, v["c1"], v["c1b"], pads=(2, 2, 2, 2))), 2)
         h = gd.max_pool2d(gd.relu(gd.conv(h, v["c2"], v["c2b"])), 2)
-        h = gd.reshape(h, (BATCH, 400))
+        h = gd.reshape(h, (batch, 400))
         for k in ("f1", "f2"):
             h = gd.relu(gd.matmul(h, gd.transpose(v[k])) + v[k + "b"])
         logits = gd.matmul(h, gd.transpose(v["f3"])) + v["f3b"]
@@ -93,7 +101,7 @@ def lenet(rng):
 SEQ, DIM, HEADS, LAYERS = 16, 64, 2, 2
 
 
-def transformer(rng):
+def transformer(rng, batch=BATCH):
     import torch
 
     nn, dh = torch.nn, DIM // HEADS
@@ -107,15 +115,15 @@ def transformer(rng):
               f"m2_{i}": _init(rng, DIM, 4 * DIM), f"m2b_{i}": np.zeros(DIM, np.float32)}  # fmt: skip
     p |= {"head": _init(rng, 10, DIM), "headb": np.zeros(10, np.float32)}
     with gd.Graph("transformer_train") as g:
-        x = gd.placeholder("x", (BATCH, SEQ, DIM))
-        y = gd.placeholder("y", (BATCH,), "int64")
+        x = gd.placeholder("x", (batch, SEQ, DIM))
+        y = gd.placeholder("y", (batch,), "int64")
         v = {k: gd.variable(k, a) for k, a in p.items()}
 
         def dense(h, k, i):
             return gd.matmul(h, gd.transpose(v[f"{k}_{i}"])) + v[f"{k}b_{i}"]
 
         def heads(t):  # (B, S, DIM) -> (B, HEADS, S, dh)
-            return gd.transpose(gd.reshape(t, (BATCH, SEQ, HEADS, dh)), (0, 2, 1, 3))
+            return gd.transpose(gd.reshape(t, (batch, SEQ, HEADS, dh)), (0, 2, 1, 3))
 
         h = x
         for i in range(LAYERS):
@@ -123,7 +131,7 @@ def transformer(rng):
             qkv = dense(a, "qkv", i)
             q, k, val = (heads(gd.slice(qkv, [j * DIM], [(j + 1) * DIM], [2])) for j in range(3))
             att = gd.softmax(gd.matmul(q, gd.transpose(k, (0, 1, 3, 2))) * (1.0 / dh**0.5))
-            o = gd.reshape(gd.transpose(gd.matmul(att, val), (0, 2, 1, 3)), (BATCH, SEQ, DIM))
+            o = gd.reshape(gd.transpose(gd.matmul(att, val), (0, 2, 1, 3)), (batch, SEQ, DIM))
             h = h + dense(o, "o", i)
             m = gd.gelu(dense(gd.layer_norm(h, v[f"ln2_{i}"], v[f"ln2b_{i}"]), "m1", i))
             h = h + dense(m, "m2", i)
@@ -226,11 +234,52 @@ def bench(name: str, threads: int, runs: int) -> dict:
     }
 
 
+# ----------------------------------------------------------------------------- data parallel
+DP_SAMPLES = 3200  # 100 global batches an epoch
+
+
+def _samples_per_s(cmd: list[str]) -> float:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {res.stderr.strip()}")
+    last = res.stdout.strip().splitlines()[-1]  # "trained S step(s) of B samples in T s: X samples/s ..."
+    return float(last.split(": ")[1].split(" samples/s")[0])
+
+
+def data_parallel(name: str, runs: int, folder: Path) -> dict:
+    from codegen.backends.c.toolchain import find_mpiexec, mpiexec_command
+    from codegen.compiled import export_trainer
+
+    mpiexec = find_mpiexec()
+    rng = np.random.default_rng(0)
+    exe = {}
+    for ranks in (1, 2):
+        g, train, feeds, _, _ = MODELS[name](np.random.default_rng(0), batch=BATCH // ranks)
+        exe[ranks] = export_trainer(g, folder / f"{ranks}", train=train, name="net", mpi=True) / "net"
+    data = {}
+    for k, a in feeds.items():
+        shape = (DP_SAMPLES, *a.shape[1:])
+        data[k] = rng.integers(0, 10, shape) if a.dtype.kind == "i" else rng.random(shape, np.float32)
+    np.savez(folder / "data.npz", **data)
+    epochs = max(1, int(2e5 // (DP_SAMPLES * (10 if name == "digits MLP" else 1))))
+    args = ["train", "--data", str(folder / "data.npz"), "--epochs", str(epochs)]
+    one, two, ratios = [], [], []
+    for i in range(runs):
+        got = {}
+        for r in (1, 2) if i % 2 == 0 else (2, 1):
+            got[r] = _samples_per_s([*mpiexec_command(mpiexec, r), str(exe[r]), *args])
+        one.append(got[1])
+        two.append(got[2])
+        ratios.append(got[2] / got[1])
+    return {"one": statistics.median(one), "two": statistics.median(two), "ratio": statistics.median(ratios)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs", type=int, default=30, help="pairs of blocks of BLOCK steps")
     ap.add_argument("--only", default="")
+    ap.add_argument("--ranks-runs", type=int, default=5, help="pairs of data-parallel runs (0: none)")
     args = ap.parse_args()
     import torch
 
@@ -250,6 +299,24 @@ def main() -> int:
                 f"{r['diff']:.1e} | {r['arena']} B ({r['lower']} B) | {r['state']} B |",
                 flush=True,
             )
+    if args.ranks_runs > 0:
+        try:
+            from codegen.backends.c.toolchain import find_mpicc, find_mpiexec
+
+            find_mpicc(), find_mpiexec()
+        except Exception as e:  # noqa: BLE001 - no MPI here: say so and stop
+            print(f"data parallel: skipped ({e})")
+            return 0
+        print(f"\ndata parallel training binary, global batch {BATCH}, 1 rank (batch {BATCH}) vs 2 ranks "
+              f"(batch {BATCH // 2} each), one thread each:")  # fmt: skip
+        print("| model | 1 rank (samples/s) | 2 ranks (samples/s) | 2 ranks / 1 rank (paired) |")
+        print("|---|---|---|---|")
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in MODELS:
+                if args.only and args.only not in name:
+                    continue
+                r = data_parallel(name, args.ranks_runs, Path(tmp) / name.replace(" ", "_"))
+                print(f"| {name} | {r['one']:.0f} | {r['two']:.0f} | {r['ratio']:.2f} |", flush=True)
     return 0
 
 

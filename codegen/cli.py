@@ -3,6 +3,7 @@
     flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c] [--threads N] [--no-build]
                   [--max-ram BYTES] [--max-flash BYTES]
                   [--ranks N [--placement auto|annotated|pipeline|greedy] [--compress fp16|bf16]]
+                  [--train [OP] [--no-mpi] [--compress fp16]]
     flowc inspect MODEL [--arch ARCH] [--target c] [--threads N] [--stage STAGE] [--svg FILE]
                   [--ranks N [--placement P] [--compress C] [--max-ram BYTES] [--microbatches K]
                    [--alpha-us US] [--beta-gbps GB/S]]
@@ -25,6 +26,13 @@ ARCH is host (default), a Linux phone or board (aarch64-linux, armv7-linux, risc
 a static binary from Debian's cross compiler) or a microcontroller (cortex-m0plus, cortex-m4,
 cortex-m7: lib<NAME>.a + <NAME>.h, and a flash/RAM footprint report). --max-ram / --max-flash
 (e.g. 64K) refuse a model that does not fit.
+
+--train [OP] (default OP: "train", what gd.train's minimize names its train op) builds the
+training binary (codegen/backends/c/trainer.py): ``OUT/NAME train --data train.npz --epochs E
+--checkpoint ck.npz`` trains, ``mpiexec -n R OUT/NAME train ...`` data-parallel (built with
+MPI's compiler when one is found; --no-mpi: without), and ``OUT/NAME --checkpoint ck.npz --in
+... --out-dir ...`` runs the graph's other outputs with the trained variables. --compress fp16
+sends the gradients between ranks as float16.
 """
 
 from __future__ import annotations
@@ -124,6 +132,8 @@ def cmd_compile(args) -> int:
             parse_bytes(limit, "max-ram" if limit is args.max_ram else "max-flash")
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
     t0 = time.perf_counter()
+    if args.train is not None:
+        return compile_trainer(args, graph, t0)
     out = compiled.export(
         graph,
         args.output,
@@ -162,10 +172,38 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def compile_trainer(args, graph: Graph, t0: float) -> int:
+    """--train: the training binary."""
+    out = compiled.export_trainer(
+        graph, args.output, train=args.train, name=args.name, mpi=False if args.no_mpi else None,
+        compress=args.compress, threads=args.threads, portable=args.portable, build_binary=not args.no_build,
+    )  # fmt: skip
+    m = json.loads((out / "metadata.json").read_text())
+    t = m["trainer"]
+    built = "" if args.no_build else f", binary {out / args.name}"
+    print(
+        f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s; training step: "
+        f"arena {t['arena_bytes']} B (lower bound {t['arena_lower_bound']} B), state {t['state_bytes']} B, "
+        f"batch {t['batch_per_rank']} per rank"
+    )
+    ins = " ".join(f"{n}=..." for n in t["inputs"])
+    run = f"mpiexec -n R {out / args.name}" if t["mpi"] else str(out / args.name)
+    print(f"  train: {run} train --data FILE.npz (arrays {ins}) --epochs E --checkpoint ck.npz")
+    return 0
+
+
 def check_ranks(args) -> None:
     """--ranks and its options, before the model loads."""
     if args.ranks is not None and args.ranks < 1:
         raise FlowcError(f"--ranks must be at least 1, got {args.ranks}")
+    if getattr(args, "train", None) is not None:
+        if args.ranks is not None or args.arch != "host":
+            raise FlowcError("--train builds a training binary for this machine: no --ranks, no --arch")
+        if args.compress not in (None, "fp16"):
+            raise FlowcError(
+                f"--train --compress: the gradients go as fp16 or as they are, not {args.compress}"
+            )
+        return
     if args.ranks is None and (args.placement != "auto" or args.compress):
         raise FlowcError("--placement and --compress split a model over MPI ranks: give --ranks N")
     if args.placement not in pipeline.PLACEMENTS:
@@ -256,6 +294,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--portable", action="store_true", help="no -march=native: runs on any CPU of the arch")
     c.add_argument("--max-ram", metavar="BYTES", help="refuse a model needing more RAM (e.g. 64K)")
     c.add_argument("--max-flash", metavar="BYTES", help="refuse a model needing more flash (e.g. 256K)")
+    c.add_argument(
+        "--train", nargs="?", const="train", metavar="OP", help="build the training binary of train op OP"
+    )
+    c.add_argument("--no-mpi", action="store_true", help="with --train: build without MPI (one process)")
     c.set_defaults(func=cmd_compile)
     i = sub.add_parser("inspect", help="what compile builds: ops, stages, schedule and memory plan")
     i.add_argument("model")

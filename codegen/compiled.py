@@ -522,6 +522,67 @@ def export(
     return out_dir
 
 
+def export_trainer(
+    graph: Graph,
+    out_dir,
+    train="train",
+    name: str = "model",
+    mpi: bool | None = None,
+    compress: str | None = None,
+    threads: int = 1,
+    portable: bool = False,
+    build_binary: bool = True,
+    cc: str | None = None,
+    flags=(),
+    planner: str = "best",
+) -> Path:
+    """Write and build the training binary of ``graph``'s train op ``train`` (a name or
+    Tensor) in ``out_dir`` (codegen/backends/c/trainer.py): ``out_dir/name train --data ...``
+    trains, ``out_dir/name --in ... --out-dir ...`` runs the graph's other outputs.
+
+    ``mpi``: build with MPI's compiler (data parallel under ``mpiexec``); None: when one is
+    found. ``compress``: "fp16" sends the gradients as float16 (default float32). The folder
+    appears complete or not at all."""
+    from .backends import c as c_backend
+    from .backends.c import trainer
+    from .backends.c.emit import emit
+
+    check_name(name)
+    target = Target("host", portable, threads)
+    if mpi is None:
+        try:
+            toolchain.find_mpicc(cc)
+            mpi = True
+        except toolchain.ToolchainError:
+            mpi = False
+    if compress is not None and not mpi:
+        raise FlowcError("--compress sends the gradients between MPI ranks: it needs a build with MPI")
+    cc = toolchain.find_mpicc(cc) if mpi else toolchain.find_cc(cc, target)
+    step_graph, infer_graph = trainer.split(graph, train)
+    base = pipeline.Options(target=target, planner=planner, cc=cc, flags=tuple(flags), product="none")
+    step_opts = base.with_(name=f"{name}_train", allreduce=(compress or "float32") if mpi else None)
+    step = pipeline.run(step_graph, step_opts, until="plan").program
+    isa = c_backend.build_isa(step_opts)
+    step_src = emit(step, step_opts.name, step_opts.weights, target, isa, rank=0 if mpi else None)
+    infer_src = None
+    if infer_graph is not None:
+        infer = pipeline.run(infer_graph, base.with_(name=name, freeze=False), until="plan").program
+        infer_src = emit(infer, name, base.weights, target, isa)
+    sources = trainer.render(step_src, step, infer_src, name, target, mpi)
+    out_dir = Path(out_dir)
+    tmp = toolchain.temp_dir_beside(out_dir)
+    try:
+        toolchain.write_sources(sources, tmp, target)
+        if mpi:
+            toolchain.copy_mpi(tmp)
+        if build_binary:
+            toolchain.build_binary(tmp, name, sources, cc, (*flags, *(("-Impi",) if mpi else ())), target)
+        toolchain.replace_dir(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
 def check_limits(name: str, target: Target, limits: dict, ram: dict, flash: dict) -> None:
     """Refuse a model whose RAM or flash parts (name -> bytes) exceed max_ram / max_flash."""
     for key, parts in (("max_ram", ram), ("max_flash", flash)):

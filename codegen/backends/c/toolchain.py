@@ -20,7 +20,10 @@ from .emit import RUNTIME, Sources
 from .sgemm import isa_from_macros
 
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
-RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "timing.h", "threadpool.c", "threadpool.h")
+RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "npz.c", "npz.h", "checkpoint.c", "checkpoint.h", "timing.h",
+                 "threadpool.c", "threadpool.h")  # fmt: skip
+# what a standalone program's driver (main.c, train.c) links besides the model: .npy / .npz I/O
+DRIVER_C = ("runtime/npy.c", "runtime/npz.c", "runtime/checkpoint.c")
 
 
 def find_cc(cc: str | None = None, target: Target | None = None) -> str:
@@ -127,7 +130,7 @@ def build_binary(
     statically linked for a cross-compiled Linux arch."""
     target = target or Target()
     cmd = compile_command(find_cc(cc, target), target, flags)
-    files = ["main.c", "runtime/npy.c", *sources.c_files]
+    files = ["main.c", *DRIVER_C, *sources.c_files]
     run([*cmd, "-o", name, *files, *target.ldflags(), *libraries(target)], cwd=folder)
     return folder / name
 

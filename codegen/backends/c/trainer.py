@@ -1,0 +1,191 @@
+"""The training binary (``flowc compile --train``): one program that trains a graph's train op
+on a dataset and runs its other outputs from the trained variables.
+
+Two models share the folder: ``<name>`` (the graph's outputs other than the train op, the
+inference model: ``<name> --in ... --out-dir ... --checkpoint ck.npz``, templates/build/main.c.j2)
+and ``<name>_train`` (one training step: the train op, reading only the inputs it needs).
+templates/train/train.c.j2 is the training driver (``<name> train --data ...``): the dataset
+memory-mapped (runtime_c/npz.c), a seeded shuffle each epoch (``order`` below is its Python
+twin), checkpoints (runtime_c/checkpoint.c), and, built with MPI, data parallelism: every
+rank the same shuffle and its slice of each global batch, the gradients averaged by the
+step's allreduce buckets (codegen/data_parallel.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+from graphdef import checkpoint
+from graphdef.errors import FlowcError
+from graphdef.ir import Graph
+
+from ...storage import ALIGN
+from .cnames import c_string
+from .emit import VERSION, Sources, environment
+
+MPI_C = "mpi/fc_mpi.c"
+_MASK = (1 << 64) - 1
+
+
+def order(n: int, seed: int, epoch: int) -> list[int]:
+    """The order in which the training binary visits ``n`` samples in ``epoch`` (from 0) with
+    ``--seed seed``: Fisher-Yates driven by splitmix64, as train.c.j2's ``shuffle``."""
+    s = (seed ^ (epoch * 0xD1B54A32D192ED03)) & _MASK
+    perm = list(range(n))
+    for i in range(n - 1, 0, -1):
+        s = (s + 0x9E3779B97F4A7C15) & _MASK
+        z = s
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        j = (z ^ (z >> 31)) % (i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
+def needed(graph: Graph, refs) -> Graph:
+    """``graph`` cut down to what ``refs`` need, inputs included (prune keeps every input:
+    the inference model of a training graph has no labels)."""
+    keep: set[str] = set()
+    stack = [r.node for r in refs]
+    while stack:
+        name = stack.pop()
+        if name not in keep:
+            keep.add(name)
+            node = graph.node(name)
+            stack += [r.node for r in node.inputs] + list(node.control_inputs)
+    return Graph(
+        graph.name,
+        [n for n in graph.nodes if n.name in keep],
+        tuple(refs),
+        {k: v for k, v in graph.constants.items() if k in keep},
+        {k: v for k, v in graph.variables.items() if k in keep},
+    )
+
+
+def split(graph: Graph, train) -> tuple[Graph, Graph | None]:
+    """(the training step's graph, the inference graph or None): the train op ``train`` (a
+    name or Tensor) and the graph's other outputs that do not run it."""
+    from graphdef.builder import Tensor
+
+    ref = train.ref if isinstance(train, Tensor) else graph.resolve(train)
+    step = needed(graph, [ref])
+    runs_train = {n.name for n in step.nodes if n.op in ("assign", "assign_add")} | {ref.node}
+    others = [
+        r for r in graph.outputs
+        if r != ref and not any(n.name in runs_train for n in needed(graph, [r]).nodes)
+    ]  # fmt: skip
+    return step, (needed(graph, others) if others else None)
+
+
+def check_step(program, name: str) -> None:
+    """The step reads a batch from the dataset: every input has a leading batch axis of one
+    common size, and its one output (the train op's value) is a float32 scalar."""
+    if not program.inputs:
+        raise FlowcError(
+            f"--train: the training step of '{name}' reads no inputs: there is no dataset to train on"
+        )
+    batches = {t.shape[0] if t.shape else None for _, _, t in program.inputs}
+    if None in batches or len(batches) != 1:
+        shapes = ", ".join(f"{label} {list(t.shape)}" for label, _, t in program.inputs)
+        raise FlowcError(
+            "--train: every input of the training step takes a batch on its first axis, of one size; "
+            f"got {shapes}"
+        )
+    (_, _, loss), *_ = program.outputs
+    if loss.shape != () or loss.dtype != "float32":
+        raise FlowcError(f"--train: the train op's value (the loss) must be a float32 scalar, got {loss}")
+
+
+def render(
+    step_src: Sources, step_program, infer_src: Sources | None, name: str, target, mpi: bool
+) -> Sources:
+    """The folder's files: both models', main.c, train.c, Makefile and metadata.json."""
+    env = environment()
+    check_step(step_program, name)
+    out = Sources(api=infer_src.api if infer_src else step_src.api)
+    for src in (step_src, infer_src):
+        if src is None:
+            continue
+        for fname, content in src.files.items():
+            if fname.startswith(src.context["name"]):
+                out.files[fname] = content
+    c_files = list(dict.fromkeys([*(infer_src.c_files if infer_src else []), *step_src.c_files]))
+    c_files += ["train.c"] + ([MPI_C] if mpi else [])
+    state = step_src.metadata["state"]
+    specs = {v["name"]: (tuple(v["shape"]), v["dtype"]) for v in state}
+    step = step_src.context
+    g_step = next((v["offset"] for v in state if v["name"] == "global_step" and v["dtype"] == "int64"), None)
+    t = {
+        "name": name,
+        "step": step["name"],
+        "STEP": step["NAME"],
+        "version": VERSION,
+        "mpi": mpi,
+        "inference": infer_src is not None,
+        "threads": target.threads,
+        "align": ALIGN,
+        "batch": step_program.inputs[0][2].shape[0],
+        "max_rank": max(t.rank for _, _, t in step_program.inputs),
+        "inputs": [
+            {
+                "name": c_string(label),
+                "dtype": t.dtype,
+                "rank": t.rank,
+                "shape": list(t.shape),
+                "row_bytes": t.nbytes // t.shape[0],
+            }
+            for label, _, t in step_program.inputs
+        ],  # fmt: skip
+        "input_names": ", ".join(c_string(label)[1:-1] for label, _, _ in step_program.inputs),
+        "vars": [
+            {
+                "name": c_string(v["name"]),
+                "dtype": v["dtype"],
+                "rank": len(v["shape"]),
+                "shape": v["shape"],
+                "offset": v["offset"],
+            }
+            for v in state
+        ],  # fmt: skip
+        "hash": checkpoint.spec_hash(specs),
+        "global_step": g_step,
+        "call": step_src.api.run.call(
+            {
+                "input": lambda p: f"(const void *)batch[{p.index}]",
+                "output": lambda p: "&loss",
+                "arena": "arena",
+                "state": "state",
+                "pool": "pool",
+                "mpi": "mpi" if mpi else "NULL",
+            }
+        ),
+    }
+    out.files["train.c"] = env.get_template("train/train.c.j2").render(t=t)
+    if infer_src is not None:
+        m = {**infer_src.context, "trainer": True, "mpi": mpi}
+        out.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
+    else:
+        m = {**step, "name": name, "trainer": True, "mpi": mpi}
+        out.files["main.c"] = env.get_template("train/main.c.j2").render(t=t)
+    out.files["Makefile"] = env.get_template("build/Makefile.j2").render(m={**m, "mpi": mpi}, sources=c_files)
+    out.c_files = c_files
+    base = infer_src.metadata if infer_src is not None else step_src.metadata
+    out.metadata = {
+        **base,
+        "name": name,
+        "trainer": {
+            "mpi": mpi,
+            "step_model": step["name"],
+            "batch_per_rank": t["batch"],
+            "inputs": [label for label, _, _ in step_program.inputs],
+            "state": state,
+            "state_bytes": step_src.metadata["state_bytes"],
+            "arena_bytes": step_src.metadata["arena_bytes"],
+            "arena_lower_bound": step_src.metadata["arena_lower_bound"],
+            "hash": t["hash"],
+        },
+    }
+    if infer_src is None:
+        out.metadata.update(inputs=[], outputs=[])
+    out.files["metadata.json"] = json.dumps(out.metadata, indent=1) + "\n"
+    return out

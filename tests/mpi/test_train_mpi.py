@@ -1,0 +1,104 @@
+"""Data-parallel training binaries (``flowc compile --train`` built with MPI): R ranks with a
+per-rank batch of B/R train as one process with the global batch B (the gradients averaged by
+the step's allreduce buckets), float16 on the wire within its rounding; resuming and the
+checks of the one-process binary hold under mpiexec too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.compiled import export_trainer
+from graphdef import checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "samples"))
+import digits  # noqa: E402
+
+pytestmark = pytest.mark.mpi
+
+GLOBAL = 32
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory) -> Path:
+    x, y, _, _ = digits.load_data()
+    path = tmp_path_factory.mktemp("data") / "digits.npz"
+    np.savez(path, x=x[:640], labels=y[:640])
+    return path
+
+
+@pytest.fixture(scope="module")
+def binaries(toolchain, tmp_path_factory):
+    """name -> binary: the digits MLP's step for 1 rank (batch 32), 2 ranks (16 each), 2 ranks
+    with float16 gradients, and a build without MPI."""
+    root = tmp_path_factory.mktemp("dp")
+    builds = {
+        "one": (32, True, None),
+        "two": (16, True, None),
+        "fp16": (16, True, "fp16"),
+        "plain": (16, False, None),
+    }
+    out = {}
+    for key, (batch, mpi, compress) in builds.items():
+        graph = digits.training_graph(batch)
+        folder = export_trainer(graph, root / key, name="digits", mpi=mpi, compress=compress,
+                                cc=toolchain.mpicc if mpi else None)  # fmt: skip
+        out[key] = folder / "digits"
+    return out
+
+
+def train(toolchain, ranks: int, exe: Path, *args, ok: bool = True) -> subprocess.CompletedProcess:
+    res, _ = toolchain.run(ranks, exe, "train", *args)
+    if ok:
+        assert res.returncode == 0, res.stderr
+    return res
+
+
+def test_two_ranks_train_as_one_process_with_the_global_batch(toolchain, binaries, data_file, tmp_path):
+    one, two, half = tmp_path / "one.npz", tmp_path / "two.npz", tmp_path / "fp16.npz"
+    common = ("--data", data_file, "--epochs", 3, "--seed", 2, "--batch", GLOBAL)
+    train(toolchain, 1, binaries["one"], *common, "--checkpoint", one)
+    res = train(toolchain, 2, binaries["two"], *common, "--checkpoint", two)
+    assert "on 2 rank(s)" in res.stdout and res.stdout.count("epoch ") == 3, res.stdout
+    train(toolchain, 2, binaries["fp16"], *common, "--checkpoint", half)
+    a, _ = checkpoint.load(one)
+    b, hb = checkpoint.load(two)
+    c, _ = checkpoint.load(half)
+    assert hb["step"] == 3 * 640 // GLOBAL
+    for name in a:
+        np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=2e-6, err_msg=name)
+        np.testing.assert_allclose(c[name], a[name], rtol=0, atol=5e-3, err_msg=name)
+    assert max(float(np.abs(c[n] - a[n]).max()) for n in a) > 0  # float16 did round something
+    # the losses each epoch are the same (rank 0 prints the mean over ranks)
+    solo = train(toolchain, 1, binaries["one"], *common).stdout
+    pair = train(toolchain, 2, binaries["two"], *common).stdout
+    losses = [epoch_losses(out) for out in (solo, pair)]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+
+
+def epoch_losses(stdout: str) -> list[float]:
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("epoch")]
+    return [float(ln.split("mean loss ")[1].split(",")[0]) for ln in lines]
+
+
+def test_resume_under_two_ranks(toolchain, binaries, data_file, tmp_path):
+    whole, part = tmp_path / "whole.npz", tmp_path / "part.npz"
+    common = ("--data", data_file, "--seed", 4)
+    train(toolchain, 2, binaries["two"], *common, "--epochs", 2, "--checkpoint", whole)
+    train(toolchain, 2, binaries["two"], *common, "--epochs", 1, "--checkpoint", part)
+    train(toolchain, 2, binaries["two"], *common, "--epochs", 2, "--checkpoint", part, "--resume", part)
+    a, b = np.load(whole), np.load(part)
+    for name in a.files:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_wrong_batch_and_a_build_without_mpi_are_refused(toolchain, binaries, data_file):
+    res = train(toolchain, 2, binaries["two"], "--data", data_file, "--batch", 64, ok=False)
+    assert res.returncode == 2 and "--batch 64" in res.stderr and "2 rank(s)" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1  # rank 0 speaks for all
+    res = train(toolchain, 2, binaries["plain"], "--data", data_file, ok=False)
+    assert res.returncode != 0 and "built without MPI" in res.stderr, res.stderr

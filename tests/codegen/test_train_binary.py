@@ -266,3 +266,25 @@ def test_cli_compiles_a_training_binary(tmp_path):
     assert alone.returncode == 2 and "trains only" in alone.stderr
     np.savez(tmp_path / "d.npz", **dataset())
     assert "trained 12 step(s)" in train(out / "net", "--data", tmp_path / "d.npz").stdout
+
+
+def test_makefile_build_runs_clean_under_sanitizers(trainer, data_file, tmp_path):
+    """The folder's own Makefile, with AddressSanitizer and UndefinedBehaviorSanitizer: training,
+    a resume, a refused dataset and inference from the checkpoint report nothing."""
+    import shutil
+
+    folder = tmp_path / "san"
+    shutil.copytree(trainer.parent, folder)
+    (folder / "net").unlink()
+    flags = "-std=c99 -O1 -g -march=native -Wall -Wextra -Werror"
+    flags += " -fsanitize=address,undefined -fno-sanitize-recover=all"
+    subprocess.run(["make", "-s", f"CFLAGS={flags}"], cwd=folder, check=True, capture_output=True)
+    exe, ck = folder / "net", tmp_path / "ck.npz"
+    train(exe, "--data", data_file, "--epochs", 1, "--checkpoint", ck, "--every", 5)
+    train(exe, "--data", data_file, "--epochs", 2, "--checkpoint", ck, "--resume", ck)
+    np.savez(tmp_path / "bad.npz", x=np.zeros((100, 3), np.float32), labels=np.zeros(100, np.int64))
+    _one_line_error(train(exe, "--data", tmp_path / "bad.npz", check=False), "'x'")
+    np.save(tmp_path / "x.npy", dataset(BATCH)["x"])
+    cmd = [str(exe), "--checkpoint", ck, "--in", f"x={tmp_path / 'x.npy'}", "--out-dir", tmp_path / "r"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0 and not res.stderr, res.stderr

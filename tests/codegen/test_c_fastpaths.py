@@ -102,6 +102,21 @@ x[1, 1, 2:5, 2:5] = -np.inf
 case("max_pool-nan-inf", lambda x: gd.max_pool(x, (3, 3), (2, 2), (1, 1, 1, 1)), x)
 x64 = arr((1, 2, 7, 9), dtype="float64")
 case("max_pool-float64", lambda x: gd.max_pool(x, (3, 3), (2, 2), (1, 1, 1, 1)), x64)
+# 2x2 windows at stride 2 (kernels/pool.h fc_pool_is_2x2): ties (the first cell wins), NaN, -inf,
+# odd sizes (a last row and column no window covers), and the gradient's -0
+x = np.round(arr((2, 3, 9, 11)))
+x[0, 0, 0, 1] = np.nan
+x[0, 1, 2, 2:4] = np.nan
+x[1, 2, 4:6, 4:6] = -np.inf
+gy = np.round(arr((2, 3, 4, 5)))
+gy[0, 2] = -0.0
+case("max_pool-2x2-ties", lambda x: gd.max_pool(x, (2, 2), (2, 2)), x)
+case(
+    "max_pool_grad-2x2-ties",
+    lambda x, gy: gd.gradients(gd.reduce_sum(gd.max_pool(x, (2, 2), (2, 2)) * gy), [x])[0],
+    x,
+    gy,
+)
 
 
 # softmax and log_softmax along the last axis and across inner positions; special slices

@@ -5,8 +5,10 @@ posted (nonblocking); the receive's wait completes it; the run waits for its sen
 
 from __future__ import annotations
 
+from .. import layout as L
 from ..cnames import c_string
 from ..table import Call, kernel
+from .shape import COPY_H
 
 
 @kernel("send", "recv", "recv_wait", "allreduce_start", "allreduce_wait")
@@ -45,3 +47,12 @@ def _allreduce(step) -> Call:
     }  # fmt: skip
     headers = ("fc_mpi.h", "kernels/allreduce.h") if k["f16"] else ("fc_mpi.h",)
     return Call("mpi/step", k, headers=headers, comm=True)
+
+
+@kernel("cross_rank_mean")
+def _one_rank_mean(step) -> Call:
+    """On one process the mean over the ranks is the value itself: a copy. (The pipeline drops
+    the op before lowering, or fuses it into allreduce buckets in a data-parallel step.)"""
+    y = step.outs[0]
+    st = L.strides(y.shape)
+    return Call("copy", L.copy_plan(y.shape, st, st, itemsize=L.itemsize(y.dtype)), COPY_H)

@@ -12,7 +12,8 @@
 #define FLOWC_KERNELS_POOL_H
 
 #include "flowc_rt.h"
-#include "kernels/conv.h" /* the window helpers fc_win_* */
+#include "kernels/conv.h"  /* the window helpers fc_win_* */
+#include "kernels/vmath.h" /* float32 <-> bits */
 
 typedef struct {
     long planes; /* n * c */
@@ -44,18 +45,6 @@ FC_INLINE int fc_pool_is_2x2(const fc_pool_geom *g) {
  * general loop writes (0 + gy). The winner picks the bits through masks, not branches: the
  * maximum's place is random, and branching on it ran 10x slower (LeNet's 32x6x28x28: 249 us
  * against 26). */
-FC_INLINE uint32_t fc_pool_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-FC_INLINE float fc_pool_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 FC_INLINE void fc_max_pool_grad_2x2_f32(const float *x, const float *gy, float *gx, const fc_pool_geom *g) {
     const long h = g->in[1], w = g->in[2], ow = g->out[2], oh = g->out[1], rows = g->planes * g->in[0];
     long r, o1, o2;
@@ -67,16 +56,16 @@ FC_INLINE void fc_max_pool_grad_2x2_f32(const float *x, const float *gy, float *
             float *g0 = gp + 2 * o1 * w, *g1 = g0 + w;
             for (o2 = 0; o2 < ow; o2++) {
                 const float a = x0[2 * o2], b = x0[2 * o2 + 1], c = x1[2 * o2], e = x1[2 * o2 + 1];
-                const uint32_t v = fc_pool_bits(0.0f + gy[o2]);
+                const uint32_t v = fc_vm_f32_to_ubits_(0.0f + gy[o2]);
                 const uint32_t mb = 0u - (uint32_t)(b > a);
                 const float m1 = b > a ? b : a;
                 const uint32_t mc = 0u - (uint32_t)(c > m1);
                 const float m2 = c > m1 ? c : m1;
                 const uint32_t me = 0u - (uint32_t)(e > m2);
-                g0[2 * o2] = fc_pool_float(v & ~(mb | mc | me));
-                g0[2 * o2 + 1] = fc_pool_float(v & mb & ~(mc | me));
-                g1[2 * o2] = fc_pool_float(v & mc & ~me);
-                g1[2 * o2 + 1] = fc_pool_float(v & me);
+                g0[2 * o2] = fc_vm_ubits_to_f32_(v & ~(mb | mc | me));
+                g0[2 * o2 + 1] = fc_vm_ubits_to_f32_(v & mb & ~(mc | me));
+                g1[2 * o2] = fc_vm_ubits_to_f32_(v & mc & ~me);
+                g1[2 * o2 + 1] = fc_vm_ubits_to_f32_(v & me);
             }
             if (w & 1) g0[w - 1] = g1[w - 1] = 0.0f;
             gy += ow;

@@ -127,13 +127,14 @@ def merge_nodes(graph: Graph, plan: dict, absorbed: set[str], make: Callable) ->
     return rb.finish()
 
 
-def prune(graph: Graph) -> Graph:
+def prune(graph: Graph, keep_inputs: bool = True) -> Graph:
     """Keep only what the outputs need, through data and control edges (partial execution).
 
-    Placeholders always stay: they are the compiled model's interface, used or not.
+    Placeholders stay (``keep_inputs``): they are the compiled model's interface, used or not.
     """
     needed: set[str] = set()
-    stack = [r.node for r in graph.declared_outputs] + [n.name for n in graph.nodes if n.op == "placeholder"]
+    stack = [r.node for r in graph.declared_outputs]
+    stack += [n.name for n in graph.nodes if n.op == "placeholder"] if keep_inputs else []
     while stack:
         name = stack.pop()
         if name not in needed:

@@ -70,6 +70,9 @@ size_t fc_npy_header(char *buf, const char *dtype, int rank, const long *shape, 
  * *fp, or -1 with a one-line reason in err, both NULL and nothing left behind. */
 int fc_npy_temp_open(const char *dir, const char *file, char **tmp, FILE **fp, char *err, size_t errlen);
 
+/* Write the printf-style message into err (one line, errlen bytes at most) and return -1. */
+int fc_npy_fail(char *err, size_t errlen, const char *fmt, ...);
+
 /* Rename the finished temporary tmp (malloc'ed; freed) over path. Returns 0, or -1 with a
  * one-line reason in err and the temporary removed. */
 int fc_npy_rename(char *tmp, const char *path, char *err, size_t errlen);

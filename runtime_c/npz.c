@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,14 +91,6 @@ unsigned long fc_crc32(unsigned long crc, const void *buf, size_t n) {
     return (unsigned long)(uint32_t)~c;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* little-endian fields, byte by byte: the mapping has no alignment to rely on */
 static unsigned rd16(const unsigned char *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
 static uint32_t rd32(const unsigned char *p) {
@@ -125,28 +116,28 @@ static int map_file(const char *path, fc_npz *z, char *err, size_t errlen) {
     struct stat st;
     void *map;
     int fd = open(path, O_RDONLY), saved;
-    if (fd < 0) return fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+    if (fd < 0) return fc_npy_fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
     if (fstat(fd, &st) != 0) {
         saved = errno;
         close(fd);
-        return fail(err, errlen, "%s: cannot read (%s)", path, strerror(saved));
+        return fc_npy_fail(err, errlen, "%s: cannot read (%s)", path, strerror(saved));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return fc_npy_fail(err, errlen, "%s: not a regular file", path);
     }
     if (st.st_size == 0) {
         close(fd);
-        return fail(err, errlen, "%s: empty file", path);
+        return fc_npy_fail(err, errlen, "%s: empty file", path);
     }
     if ((uintmax_t)st.st_size > (uintmax_t)SIZE_MAX) {
         close(fd);
-        return fail(err, errlen, "%s: too large to map", path);
+        return fc_npy_fail(err, errlen, "%s: too large to map", path);
     }
     map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     saved = errno;
     close(fd); /* the mapping keeps the file */
-    if (map == MAP_FAILED) return fail(err, errlen, "%s: cannot map (%s)", path, strerror(saved));
+    if (map == MAP_FAILED) return fc_npy_fail(err, errlen, "%s: cannot map (%s)", path, strerror(saved));
     z->map = map;
     z->map_bytes = (size_t)st.st_size;
     return 0;
@@ -173,12 +164,12 @@ static int check_names(const fc_npz *z, const char *path, char *err, size_t errl
     int i, rc = 0;
     if (z->count < 2) return 0;
     sorted = (const fc_npz_member **)malloc((size_t)z->count * sizeof *sorted);
-    if (!sorted) return fail(err, errlen, "%s: out of memory", path);
+    if (!sorted) return fc_npy_fail(err, errlen, "%s: out of memory", path);
     for (i = 0; i < z->count; ++i) sorted[i] = &z->members[i];
     qsort(sorted, (size_t)z->count, sizeof *sorted, by_name);
     for (i = 1; i < z->count && rc == 0; ++i)
         if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
-            rc = fail(err, errlen, "%s: two members named '%s'", path,
+            rc = fc_npy_fail(err, errlen, "%s: two members named '%s'", path,
                       fc_npy_quote(q, sorted[i]->name, strlen(sorted[i]->name)));
     free(sorted);
     return rc;
@@ -216,7 +207,7 @@ static int read_member(const char *path, unsigned char *f, uint64_t cd_off, cons
     for (k = 0; k + 4 <= elen;) {
         unsigned id = rd16(extra + k), n = rd16(extra + k + 2);
         const unsigned char *v = extra + k + 4, *v_end = v + n;
-        if (n > elen - k - 4) return fail(err, errlen, "%s: damaged zip extra field", what);
+        if (n > elen - k - 4) return fc_npy_fail(err, errlen, "%s: damaged zip extra field", what);
         if (id == EXTRA_ZIP64) {
             uint64_t *wide[3];
             int w, nwide = 0;
@@ -224,39 +215,39 @@ static int read_member(const char *path, unsigned char *f, uint64_t cd_off, cons
             if (csize == ZIP32_LIMIT) wide[nwide++] = &csize;
             if (local == ZIP32_LIMIT) wide[nwide++] = &local;
             for (w = 0; w < nwide; ++w, v += 8) {
-                if (v_end - v < 8) return fail(err, errlen, "%s: damaged zip64 extra field", what);
+                if (v_end - v < 8) return fc_npy_fail(err, errlen, "%s: damaged zip64 extra field", what);
                 *wide[w] = rd64(v);
             }
             if (disk == ZIP32_MEMBERS) {
-                if (v_end - v < 4) return fail(err, errlen, "%s: damaged zip64 extra field", what);
+                if (v_end - v < 4) return fc_npy_fail(err, errlen, "%s: damaged zip64 extra field", what);
                 disk = rd32(v) ? 1 : 0;
             }
         }
         k += 4 + n;
     }
-    if (flags & FLAG_ENCRYPTED) return fail(err, errlen, "%s is encrypted", what);
+    if (flags & FLAG_ENCRYPTED) return fc_npy_fail(err, errlen, "%s is encrypted", what);
     if (method != 0)
-        return fail(err, errlen, "%s is compressed (np.savez_compressed); write the dataset with np.savez", what);
-    if (disk != 0) return fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
+        return fc_npy_fail(err, errlen, "%s is compressed (np.savez_compressed); write the dataset with np.savez", what);
+    if (disk != 0) return fc_npy_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
     if (nlen < 4 || memcmp(name + nlen - 4, ".npy", 4) != 0)
-        return fail(err, errlen, "%s is not an array (its name does not end in .npy)", what);
-    if (memchr(name, 0, nlen)) return fail(err, errlen, "%s: a NUL byte in the name", what);
-    if (nlen - 4 >= sizeof m->name) return fail(err, errlen, "%s: name longer than 255 bytes", what);
-    if (csize != usize) return fail(err, errlen, "%s: damaged (stored, but with two sizes)", what);
+        return fc_npy_fail(err, errlen, "%s is not an array (its name does not end in .npy)", what);
+    if (memchr(name, 0, nlen)) return fc_npy_fail(err, errlen, "%s: a NUL byte in the name", what);
+    if (nlen - 4 >= sizeof m->name) return fc_npy_fail(err, errlen, "%s: name longer than 255 bytes", what);
+    if (csize != usize) return fc_npy_fail(err, errlen, "%s: damaged (stored, but with two sizes)", what);
     /* the local header: same name, stored; the data follows its name and extra field */
     if (local > cd_off || cd_off - local < LOCAL_LEN || rd32(f + local) != SIG_LOCAL)
-        return fail(err, errlen, "%s: damaged zip archive (no local header at %llu)", what, (unsigned long long)local);
+        return fc_npy_fail(err, errlen, "%s: damaged zip archive (no local header at %llu)", what, (unsigned long long)local);
     if (rd16(f + local + 8) != 0)
-        return fail(err, errlen, "%s is compressed (np.savez_compressed); write the dataset with np.savez", what);
+        return fc_npy_fail(err, errlen, "%s is compressed (np.savez_compressed); write the dataset with np.savez", what);
     lnlen = rd16(f + local + 26);
     lelen = rd16(f + local + 28);
     data = local + LOCAL_LEN + lnlen + lelen;
     if (data > cd_off || csize > cd_off - data)
-        return fail(err, errlen,
+        return fc_npy_fail(err, errlen,
                     "%s: damaged or truncated zip archive (data of %llu bytes at %llu, central directory at %llu)",
                     what, (unsigned long long)csize, (unsigned long long)data, (unsigned long long)cd_off);
     if (lnlen != nlen || memcmp(f + local + LOCAL_LEN, name, nlen) != 0)
-        return fail(err, errlen, "%s: damaged zip archive (local header of another name)", what);
+        return fc_npy_fail(err, errlen, "%s: damaged zip archive (local header of another name)", what);
     s->start = local;
     s->end = data + csize;
     memcpy(m->name, name, nlen - 4);
@@ -274,8 +265,8 @@ static int read_archive(const char *path, fc_npz *z, char *err, size_t errlen) {
     span *spans;
     int found = 0, rc;
     if (size >= 6 && memcmp(f, "\x93NUMPY", 6) == 0)
-        return fail(err, errlen, "%s: a .npy file, not an .npz archive", path);
-    if (size < END_LEN) return fail(err, errlen, "%s: not an .npz archive (too short for a zip file)", path);
+        return fc_npy_fail(err, errlen, "%s: a .npy file, not an .npz archive", path);
+    if (size < END_LEN) return fc_npy_fail(err, errlen, "%s: not an .npz archive (too short for a zip file)", path);
     /* the end record: the last 22 bytes, or 22 bytes and a comment of up to 65535 that ends the file */
     for (pos = size - END_LEN;; --pos) {
         if (rd32(f + pos) == SIG_END && pos + END_LEN + rd16(f + pos + 20) == size) {
@@ -285,9 +276,9 @@ static int read_archive(const char *path, fc_npz *z, char *err, size_t errlen) {
         }
         if (pos == 0 || size - END_LEN - pos >= 0xFFFF) break;
     }
-    if (!found) return fail(err, errlen, "%s: not an .npz archive (no zip end of central directory record)", path);
+    if (!found) return fc_npy_fail(err, errlen, "%s: not an .npz archive (no zip end of central directory record)", path);
     if (rd16(f + end + 4) != 0 || rd16(f + end + 6) != 0 || rd16(f + end + 8) != rd16(f + end + 10))
-        return fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
+        return fc_npy_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
     count = rd16(f + end + 10);
     cd_size = rd32(f + end + 12);
     cd_off = rd32(f + end + 16);
@@ -295,34 +286,34 @@ static int read_archive(const char *path, fc_npz *z, char *err, size_t errlen) {
     if (end >= LOCATOR64_LEN && rd32(f + end - LOCATOR64_LEN) == SIG_LOCATOR64) {
         const uint64_t loc = end - LOCATOR64_LEN, end64 = rd64(f + loc + 8);
         if (rd32(f + loc + 4) != 0 || rd32(f + loc + 16) > 1)
-            return fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
+            return fc_npy_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
         if (end64 > loc || loc - end64 < END64_LEN || rd32(f + end64) != SIG_END64)
-            return fail(err, errlen, "%s: damaged zip archive (zip64 end of central directory record)", path);
+            return fc_npy_fail(err, errlen, "%s: damaged zip archive (zip64 end of central directory record)", path);
         if (rd32(f + end64 + 16) != 0 || rd32(f + end64 + 20) != 0 || rd64(f + end64 + 24) != rd64(f + end64 + 32))
-            return fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
+            return fc_npy_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
         count = rd64(f + end64 + 32);
         cd_size = rd64(f + end64 + 40);
         cd_off = rd64(f + end64 + 48);
         limit = end64;
     }
     if (cd_off > limit || cd_size > limit - cd_off)
-        return fail(err, errlen,
+        return fc_npy_fail(err, errlen,
                     "%s: damaged or truncated zip archive (central directory of %llu bytes at %llu, file of %llu)",
                     path, (unsigned long long)cd_size, (unsigned long long)cd_off, (unsigned long long)size);
     if (count > cd_size / CENTRAL_LEN || count > (uint64_t)INT_MAX)
-        return fail(err, errlen, "%s: damaged zip archive (%llu members in a central directory of %llu bytes)", path,
+        return fc_npy_fail(err, errlen, "%s: damaged zip archive (%llu members in a central directory of %llu bytes)", path,
                     (unsigned long long)count, (unsigned long long)cd_size);
     z->members = (fc_npz_member *)calloc(count ? (size_t)count : 1, sizeof *z->members);
     spans = (span *)malloc((count ? (size_t)count : 1) * sizeof *spans);
     if (!z->members || !spans) {
         free(spans);
-        return fail(err, errlen, "%s: out of memory for %llu members", path, (unsigned long long)count);
+        return fc_npy_fail(err, errlen, "%s: out of memory for %llu members", path, (unsigned long long)count);
     }
     for (at = cd_off, i = 0; i < count; ++i, at += len) {
         rc = read_member(path, f, cd_off, f + at, cd_off + cd_size - at, &z->members[i], &spans[i], &len, err,
                          errlen);
         if (rc > 0)
-            fail(err, errlen, "%s: damaged or truncated zip archive (central directory entry %llu of %llu)", path,
+            fc_npy_fail(err, errlen, "%s: damaged or truncated zip archive (central directory entry %llu of %llu)", path,
                  (unsigned long long)i + 1, (unsigned long long)count);
         if (rc != 0) {
             free(spans);
@@ -337,7 +328,7 @@ static int read_archive(const char *path, fc_npz *z, char *err, size_t errlen) {
     at = i < count ? spans[i].start : 0;
     free(spans);
     if (i < count)
-        return fail(err, errlen, "%s: damaged zip archive (members overlap at %llu)", path, (unsigned long long)at);
+        return fc_npy_fail(err, errlen, "%s: damaged zip archive (members overlap at %llu)", path, (unsigned long long)at);
     return check_names(z, path, err, errlen);
 }
 
@@ -364,12 +355,12 @@ int fc_npz_open_npy(const char *path, const char *name, fc_npz *z, char *err, si
         n = strlen(name);
     }
     if (n >= sizeof z->members->name)
-        return fail(err, errlen, "%s: member name '%s' longer than 255 bytes", path, fc_npy_quote(q, name, n));
+        return fc_npy_fail(err, errlen, "%s: member name '%s' longer than 255 bytes", path, fc_npy_quote(q, name, n));
     if (map_file(path, z, err, errlen) != 0) return -1;
     z->members = (fc_npz_member *)calloc(1, sizeof *z->members);
     if (!z->members) {
         fc_npz_close(z);
-        return fail(err, errlen, "%s: out of memory", path);
+        return fc_npy_fail(err, errlen, "%s: out of memory", path);
     }
     if (fc_npy_parse(z->map, z->map_bytes, &z->members->array, &offset, path, err, errlen) != 0) {
         fc_npz_close(z);
@@ -463,12 +454,12 @@ static int check_entry_names(const char *path, const fc_npz_entry *entries, int 
     int i, rc = 0;
     if (count < 2) return 0;
     sorted = (const fc_npz_entry **)malloc((size_t)count * sizeof *sorted);
-    if (!sorted) return fail(err, errlen, "%s: out of memory", path);
+    if (!sorted) return fc_npy_fail(err, errlen, "%s: out of memory", path);
     for (i = 0; i < count; ++i) sorted[i] = &entries[i];
     qsort(sorted, (size_t)count, sizeof *sorted, by_entry_name);
     for (i = 1; i < count && rc == 0; ++i)
         if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
-            rc = fail(err, errlen, "%s: two entries named '%s'", path,
+            rc = fc_npy_fail(err, errlen, "%s: two entries named '%s'", path,
                       fc_npy_quote(q, sorted[i]->name, strlen(sorted[i]->name)));
     free(sorted);
     return rc;
@@ -485,22 +476,22 @@ static int plan_archive(const char *path, const fc_npz_entry *entries, int count
         const fc_npz_entry *e = &entries[i];
         size_t nlen, hlen, nbytes = 0;
         uint64_t head;
-        if (!e->name || !e->dtype) return fail(err, errlen, "%s: entry %d has no name or no dtype", path, i);
+        if (!e->name || !e->dtype) return fc_npy_fail(err, errlen, "%s: entry %d has no name or no dtype", path, i);
         nlen = strlen(e->name);
         if (nlen > 250)
-            return fail(err, errlen, "%s: entry '%s': name longer than 250 bytes", path,
+            return fc_npy_fail(err, errlen, "%s: entry '%s': name longer than 250 bytes", path,
                         fc_npy_quote(q, e->name, nlen));
         hlen = (e->rank > 0 && !e->shape) ? 0 : fc_npy_header(header, e->dtype, e->rank, e->shape, &nbytes);
         if (!hlen)
-            return fail(err, errlen, "%s: entry '%s': bad array description (dtype '%.16s', rank %d)", path,
+            return fc_npy_fail(err, errlen, "%s: entry '%s': bad array description (dtype '%.16s', rank %d)", path,
                         fc_npy_quote(q, e->name, nlen), e->dtype, e->rank);
-        if (nbytes && !e->data) return fail(err, errlen, "%s: entry '%s' has no data", path, fc_npy_quote(q, e->name, nlen));
+        if (nbytes && !e->data) return fc_npy_fail(err, errlen, "%s: entry '%s' has no data", path, fc_npy_quote(q, e->name, nlen));
         /* pad the local header so the array data (after a 64-byte multiple of .npy header) is aligned */
         head = off + LOCAL_LEN + nlen + 4;
         plan[i].pad = (unsigned)((DATA_ALIGN - head % DATA_ALIGN) % DATA_ALIGN);
         if (plan[i].pad && plan[i].pad < 6) plan[i].pad += DATA_ALIGN; /* room for the field's 6 bytes */
         if (nbytes >= ZIP32_LIMIT || head + plan[i].pad + hlen + nbytes >= ZIP32_LIMIT)
-            return fail(err, errlen, "%s: too large for an .npz archive without zip64 (entry '%s' ends past 4 GiB)",
+            return fc_npy_fail(err, errlen, "%s: too large for an .npz archive without zip64 (entry '%s' ends past 4 GiB)",
                         path, fc_npy_quote(q, e->name, nlen));
         plan[i].offset = (uint32_t)off;
         plan[i].size = (uint32_t)(hlen + nbytes);
@@ -511,7 +502,7 @@ static int plan_archive(const char *path, const fc_npz_entry *entries, int count
         cd += CENTRAL_LEN + nlen + 4;
     }
     if (off + cd >= ZIP32_LIMIT)
-        return fail(err, errlen, "%s: too large for an .npz archive without zip64 (central directory past 4 GiB)",
+        return fc_npy_fail(err, errlen, "%s: too large for an .npz archive without zip64 (central directory past 4 GiB)",
                     path);
     *cd_off = (uint32_t)off;
     *cd_size = (uint32_t)cd;
@@ -574,12 +565,12 @@ int fc_npz_save(const char *path, const fc_npz_entry *entries, int count, char *
     char *dir, *tmp;
     FILE *fp;
     int saved;
-    if (count < 0 || (count > 0 && !entries)) return fail(err, errlen, "%s: bad entry list", path);
+    if (count < 0 || (count > 0 && !entries)) return fc_npy_fail(err, errlen, "%s: bad entry list", path);
     if ((unsigned)count >= ZIP32_MEMBERS)
-        return fail(err, errlen, "%s: too large for an .npz archive without zip64 (%d entries, at most %u)", path,
+        return fc_npy_fail(err, errlen, "%s: too large for an .npz archive without zip64 (%d entries, at most %u)", path,
                     count, ZIP32_MEMBERS - 1);
     plan = (planned *)calloc(count ? (size_t)count : 1, sizeof *plan);
-    if (!plan) return fail(err, errlen, "%s: out of memory", path);
+    if (!plan) return fc_npy_fail(err, errlen, "%s: out of memory", path);
     if (plan_archive(path, entries, count, plan, &cd_off, &cd_size, err, errlen) != 0) {
         free(plan);
         return -1;
@@ -587,7 +578,7 @@ int fc_npz_save(const char *path, const fc_npz_entry *entries, int count, char *
     dir = (char *)malloc(dlen + 1);
     if (!dir) {
         free(plan);
-        return fail(err, errlen, "%s: out of memory", path);
+        return fc_npy_fail(err, errlen, "%s: out of memory", path);
     }
     memcpy(dir, slash ? path : ".", dlen);
     dir[dlen] = 0;
@@ -604,14 +595,14 @@ int fc_npz_save(const char *path, const fc_npz_entry *entries, int count, char *
         unlink(tmp);
         free(tmp);
         free(plan);
-        return fail(err, errlen, "%s: write failed (%s)", path, saved ? strerror(saved) : "stream error");
+        return fc_npy_fail(err, errlen, "%s: write failed (%s)", path, saved ? strerror(saved) : "stream error");
     }
     free(plan);
     if (fclose(fp) != 0) {
         saved = errno;
         unlink(tmp);
         free(tmp);
-        return fail(err, errlen, "%s: write failed (%s)", path, strerror(saved));
+        return fc_npy_fail(err, errlen, "%s: write failed (%s)", path, strerror(saved));
     }
     return fc_npy_rename(tmp, path, err, errlen);
 }

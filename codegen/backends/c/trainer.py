@@ -18,7 +18,9 @@ import json
 from graphdef import checkpoint
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
+from graphdef.registry import get_op
 
+from ... import passes
 from ...storage import ALIGN
 from .cnames import c_string
 from .emit import VERSION, Sources, environment
@@ -43,23 +45,9 @@ def order(n: int, seed: int, epoch: int) -> list[int]:
 
 
 def needed(graph: Graph, refs) -> Graph:
-    """``graph`` cut down to what ``refs`` need, inputs included (prune keeps every input:
-    the inference model of a training graph has no labels)."""
-    keep: set[str] = set()
-    stack = [r.node for r in refs]
-    while stack:
-        name = stack.pop()
-        if name not in keep:
-            keep.add(name)
-            node = graph.node(name)
-            stack += [r.node for r in node.inputs] + list(node.control_inputs)
-    return Graph(
-        graph.name,
-        [n for n in graph.nodes if n.name in keep],
-        tuple(refs),
-        {k: v for k, v in graph.constants.items() if k in keep},
-        {k: v for k, v in graph.variables.items() if k in keep},
-    )
+    """``graph`` cut down to what ``refs`` need, unused inputs too (the inference model of a
+    training graph has no labels)."""
+    return passes.prune(graph.with_outputs(refs), keep_inputs=False)
 
 
 def split(graph: Graph, train) -> tuple[Graph, Graph | None]:
@@ -69,7 +57,7 @@ def split(graph: Graph, train) -> tuple[Graph, Graph | None]:
 
     ref = train.ref if isinstance(train, Tensor) else graph.resolve(train)
     step = needed(graph, [ref])
-    runs_train = {n.name for n in step.nodes if n.op in ("assign", "assign_add")} | {ref.node}
+    runs_train = {n.name for n in step.nodes if get_op(n.op).stateful} | {ref.node}
     others = [
         r for r in graph.outputs
         if r != ref and not any(n.name in runs_train for n in needed(graph, [r]).nodes)
@@ -137,16 +125,7 @@ def render(
             for label, _, t in step_program.inputs
         ],  # fmt: skip
         "input_names": ", ".join(c_string(label)[1:-1] for label, _, _ in step_program.inputs),
-        "vars": [
-            {
-                "name": c_string(v["name"]),
-                "dtype": v["dtype"],
-                "rank": len(v["shape"]),
-                "shape": v["shape"],
-                "offset": v["offset"],
-            }
-            for v in state
-        ],  # fmt: skip
+        "vars": step["state_vars"],
         "hash": checkpoint.spec_hash(specs),
         "global_step": g_step,
         "call": step_src.api.run.call(

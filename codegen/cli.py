@@ -1,6 +1,7 @@
 """The flowc command line: compile a model to a project folder and binary, or inspect it.
 
-    flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c] [--threads N] [--no-build]
+    flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c|cuda [--sm 80,90]] [--threads N]
+                  [--no-build]
                   [--max-ram BYTES] [--max-flash BYTES]
                   [--ranks N [--placement auto|annotated|pipeline|greedy] [--compress fp16|bf16]]
                   [--train [OP] [--no-mpi] [--compress fp16]]
@@ -126,6 +127,14 @@ def load_model(spec: str, shapes: dict | None = None, values: dict | None = None
 def cmd_compile(args) -> int:
     backends.get(args.target)  # an unknown target fails before the model loads
     check_ranks(args)
+    if args.target == "cuda":
+        from .compiled_cuda import parse_sm
+
+        parse_sm(args.sm)
+        if args.arch != "host" or args.ranks is not None or args.threads != 1 or args.train is not None:
+            raise FlowcError(
+                "--target cuda builds for one GPU: --arch, --ranks, --threads and --train are for C"
+            )
     Target(args.arch, args.portable, args.threads)  # a bad arch fails before the model loads
     for limit in (args.max_ram, args.max_flash):
         if limit is not None:
@@ -134,6 +143,8 @@ def cmd_compile(args) -> int:
     t0 = time.perf_counter()
     if args.train is not None:
         return compile_trainer(args, graph, t0)
+    if args.target == "cuda":
+        return compile_cuda(args, graph, t0)
     out = compiled.export(
         graph,
         args.output,
@@ -169,6 +180,26 @@ def cmd_compile(args) -> int:
         fp = Footprint.from_json(m["footprint"])
         print(f"  {fp.line()}")
         print(f"  {fp.detail()}")
+    return 0
+
+
+def compile_cuda(args, graph: Graph, t0: float) -> int:
+    """--target cuda: the CUDA project folder and its binary (codegen/compiled_cuda.py)."""
+    from . import compiled_cuda
+
+    out = compiled_cuda.export(
+        graph, args.output, name=args.name, sm=compiled_cuda.parse_sm(args.sm), build_binary=not args.no_build
+    )
+    m = json.loads((out / "metadata.json").read_text())
+    built = "" if args.no_build else f", binary {out / args.name}"
+    sm = ", ".join(f"sm_{v}" for v in m["sm"])
+    print(
+        f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s for CUDA {sm}; device arena "
+        f"{m['arena_bytes']} B (lower bound {m['arena_lower_bound']} B), weights {m['weight_bytes']} B"
+    )
+    if m["serial_steps"]:
+        ops = sorted(Counter(s["op"] for s in m["serial_steps"]).items())
+        print("  steps on one GPU thread (no parallel kernel yet): " + ", ".join(f"{o} x{n}" for o, n in ops))
     return 0
 
 
@@ -288,7 +319,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, type=Path)
     c.add_argument("--name", default="model")
     c.add_argument("--arch", default="host", help=", ".join(ARCHES))
-    c.add_argument("--target", default="c")
+    c.add_argument("--target", default="c", help="c, or cuda (CUDA C++ built with nvcc)")
+    c.add_argument("--sm", default="80,90", help="--target cuda: GPU architectures (compute capability x 10)")
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--no-build", action="store_true")
     c.add_argument("--portable", action="store_true", help="no -march=native: runs on any CPU of the arch")

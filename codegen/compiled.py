@@ -63,7 +63,7 @@ def _flowc_sources_hash() -> str:
         h = hashlib.sha256(VERSION.encode())
         for folder in (TEMPLATES, RUNTIME, Path(__file__).parent):
             for path in sorted(folder.rglob("*")):
-                if path.is_file() and path.suffix in (".j2", ".h", ".c", ".inc", ".py"):
+                if path.is_file() and path.suffix in (".j2", ".h", ".c", ".inc", ".py", ".cuh"):
                     h.update(str(path.relative_to(folder)).encode())
                     h.update(path.read_bytes())
         _source_hash.append(h.hexdigest())
@@ -324,8 +324,14 @@ def compile(
     placement: str = "auto",
     compress: str | None = None,
     train=None,
+    target: str = "c",
+    sm=(80, 90),
 ) -> CompiledModel:  # noqa: A001 - the public spelling
     """Compile ``graph`` to C, build it as a shared library and load it with cffi.
+
+    ``target="cuda"``: CUDA for one GPU instead, built with nvcc for the architectures ``sm``
+    (or, ``cc`` naming a host C++ compiler, through the CPU simulator): a ``CudaModel``
+    (codegen/compiled_cuda.py); ``threads``, ``ranks`` and ``portable`` are for C.
 
     ``portable``: no -march=native; ``threads``: worker threads for the heavy steps.
 
@@ -340,6 +346,14 @@ def compile(
     then also runs it, one training step (forward, backward and the updates of the variables
     and slots held in the model's state); its value, the loss, comes back under its name.
     """
+    if target == "cuda":
+        if ranks is not None or threads != 1:
+            raise FlowcError("compile(target='cuda') runs on one GPU: leave ranks and threads out")
+        from . import compiled_cuda
+
+        return compiled_cuda.compile(graph, outputs, name, cache, cc, sm, planner, train)
+    if target != "c":
+        raise FlowcError(f"unknown target {target!r}: 'c' or 'cuda'")
     check_name(name)
     outputs = with_train(graph, outputs, train)
     target = Target("host", portable, threads)
@@ -432,6 +446,7 @@ def _key_options(options: pipeline.Options) -> dict:
         "target": options.target.key(),
         "backend": options.backend,
         "weights": options.weights,
+        **({"sm": list(options.sm)} if options.backend == "cuda" else {}),
         **(
             {}
             if options.ranks is None

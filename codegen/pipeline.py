@@ -57,7 +57,8 @@ class Options:
     step of a data-parallel binary, its gradients averaged over MPI ranks with this wire dtype
     ("float32" or "float16"; codegen/data_parallel.py), None: one process; ``freeze``: variables
     that nothing assigns become constants (False: they stay in the state, which a checkpoint
-    can fill: the inference model of a training binary).
+    can fill: the inference model of a training binary); ``sm``: the GPU architectures a CUDA
+    build compiles for (compute capability x 10).
     """
 
     target: Target = field(default_factory=Target)
@@ -80,6 +81,7 @@ class Options:
     beta: float = partition.BETA
     allreduce: str | None = None
     freeze: bool = True
+    sm: tuple[int, ...] = (80, 90)
 
     def with_(self, **changes) -> Options:
         return replace(self, **changes)

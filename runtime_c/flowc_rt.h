@@ -13,13 +13,24 @@
 #include <stdint.h>
 #include <string.h>
 
+/* CUDA builds (nvcc, or a host C++ compiler with runtime_c/cuda/sim.h) compile every kernel
+ * for the device too, on its scalar paths. */
+#if defined(__CUDACC__) || defined(FC_CUDA_SIM)
+#define FC_DEVICE __host__ __device__
+#ifndef FC_NO_VECTOR
+#define FC_NO_VECTOR 1
+#endif
+#else
+#define FC_DEVICE
+#endif
+
 #if defined(__GNUC__) || defined(__clang__)
-#define FC_INLINE static inline __attribute__((unused))
+#define FC_INLINE static inline FC_DEVICE __attribute__((unused))
 #define FC_NOINLINE __attribute__((noinline))
 #define FC_ALIGNED(n) __attribute__((aligned(n)))
 #define FC_RESTRICT __restrict__
 #else
-#define FC_INLINE static inline
+#define FC_INLINE static inline FC_DEVICE
 #define FC_NOINLINE
 #define FC_ALIGNED(n)
 #define FC_RESTRICT

@@ -13,7 +13,7 @@ A backend is a module with:
   output_names, options) -> Sources`` (one SPMD program over MPI ranks).
 
 Passes, partition, schedule and memory planning are shared (codegen/*.py); each backend
-keeps its op table, templates (templates/<name>/) and runtime. Today: ``c``.
+keeps its op table, templates (templates/<name>/) and runtime. Today: ``c`` and ``cuda``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import importlib
 
 from graphdef.errors import UnsupportedError
 
-KNOWN = ("c",)
+KNOWN = ("c", "cuda")
 
 
 def get(name: str):

@@ -466,7 +466,7 @@ FC_VF_INLINE void fc_dwconv_cb_epi_f32(const float *x, const float *w, const flo
         }
         for (i = 0; i < g->oh; i++)
             for (jb = 0; jb < row_blocks; jb++) {
-                const long j0 = jb * NB, n = g->ow - j0 < NB ? g->ow - j0 : NB;
+                const long j0 = jb * NB, n = g->ow - j0 < NB ? g->ow - j0 : (long)NB;
                 const fc_vf bias = fc_vf_load(bt);
                 fc_vf a[NB];
                 long t1, t2;

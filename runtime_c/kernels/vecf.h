@@ -37,9 +37,9 @@
 #if defined(__GNUC__) || defined(__clang__)
 /* Kernels on fc_vf read their geometry from `static const` structs: inlining them into the
  * generated step is what turns the geometry into constants. */
-#define FC_VF_INLINE static inline __attribute__((always_inline, unused))
+#define FC_VF_INLINE static inline FC_DEVICE __attribute__((always_inline, unused))
 #else
-#define FC_VF_INLINE static inline
+#define FC_VF_INLINE static inline FC_DEVICE
 #endif
 
 #if FC_VF_VL == 1

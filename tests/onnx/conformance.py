@@ -176,22 +176,24 @@ def _compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str
     return None if np.array_equal(got, want) else "values differ"
 
 
-def run_batch(folders: list[Path]) -> list[dict]:
-    """Import, compile (one library for the batch) and run a batch of cases."""
+def run_batch(folders: list[Path], compile_many=None) -> list[dict]:
+    """Import, compile (one library for the batch) and run a batch of cases; ``compile_many``:
+    how (default: codegen.compile_many, C)."""
     import codegen
     from graphdef.errors import FlowcError
 
+    compile_many = compile_many or codegen.compile_many
     results = [import_case(f) for f in folders]
     ok = [r for r in results if r["status"] == "imported"]
     models = {}
     if ok:
         try:
-            built = codegen.compile_many([(f"case{i}", r["graph"]) for i, r in enumerate(ok)])
+            built = compile_many([(f"case{i}", r["graph"]) for i, r in enumerate(ok)])
             models = {id(r): m for r, m in zip(ok, built)}
         except FlowcError:
             for i, r in enumerate(ok):  # find the culprit(s): build alone
                 try:
-                    models[id(r)] = codegen.compile_many([(f"case{i}", r["graph"])])[0]
+                    models[id(r)] = compile_many([(f"case{i}", r["graph"])])[0]
                 except FlowcError as e:
                     r.update(status="failed", reason=f"build: {str(e)[:300]}")
                 except Exception as e:

@@ -336,6 +336,29 @@ def steps(
 
 
 # ----------------------------------------------------------------------------- the model
+def run_copies(program: Program, outs: list[dict], ptr: Pointers, w: Weights) -> tuple[list, list]:
+    """(copies at the end of a run: outputs that are other values, assigned values into the
+    state; the state's initial values from the weights), as the templates print them."""
+    g = program.graph
+    copies = [
+        {"dst": outs[k]["cname"], "src": ptr(ref), "nbytes": outs[k]["nbytes"],
+         "comment": f"output {k} is another value's copy"}
+        for k, ref in program.output_copies
+    ]  # fmt: skip
+    var_index = {v: i for i, v in enumerate(program.variables)}
+    copies += [
+        {"dst": f"(st + {program.state_offsets[var_index[var]]})", "src": ptr(ref),
+         "nbytes": g.type_of(ref).nbytes, "comment": "store the assigned value"}
+        for var, ref in program.state_updates
+    ]  # fmt: skip
+    state_init = [
+        {"offset": program.state_offsets[i], "src": w.expr[f"init:{v}"],
+         "nbytes": g.node(v).outputs[0].nbytes, "comment": c_comment(v)}
+        for i, v in enumerate(program.variables)
+    ]  # fmt: skip
+    return copies, state_init
+
+
 def emit(
     program: Program,
     name: str,
@@ -366,22 +389,7 @@ def emit(
     ptr = Pointers(program, ins, outs, w)
     st = steps(env, program, name, ptr, target.threads, isa)
 
-    copies = [
-        {"dst": outs[k]["cname"], "src": ptr(ref), "nbytes": outs[k]["nbytes"],
-         "comment": f"output {k} is another value's copy"}
-        for k, ref in program.output_copies
-    ]  # fmt: skip
-    var_index = {v: i for i, v in enumerate(program.variables)}
-    copies += [
-        {"dst": f"(st + {program.state_offsets[var_index[var]]})", "src": ptr(ref),
-         "nbytes": g.type_of(ref).nbytes, "comment": "store the assigned value"}
-        for var, ref in program.state_updates
-    ]  # fmt: skip
-    state_init = [
-        {"offset": program.state_offsets[i], "src": w.expr[f"init:{v}"],
-         "nbytes": g.node(v).outputs[0].nbytes, "comment": c_comment(v)}
-        for i, v in enumerate(program.variables)
-    ]  # fmt: skip
+    copies, state_init = run_copies(program, outs, ptr, w)
 
     has_state = bool(program.variables)
     uses_arena = any("mem +" in c for c in st.calls) or any("mem +" in c["src"] for c in copies)
@@ -468,6 +476,7 @@ def emit(
             for i, v in enumerate(program.variables)
         ],  # fmt: skip
         "trainer": False,  # main.c also runs the training driver (trainer.py)
+        "cuda": False,  # main.c drives a CUDA model's context (backends/cuda/emit.py)
         "mpi": False,  # built with MPI's compiler (a data-parallel training binary)
         "uses_arena": uses_arena,
         "null_checks": null_checks or ["0"],
@@ -571,6 +580,16 @@ def io_metadata(items) -> list[dict]:
     ]
 
 
+def state_metadata(program: Program) -> list[dict]:
+    """The state variables as metadata.json lists them: name, dtype, shape, byte offset."""
+    g = program.graph
+    return [
+        {"name": v, "dtype": t.dtype, "shape": list(t.shape), "offset": off}
+        for v, off in zip(program.variables, program.state_offsets)
+        for t in (g.node(v).outputs[0],)
+    ]
+
+
 def _metadata(program: Program, name: str, ins, outs, blob_mode: bool, api: EntryPoints) -> dict:
     g = program.graph
     io = io_metadata
@@ -585,15 +604,7 @@ def _metadata(program: Program, name: str, ins, outs, blob_mode: bool, api: Entr
         "weight_bytes": program.weight_bytes,
         "state_bytes": program.state_bytes,
         "weights": "blob" if blob_mode else "c",
-        "state": [
-            {
-                "name": v,
-                "dtype": g.node(v).outputs[0].dtype,
-                "shape": list(g.node(v).outputs[0].shape),
-                "offset": off,
-            }
-            for v, off in zip(program.variables, program.state_offsets)
-        ],
+        "state": state_metadata(program),
         "schedule": [
             {"step": i, "node": n.name, "op": n.op, "flops": schedule.cost(g, n).flops}
             for i, n in enumerate(program.steps)

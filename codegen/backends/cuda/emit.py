@@ -1,0 +1,170 @@
+"""Render CUDA sources from a Program: the same steps, buffers and offsets as the C backend,
+run on one GPU (templates/cuda/).
+
+Every step becomes one kernel launch on the run's stream, in the schedule's order:
+- a kernel of the CUDA backend's own (kernels.py, runtime_c/cuda/): products and convolutions;
+- else the step's C body (the C backend's lowering, compiled for the device): one CUDA thread
+  per unit of its split (an element of an elementwise program, a row of a softmax, a plane of
+  a pooling), so the C backend's split, which threads already share, is the parallel grid;
+- else (a step with no split, or one whose units would share its scratch) the C body on one
+  thread: correct, and slow; ``flowc inspect`` and metadata.json list these steps.
+
+The arena, the state and the weights live in device memory that ``<name>_init`` allocates
+once; a run is captured into a CUDA Graph and replayed (emit decides names and launches, the
+templates only print them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from graphdef.errors import UnsupportedError
+from graphdef.registry import ELEMENTWISE, get_op
+
+from ..c import emit as cemit
+from ..c.cnames import Names, c_comment
+from ..c.table import TensorCtx, kernel_of, split_of
+from . import kernels
+
+SM_DEFAULT = (80, 90)
+
+
+def steps(env, program, name: str, ptr) -> dict:
+    """The device functions, kernels and launches of every step."""
+    g = program.graph
+    out = {"steps": [], "launches": [], "headers": {"kernels/scalar.h"}, "cuda_headers": set(), "serial": []}
+    for index, node in enumerate(program.steps):
+        if all(t.size == 0 for t in node.outputs or [g.type_of(r) for r in node.inputs]):
+            continue
+        in_t = [g.type_of(r) for r in node.inputs]
+        args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
+        comment = c_comment(repr(node.name)[1:-1])
+        launch = kernels.launch_of(node, [TensorCtx.of(t) for t in in_t])
+        if launch is not None:
+            out["cuda_headers"].update(launch.headers)
+            text = env.get_template(f"cuda/ops/{launch.template}.cu.j2").render(
+                k=launch.k, x=args[: len(in_t)], y=args[len(in_t) :]
+            )
+            out["launches"].append({"index": index, "op": node.op, "comment": comment, "native": text})
+            continue
+        elementwise = get_op(node.op).kind == ELEMENTWISE
+        takes_scratch = not elementwise and kernel_of(node.op).scratch is not None
+        split = split_of(node, in_t)
+        units = split.units if split is not None and split.units > 1 and not takes_scratch else 0
+        step, call = cemit.lower_step(node, index, name, g, "scalar", 2 if units else 1)
+        if call.comm or call.parallel or call.prelude:
+            raise UnsupportedError(f"op {node.op} (node {node.name!r}) has no CUDA kernel")
+        out["headers"].update(call.headers)
+        body = env.get_template(f"c/ops/{call.template}.c.j2").render(
+            x=step.x, y=step.y, k=call.k, func=step.func, ins=step.ins, outs=step.outs
+        )
+        params = [f"const {t.ctype} *{v}" for t, v in zip(step.ins, step.x)]
+        params += [f"{t.ctype} *{v}" for t, v in zip(step.outs, step.y)]
+        if takes_scratch:
+            params.append("void *scratch")
+            off = program.scratch.get(node.name)
+            args.append("NULL" if off is None else f"(void *)(mem + {off})")
+        names = [p.rsplit("*", 1)[1] for p in params]
+        if not units:
+            out["serial"].append({"step": index, "op": node.op, "node": node.name})
+        out["steps"].append(
+            {
+                "index": index,
+                "func": step.func,
+                "op": node.op,
+                "comment": comment,
+                "types": ", ".join(str(t) for t in node.outputs),
+                "params": params,
+                "args": names,
+                "unused": call.k.get("unused", []),
+                "body": body,
+                "units": units,
+            }
+        )
+        out["launches"].append(
+            {"index": index, "op": node.op, "comment": comment, "native": None, "func": step.func,
+             "args": args, "units": units}
+        )  # fmt: skip
+    return out
+
+
+def emit(program, options, sm=SM_DEFAULT) -> cemit.Sources:
+    """All generated files of the model ``options.name`` for CUDA."""
+    name = options.name
+    g = program.graph
+    env = cemit.environment()
+    reserved = {"mem", "st", "status", "ctx", "s", "dev", "dev_weights", "i", name}
+    names = Names(reserved=reserved)
+    ins, outs = cemit.io_tensors(program, name, names)
+    w = cemit.weights(program, "dev", names, "blob", cemit.ALIGN)
+    ptr = cemit.Pointers(program, ins, outs, w)
+    st = steps(env, program, name, ptr)
+    copies, state_init = cemit.run_copies(program, outs, ptr, w)
+    text = " ".join(str(v) for launch in st["launches"] for v in (launch.get("args") or [launch["native"]]))
+    text += " ".join(c["src"] + " " + c["dst"] for c in copies)
+    m = {
+        "name": name,
+        # the run's base pointers its launches read: arena, state, weights
+        "uses": {v: bool(re.search(rf"\b{v}\b", text)) for v in ("mem", "st", "dev_weights")},
+        "NAME": name.upper(),
+        "version": cemit.VERSION,
+        "source_comment": c_comment(repr(g.name)),
+        "arena_bytes": program.arena_bytes,
+        "lower_bound": program.lower_bound,
+        "align": cemit.ALIGN,
+        "weight_bytes": len(w.blob or b""),
+        "state_bytes": program.state_bytes,
+        "has_state": bool(program.variables),
+        "inputs": ins,
+        "outputs": outs,
+        "io": ins + outs,
+        "headers": sorted(st["headers"]),
+        "cuda_headers": sorted(st["cuda_headers"]),
+        "blob": f"{name}_weights.bin",
+        "steps": st["steps"],
+        "launches": st["launches"],
+        "copies": copies,
+        "state_init": state_init,
+        "sm": ", ".join(f"sm_{v}" for v in sm),
+        "const_align": cemit.ALIGN,
+        # main.c (templates/build/main.c.j2) drives a CUDA model through its context
+        "cuda": True,
+        "threads": 1,
+        "trainer": False,
+        "main_call": f"{name}_run_host(ctx, "
+        + ", ".join(
+            [f"(const {t['ctype']} *)in[{t['index']}].data" for t in ins]
+            + [f"({t['ctype']} *)out[{t['index']}]" for t in outs]
+        )
+        + ")",  # fmt: skip
+        "bench_call": f"{name}_run_staged(ctx)",
+    }
+    src = cemit.Sources(context=m)
+    src.files[f"{name}.h"] = env.get_template("cuda/header.h.j2").render(m=m)
+    src.files[f"{name}.cu"] = env.get_template("cuda/model.cu.j2").render(m=m)
+    src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
+    src.files[f"{name}_weights.bin"] = w.blob or b""
+    src.c_files = [f"{name}_weights.c"]
+    # the CUDA model keeps its state on the device: its binary starts from the initial values
+    src.files["main.c"] = env.get_template("build/main.c.j2").render(m={**m, "has_state": False})
+    src.files["Makefile"] = env.get_template("cuda/Makefile.j2").render(m=m, sm=list(sm))
+    src.files["CMakeLists.txt"] = env.get_template("cuda/CMakeLists.txt.j2").render(m=m, sm=list(sm))
+    src.metadata = {
+        "flowc": cemit.VERSION,
+        "name": name,
+        "graph": g.name,
+        "target": "cuda",
+        "sm": list(sm),
+        "inputs": cemit.io_metadata(ins),
+        "outputs": cemit.io_metadata(outs),
+        "arena_bytes": program.arena_bytes,
+        "arena_lower_bound": program.lower_bound,
+        "weight_bytes": program.weight_bytes,
+        "state_bytes": program.state_bytes,
+        "state": cemit.state_metadata(program),
+        "serial_steps": st["serial"],
+        "schedule": [{"step": i, "node": n.name, "op": n.op} for i, n in enumerate(program.steps)],
+    }
+    src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
+    return src

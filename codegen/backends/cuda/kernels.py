@@ -1,0 +1,138 @@
+"""The CUDA backend's own kernels (runtime_c/cuda/): which steps run them, and their launches.
+
+A step whose op has an entry here runs a kernel written for the GPU; any other step runs its
+C body compiled for the device (emit.py). ``native(step)`` returns the host lines that launch
+the kernel (templates/cuda/ops/<template>.cu.j2 and its data), or None when this op's step is
+better left to the C body (an integer product, say).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from graphdef.ops.nn import gemm_dims, matmul_shapes
+
+from ..c import layout as L
+from ..c.ops.nn import geom
+
+FLOATS = ("float16", "float32", "float64")
+MAX_AXES = 4  # batch axes fc_cu_matmul takes (runtime_c/cuda/gemm.cuh)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """``template``: templates/cuda/ops/<template>.cu.j2, rendered with ``k`` (and the step's
+    pointer expressions ``x``, ``y`` and stream ``s``); ``headers``: runtime_c/cuda headers."""
+
+    template: str
+    k: dict
+    headers: tuple[str, ...]
+
+
+NATIVE: dict[str, Callable] = {}
+
+
+def native(*ops: str):
+    def register(fn):
+        for op in ops:
+            NATIVE[op] = fn
+        return fn
+
+    return register
+
+
+def launch_of(node, ins) -> Launch | None:
+    fn = NATIVE.get(node.op)
+    return None if fn is None else fn(node, ins)
+
+
+def _product(ctype: str, m, n, k, batches, a, b, c, alpha, beta, axes=()) -> dict:
+    sizes = [ax["size"] for ax in axes] + [1] * (MAX_AXES - len(axes))
+    return {
+        "ctype": ctype, "m": m, "n": n, "k": k, "batches": batches, **a, **b, **c,
+        "alpha": alpha, "beta": beta, "axes": len(axes), "size": sizes,
+        "sa": [ax["a"] for ax in axes] + [0] * (MAX_AXES - len(axes)),
+        "sb": [ax["b"] for ax in axes] + [0] * (MAX_AXES - len(axes)),
+        "sy": [ax["y"] for ax in axes] + [0] * (MAX_AXES - len(axes)),
+    }  # fmt: skip
+
+
+@native("matmul")
+def _matmul(node, ins) -> Launch | None:
+    if ins[0].dtype not in FLOATS:
+        return None
+    ash, bsh, batch = matmul_shapes(*ins)
+    m, k, n = ash[-2], ash[-1], bsh[-1]
+    a_st = [st * m * k for st in L.broadcast_strides(ash[:-2], batch)] if batch else []
+    b_st = [st * k * n for st in L.broadcast_strides(bsh[:-2], batch)] if batch else []
+    y_st = [st * m * n for st in L.strides(batch)]
+    dims, (a_st, b_st, y_st) = L.merge_dims(list(batch), a_st, b_st, y_st)
+    if len(dims) > MAX_AXES:
+        return None
+    axes = [{"size": d, "a": sa, "b": sb, "y": sy} for d, sa, sb, sy in zip(dims, a_st, b_st, y_st)][::-1]
+    k_ = _product(ins[0].ctype, m, n, k, math.prod(batch), {"a_rs": k, "a_cs": 1}, {"b_rs": n, "b_cs": 1},
+                  {"c": None, "c_rs": 0, "c_cs": 0}, 1.0, 0.0, axes)  # fmt: skip
+    return Launch("matmul", k_, ("cuda/gemm.cuh",))
+
+
+@native("gemm")
+def _gemm(node, ins) -> Launch | None:
+    if ins[0].dtype not in FLOATS:
+        return None
+    a = node.attrs
+    m, k, n = gemm_dims(ins, a)
+    a_rs, a_cs = (1, m) if a["trans_a"] else (k, 1)
+    b_rs, b_cs = (1, k) if a["trans_b"] else (n, 1)
+    c_rs, c_cs = L.broadcast_strides(ins[2].shape, (m, n)) if len(ins) == 3 else (0, 0)
+    k_ = _product(ins[0].ctype, m, n, k, 1, {"a_rs": a_rs, "a_cs": a_cs}, {"b_rs": b_rs, "b_cs": b_cs},
+                  {"c": 2 if len(ins) == 3 else None, "c_rs": c_rs, "c_cs": c_cs},
+                  float(a["alpha"]), float(a["beta"]))  # fmt: skip
+    return Launch("matmul", k_, ("cuda/gemm.cuh",))
+
+
+@native("conv")
+def _conv(node, ins) -> Launch | None:
+    x, w = ins[:2]
+    if x.dtype not in FLOATS or x.rank > 5:
+        return None
+    out = node.outputs[0]
+    g = geom(x.shape, w.shape[2:], out.shape[2:], node.attrs)
+    group = node.attrs["group"]
+    k_ = {
+        "ctype": x.ctype,
+        "m": x.shape[0] * math.prod(out.shape[2:]),
+        "n": w.shape[0] // group,
+        "k": math.prod(w.shape[1:]),
+        "batches": group,
+        "c": x.shape[1],
+        "mo": w.shape[0],
+        "bias": len(ins) == 3,
+        **{f: g[f] for f in ("in", "out", "stride", "pad", "dil")},
+        "kr": g["k"],
+    }
+    return Launch("conv", k_, ("cuda/gemm.cuh",))
+
+
+@native("conv_weight_grad")
+def _conv_weight_grad(node, ins) -> Launch | None:
+    x, gy = ins
+    if x.dtype not in FLOATS or x.rank > 5:
+        return None
+    a, group = node.attrs, node.attrs["group"]
+    kernel = tuple(a["kernel"])
+    g = geom(x.shape, kernel, gy.shape[2:], a)
+    cg = x.shape[1] // group
+    k_ = {
+        "ctype": x.ctype,
+        "m": gy.shape[1] // group,
+        "n": cg * math.prod(kernel),
+        "k": x.shape[0] * math.prod(gy.shape[2:]),
+        "batches": group,
+        "c": x.shape[1],
+        "mo": gy.shape[1],
+        **{f: g[f] for f in ("in", "out", "stride", "pad", "dil")},
+        "kr": g["k"],
+    }
+    return Launch("conv_wgrad", k_, ("cuda/gemm.cuh",))

@@ -1,0 +1,49 @@
+/* flowc CUDA runtime: what every generated .cu file includes besides runtime_c's kernels.
+ *
+ * The kernels of runtime_c/kernels/ are compiled for the device too (flowc_rt.h's FC_DEVICE):
+ * a step with no kernel of its own here runs its C body, one CUDA thread per unit of the
+ * step's split (an element, a row, a plane), or on one thread when it has no split.
+ */
+#ifndef FC_CUDA_H
+#define FC_CUDA_H
+
+#ifndef FC_CUDA_SIM
+#include <cuda_runtime.h>
+/* kernel<<<grid, block, 0, stream>>>(args): one spelling for nvcc and for the host simulator */
+#define FC_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
+#endif
+
+#include "flowc_rt.h"
+
+#define FC_CU_BLOCK 256 /* threads of a block of the per-unit kernels */
+
+/* A run's first failure (an index out of range, integer division by zero, ...): one word of
+ * device memory, kept by its first writer, read and cleared by <model>_wait. */
+static __device__ inline void fc_cu_fail(int *status, int s) {
+    if (s != FC_OK) atomicCAS(status, 0, s);
+}
+
+/* Blocks of FC_CU_BLOCK threads that cover ``units`` units (at least one block). */
+static inline unsigned fc_cu_blocks(long units) {
+    long b = (units + FC_CU_BLOCK - 1) / FC_CU_BLOCK;
+    return (unsigned)(b > 0 ? b : 1);
+}
+
+/* Storage <-> compute for the device kernels of this folder (float16 computes in float). */
+FC_INLINE float fc_cu_ld(float v) { return v; }
+FC_INLINE double fc_cu_ld(double v) { return v; }
+FC_INLINE float fc_cu_ld(fc_f16 v) { return fc_h2f(v); }
+FC_INLINE void fc_cu_st(float *p, float v) { *p = v; }
+FC_INLINE void fc_cu_st(double *p, double v) { *p = v; }
+FC_INLINE void fc_cu_st(fc_f16 *p, float v) { *p = fc_f2h(v); }
+
+template <class T>
+struct fc_cu_acc {
+    typedef float type;
+};
+template <>
+struct fc_cu_acc<double> {
+    typedef double type;
+};
+
+#endif /* FC_CUDA_H */

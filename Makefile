@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint clean conformance bench bench-compile footprint
+.PHONY: demo test lint clean conformance bench bench-compile bench-cuda footprint
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ bench: $(STAMP)
 	$(PY) bench/pipeline.py
 
 # compile time of generated 1k/10k/100k-node graphs to C sources, seconds per stage
+bench-cuda: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) bench/cuda.py
+
 bench-compile: $(STAMP)
 	$(PY) bench/compile_time.py
 

@@ -64,7 +64,7 @@ def steps(env, program, name: str, ptr) -> dict:
         if takes_scratch:
             params.append("void *scratch")
             off = program.scratch.get(node.name)
-            args.append("NULL" if off is None else f"(void *)(mem + {off})")
+            args.append("(void *)0" if off is None else f"(void *)(mem + {off})")
         names = [p.rsplit("*", 1)[1] for p in params]
         if not units:
             out["serial"].append({"step": index, "op": node.op, "node": node.name})

@@ -1,7 +1,7 @@
 """The flowc command line: compile a model to a project folder and binary, or inspect it.
 
-    flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c|cuda [--sm 80,90]] [--threads N]
-                  [--no-build]
+    flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c|cuda [--sm 80,90]
+                  [--precision fp32|tf32|bf16|fp16]] [--threads N] [--no-build]
                   [--max-ram BYTES] [--max-flash BYTES]
                   [--ranks N [--placement auto|annotated|pipeline|greedy] [--compress fp16|bf16]]
                   [--train [OP] [--no-mpi] [--compress fp16]]
@@ -128,9 +128,10 @@ def cmd_compile(args) -> int:
     backends.get(args.target)  # an unknown target fails before the model loads
     check_ranks(args)
     if args.target == "cuda":
+        from .backends.cuda.precision import check
         from .compiled_cuda import parse_sm
 
-        parse_sm(args.sm)
+        check(args.precision, parse_sm(args.sm))
         if args.arch != "host" or args.ranks is not None or args.threads != 1 or args.train is not None:
             raise FlowcError(
                 "--target cuda builds for one GPU: --arch, --ranks, --threads and --train are for C"
@@ -188,14 +189,16 @@ def compile_cuda(args, graph: Graph, t0: float) -> int:
     from . import compiled_cuda
 
     out = compiled_cuda.export(
-        graph, args.output, name=args.name, sm=compiled_cuda.parse_sm(args.sm), build_binary=not args.no_build
-    )
+        graph, args.output, name=args.name, sm=compiled_cuda.parse_sm(args.sm),
+        build_binary=not args.no_build, precision=args.precision,
+    )  # fmt: skip
     m = json.loads((out / "metadata.json").read_text())
     built = "" if args.no_build else f", binary {out / args.name}"
     sm = ", ".join(f"sm_{v}" for v in m["sm"])
     print(
-        f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s for CUDA {sm}; device arena "
-        f"{m['arena_bytes']} B (lower bound {m['arena_lower_bound']} B), weights {m['weight_bytes']} B"
+        f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s for CUDA {sm} ({m['precision']}); "
+        f"device arena {m['arena_bytes']} B (lower bound {m['arena_lower_bound']} B), "
+        f"weights {m['weight_bytes']} B"
     )
     if m["serial_steps"]:
         ops = sorted(Counter(s["op"] for s in m["serial_steps"]).items())
@@ -321,6 +324,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--arch", default="host", help=", ".join(ARCHES))
     c.add_argument("--target", default="c", help="c, or cuda (CUDA C++ built with nvcc)")
     c.add_argument("--sm", default="80,90", help="--target cuda: GPU architectures (compute capability x 10)")
+    c.add_argument("--precision", default="fp32", help="--target cuda: fp32, tf32, bf16 or fp16")
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--no-build", action="store_true")
     c.add_argument("--portable", action="store_true", help="no -march=native: runs on any CPU of the arch")

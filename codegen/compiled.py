@@ -326,11 +326,13 @@ def compile(
     train=None,
     target: str = "c",
     sm=(80, 90),
+    precision: str = "fp32",
 ) -> CompiledModel:  # noqa: A001 - the public spelling
     """Compile ``graph`` to C, build it as a shared library and load it with cffi.
 
     ``target="cuda"``: CUDA for one GPU instead, built with nvcc for the architectures ``sm``
-    (or, ``cc`` naming a host C++ compiler, through the CPU simulator): a ``CudaModel``
+    (or, ``cc`` naming a host C++ compiler, through the CPU simulator) with arithmetic
+    ``precision`` (fp32, tf32, bf16, fp16: codegen/backends/cuda/precision.py): a ``CudaModel``
     (codegen/compiled_cuda.py); ``threads``, ``ranks`` and ``portable`` are for C.
 
     ``portable``: no -march=native; ``threads``: worker threads for the heavy steps.
@@ -351,7 +353,7 @@ def compile(
             raise FlowcError("compile(target='cuda') runs on one GPU: leave ranks and threads out")
         from . import compiled_cuda
 
-        return compiled_cuda.compile(graph, outputs, name, cache, cc, sm, planner, train)
+        return compiled_cuda.compile(graph, outputs, name, cache, cc, sm, planner, train, precision)
     if target != "c":
         raise FlowcError(f"unknown target {target!r}: 'c' or 'cuda'")
     check_name(name)
@@ -446,7 +448,7 @@ def _key_options(options: pipeline.Options) -> dict:
         "target": options.target.key(),
         "backend": options.backend,
         "weights": options.weights,
-        **({"sm": list(options.sm)} if options.backend == "cuda" else {}),
+        **({"sm": list(options.sm), "precision": options.precision} if options.backend == "cuda" else {}),
         **(
             {}
             if options.ranks is None

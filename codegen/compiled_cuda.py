@@ -156,18 +156,20 @@ def _current_stream(lib: str) -> int:
     return cupy.cuda.get_current_stream().ptr
 
 
-def options(name: str, cc, sm, planner: str = "best", outputs=None) -> pipeline.Options:
+def options(name: str, cc, sm, planner: str = "best", outputs=None, precision="fp32") -> pipeline.Options:
     return pipeline.Options(
-        backend="cuda", outputs=outputs, name=name, cc=cc, sm=tuple(sm), planner=planner, product="shared"
-    )
+        backend="cuda", outputs=outputs, name=name, cc=cc, sm=tuple(sm), planner=planner, product="shared",
+        precision=precision,
+    )  # fmt: skip
 
 
-def compile(
-    graph: Graph, outputs=None, name="model", cache=True, cc=None, sm=(80, 90), planner="best", train=None
-):  # noqa: A001
+def compile(  # noqa: A001
+    graph: Graph, outputs=None, name="model", cache=True, cc=None, sm=(80, 90), planner="best", train=None,
+    precision="fp32",
+):  # fmt: skip
     """``codegen.compile(graph, target="cuda", ...)``: see codegen.compile."""
     check_name(name)
-    o = options(name, cc, sm, planner, with_train(graph, outputs, train))
+    o = options(name, cc, sm, planner, with_train(graph, outputs, train), precision)
     key = graph_key(graph, o.outputs or graph.outputs, _key_options(o))
     folder = cache_root() / key
     library, meta = folder / f"lib{name}.so", folder / "metadata.json"
@@ -182,17 +184,19 @@ def compile(
     return CudaModel(library, json.loads(meta.read_text()))
 
 
-def compile_many(graphs, cc=None, sm=(80, 90)) -> list[CudaModel]:
+def compile_many(graphs, cc=None, sm=(80, 90), precision="fp32") -> list[CudaModel]:
     """Several graphs in one shared library (one compiler call for their .cu files), for bulk
     tests; ``graphs``: (name, graph) or (name, graph, outputs)."""
     items = [(g[0], g[1], g[2] if len(g) > 2 else None) for g in graphs]
     names = [check_name(n) for n, _, _ in items]
     if len(set(names)) != len(names):
         raise FlowcError("compile_many needs distinct model names")
+
+    def made(name, outputs):
+        return options(name, cc, sm, outputs=outputs, precision=precision)
+
     key = hashlib.sha256(
-        "".join(
-            graph_key(g, o or g.outputs, _key_options(options(n, cc, sm, outputs=o))) for n, g, o in items
-        ).encode()
+        "".join(graph_key(g, o or g.outputs, _key_options(made(n, o))) for n, g, o in items).encode()
     ).hexdigest()[:32]
     folder = cache_root() / f"cuda-{key}"
     library = folder / "libbundle.so"
@@ -201,7 +205,7 @@ def compile_many(graphs, cc=None, sm=(80, 90)) -> list[CudaModel]:
         try:
             bundle, c_files = [], []
             for n, g, o in items:
-                sources = pipeline.run(g, options(n, cc, sm, outputs=o), until="render").sources
+                sources = pipeline.run(g, made(n, o), until="render").sources
                 sources.files = {f: v for f, v in sources.files.items() if f.startswith(n)}
                 toolchain.write_sources(sources, tmp)
                 (tmp / f"{n}.metadata.json").write_text(json.dumps(sources.metadata))
@@ -218,15 +222,17 @@ def compile_many(graphs, cc=None, sm=(80, 90)) -> list[CudaModel]:
 
 
 def export(
-    graph: Graph, out_dir, name="model", sm=(80, 90), build_binary=True, cc=None, outputs=None
-) -> Path:
+    graph: Graph, out_dir, name="model", sm=(80, 90), build_binary=True, cc=None, outputs=None,
+    precision="fp32",
+) -> Path:  # fmt: skip
     """``flowc compile --target cuda``: the project folder (the model's .cu and header, main.c,
     Makefile, CMakeLists.txt, metadata.json, runtime) and, unless ``build_binary`` is False,
     its binary built with nvcc (or with ``cc``, a host C++ compiler, for the CPU simulator).
     The folder is replaced only when everything is written and built."""
     check_name(name)
     out = Path(out_dir)
-    o = options(name, cc, sm, outputs=outputs).with_(product="program" if build_binary else "none")
+    o = options(name, cc, sm, outputs=outputs, precision=precision)
+    o = o.with_(product="program" if build_binary else "none")
     tmp = ctool.temp_dir_beside(out)
     try:
         pipeline.run(graph, o, until="build", folder=tmp)

@@ -58,7 +58,8 @@ class Options:
     ("float32" or "float16"; codegen/data_parallel.py), None: one process; ``freeze``: variables
     that nothing assigns become constants (False: they stay in the state, which a checkpoint
     can fill: the inference model of a training binary); ``sm``: the GPU architectures a CUDA
-    build compiles for (compute capability x 10).
+    build compiles for (compute capability x 10), ``precision`` its arithmetic (fp32, tf32, bf16,
+    fp16: codegen/backends/cuda/precision.py).
     """
 
     target: Target = field(default_factory=Target)
@@ -82,6 +83,7 @@ class Options:
     allreduce: str | None = None
     freeze: bool = True
     sm: tuple[int, ...] = (80, 90)
+    precision: str = "fp32"
 
     def with_(self, **changes) -> Options:
         return replace(self, **changes)

@@ -29,6 +29,12 @@ static inline unsigned fc_cu_blocks(long units) {
     return (unsigned)(b > 0 ? b : 1);
 }
 
+/* Blocks for a grid-stride loop over ``count`` items: at most 2^20 blocks. */
+static inline unsigned fc_cu_blocks_capped(long count) {
+    long b = (count + FC_CU_BLOCK - 1) / FC_CU_BLOCK;
+    return (unsigned)(b < 1 ? 1 : b > (1L << 20) ? (1L << 20) : b);
+}
+
 /* Storage <-> compute for the device kernels of this folder (float16 computes in float). */
 FC_INLINE float fc_cu_ld(float v) { return v; }
 FC_INLINE double fc_cu_ld(double v) { return v; }
@@ -45,5 +51,28 @@ template <>
 struct fc_cu_acc<double> {
     typedef double type;
 };
+
+FC_INLINE float fc_cu_exp(float v) { return expf(v); }
+FC_INLINE double fc_cu_exp(double v) { return exp(v); }
+FC_INLINE float fc_cu_log(float v) { return logf(v); }
+FC_INLINE double fc_cu_log(double v) { return log(v); }
+FC_INLINE float fc_cu_sqrt(float v) { return sqrtf(v); }
+FC_INLINE double fc_cu_sqrt(double v) { return sqrt(v); }
+
+/* Sum and maximum over the 32 lanes of a warp, every lane getting the result (a NaN wins the
+ * maximum, as numpy's). Every lane of the warp must call them. */
+template <class A>
+__device__ inline A fc_cu_warp_sum(A v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <class A>
+__device__ inline A fc_cu_warp_max(A v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const A u = __shfl_xor_sync(0xffffffffu, v, o);
+        if (u > v || u != u) v = u;
+    }
+    return v;
+}
 
 #endif /* FC_CUDA_H */

@@ -21,7 +21,7 @@ import pytest
 import codegen
 import graphdef as gd
 from codegen import compiled_cuda, pipeline
-from graphdef.errors import ExecutionError, ToolchainError
+from graphdef.errors import ExecutionError, FlowcError, ToolchainError
 
 from .test_binary import ZOO_OUTPUTS, check_outputs, digits_graph, run_binary
 
@@ -118,6 +118,38 @@ def test_models_match_numpy_through_the_simulator(model):
     _check(g, feeds, m(**feeds))
     m.use_graph(False)  # every kernel launched again instead of the captured graph: the same
     _check(g, feeds, m(**feeds))
+
+
+# relative error bound against float32 (of the output's largest magnitude) per --precision:
+# tf32 rounds products' inputs to 10 mantissa bits, bf16 to 7, fp16 stores every value in 10
+TOLERANCE = {"tf32": 3e-3, "bf16": 2e-2, "fp16": 5e-3}
+
+
+@pytest.mark.c
+@pytest.mark.parametrize("precision", sorted(TOLERANCE))
+@pytest.mark.parametrize("model", ["cnn", "encoder"])
+def test_precisions_through_the_simulator(model, precision):
+    """Products on tensor cores (runtime_c/cuda/mma.cuh, the simulator's warp matrix ops) and,
+    for fp16, a float16 graph behind float32 inputs and outputs: near float32, not equal."""
+    g, feeds = MODELS[model]()
+    m = codegen.compile(g, target="cuda", cc=SIM, precision=precision)
+    got, want = m(**feeds)["y"], gd.run(g, feeds, ["y"])[0]
+    assert got.dtype == np.float32
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert 1e-6 < err < TOLERANCE[precision], err
+
+
+def test_precision_refusals():
+    with pytest.raises(FlowcError, match="sm_80 and newer"):
+        compiled_cuda.export(cnn()[0], "/nonexistent/out", sm=(75,), precision="tf32", build_binary=False)
+    g = gd.Graph("stateful")
+    with g:
+        v = gd.variable("v", np.zeros(3, np.float32))
+        gd.assign_add(v, gd.placeholder("x", (3,)), name="y")
+    with pytest.raises(FlowcError, match="fp16 converts inference graphs"):
+        compiled_cuda.export(g, "/nonexistent/out", precision="fp16", build_binary=False)
+    with pytest.raises(FlowcError, match="--precision 'fp8'"):
+        compiled_cuda.export(cnn()[0], "/nonexistent/out", precision="fp8", build_binary=False)
 
 
 @pytest.mark.c
@@ -224,6 +256,27 @@ def test_nvcc_builds_every_sample_warning_free(model, zoo, tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "no CUDA device" in lines[0], res.stderr
     assert not (tmp_path / "res").exists()
+
+
+@needs_nvcc
+@pytest.mark.cuda
+@pytest.mark.parametrize("precision", sorted(TOLERANCE))
+def test_nvcc_builds_every_precision(precision, tmp_path):
+    """The tensor-core kernels of each precision, for sm_80 and sm_90, warnings as errors."""
+    out = compiled_cuda.export(encoder()[0], tmp_path / "net", name="net", precision=precision)
+    assert (out / "net").is_file()
+    assert json.loads((out / "metadata.json").read_text())["precision"] == precision
+
+
+@needs_nvcc
+@needs_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("precision", sorted(TOLERANCE))
+def test_precisions_on_the_gpu(precision):
+    g, feeds = encoder()
+    m = codegen.compile(g, target="cuda", precision=precision)
+    got, want = m(**feeds)["y"], gd.run(g, feeds, ["y"])[0]
+    assert float(np.abs(got - want).max() / np.abs(want).max()) < TOLERANCE[precision]
 
 
 @needs_nvcc

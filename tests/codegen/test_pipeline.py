@@ -54,5 +54,5 @@ def test_the_build_stage_builds_the_target_product(tmp_path):
 def test_an_unknown_stage_or_target_is_refused():
     with pytest.raises(gd.FlowcError, match="unknown stage 'nope'"):
         pipeline.run(_graph(), until="nope")
-    with pytest.raises(gd.UnsupportedError, match="--target cuda is not available"):
-        pipeline.run(_graph(), pipeline.Options(backend="cuda"), until="outputs")
+    with pytest.raises(gd.UnsupportedError, match="--target metal is not available"):
+        pipeline.run(_graph(), pipeline.Options(backend="metal"), until="outputs")

@@ -2,6 +2,7 @@
 
 - kernels.py: the backend's own kernels (runtime_c/cuda/gemm.cuh: products and convolutions
   as tiled, shared-memory GEMMs) and which steps run them;
+- precision.py: ``--precision`` (fp32, tf32, bf16, fp16) and the float16 graph pass;
 - emit.py: a Program through templates/cuda/ (the model, its header, Makefile, CMakeLists.txt)
   and templates/build/main.c.j2 (the same .npy driver as the C backend's binaries); every
   other step runs the C backend's body of it, compiled for the device;
@@ -21,15 +22,17 @@ from graphdef.ir import Graph
 from ..c import Built
 from ..c import table as ctable
 from ..c.table import LEGALIZE  # noqa: F401  (the C bodies' forms)
-from . import emit, toolchain
+from . import emit, precision, toolchain
 
 NAME = "cuda"
 MULTI_RANK = False
 
 
 def lower(graph: Graph, options) -> Graph:
-    """No CUDA-specific graph pass yet: products stay matmul, gemm and conv for kernels.py."""
-    return graph
+    """Products stay matmul, gemm and conv for kernels.py; ``--precision fp16`` turns the
+    graph's float32 values into float16 (precision.py)."""
+    precision.check(options.precision, options.sm)
+    return precision.to_half(graph) if options.precision == "fp16" else graph
 
 
 def scratch_bytes(node, ins, options) -> int:
@@ -38,7 +41,7 @@ def scratch_bytes(node, ins, options) -> int:
 
 
 def render(program, options):
-    return emit.emit(program, options, options.sm)
+    return emit.emit(program, options, options.sm, options.precision)
 
 
 def render_ranks(programs, partition, output_names, options):

@@ -30,7 +30,7 @@ from . import kernels
 SM_DEFAULT = (80, 90)
 
 
-def steps(env, program, name: str, ptr) -> dict:
+def steps(env, program, name: str, ptr, precision: str = "fp32") -> dict:
     """The device functions, kernels and launches of every step."""
     g = program.graph
     out = {"steps": [], "launches": [], "headers": {"kernels/scalar.h"}, "cuda_headers": set(), "serial": []}
@@ -40,19 +40,20 @@ def steps(env, program, name: str, ptr) -> dict:
         in_t = [g.type_of(r) for r in node.inputs]
         args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
         comment = c_comment(repr(node.name)[1:-1])
-        launch = kernels.launch_of(node, [TensorCtx.of(t) for t in in_t])
-        if launch is not None:
-            out["cuda_headers"].update(launch.headers)
-            text = env.get_template(f"cuda/ops/{launch.template}.cu.j2").render(
-                k=launch.k, x=args[: len(in_t)], y=args[len(in_t) :]
-            )
-            out["launches"].append({"index": index, "op": node.op, "comment": comment, "native": text})
-            continue
+        xs, ys = args[: len(in_t)], args[len(in_t) :]
+        launch = kernels.launch_of(node, [TensorCtx.of(t) for t in in_t], precision)
         elementwise = get_op(node.op).kind == ELEMENTWISE
         takes_scratch = not elementwise and kernel_of(node.op).scratch is not None
         split = split_of(node, in_t)
         units = split.units if split is not None and split.units > 1 and not takes_scratch else 0
-        step, call = cemit.lower_step(node, index, name, g, "scalar", 2 if units else 1)
+        if launch is None:  # the C body, unless it is one of the C backend's strided copies
+            step, call = cemit.lower_step(node, index, name, g, "scalar", 2 if units else 1)
+            launch = kernels.copies_of(call, xs, ys)
+        if launch is not None:
+            out["cuda_headers"].update(launch.headers)
+            text = env.get_template(f"cuda/ops/{launch.template}.cu.j2").render(k=launch.k, x=xs, y=ys)
+            out["launches"].append({"index": index, "op": node.op, "comment": comment, "native": text})
+            continue
         if call.comm or call.parallel or call.prelude:
             raise UnsupportedError(f"op {node.op} (node {node.name!r}) has no CUDA kernel")
         out["headers"].update(call.headers)
@@ -89,7 +90,7 @@ def steps(env, program, name: str, ptr) -> dict:
     return out
 
 
-def emit(program, options, sm=SM_DEFAULT) -> cemit.Sources:
+def emit(program, options, sm=SM_DEFAULT, precision: str = "fp32") -> cemit.Sources:
     """All generated files of the model ``options.name`` for CUDA."""
     name = options.name
     g = program.graph
@@ -99,14 +100,15 @@ def emit(program, options, sm=SM_DEFAULT) -> cemit.Sources:
     ins, outs = cemit.io_tensors(program, name, names)
     w = cemit.weights(program, "dev", names, "blob", cemit.ALIGN)
     ptr = cemit.Pointers(program, ins, outs, w)
-    st = steps(env, program, name, ptr)
+    st = steps(env, program, name, ptr, precision)
     copies, state_init = cemit.run_copies(program, outs, ptr, w)
     text = " ".join(str(v) for launch in st["launches"] for v in (launch.get("args") or [launch["native"]]))
     text += " ".join(c["src"] + " " + c["dst"] for c in copies)
     m = {
         "name": name,
         # the run's base pointers its launches read: arena, state, weights
-        "uses": {v: bool(re.search(rf"\b{v}\b", text)) for v in ("mem", "st", "dev_weights")},
+        "uses": {v: bool(re.search(rf"\b{v}\b", text)) for v in ("mem", "st", "dev_weights")}
+        | {"status": bool(st["steps"]) or bool(re.search(r"\bstatus\b", text))},
         "NAME": name.upper(),
         "version": cemit.VERSION,
         "source_comment": c_comment(repr(g.name)),
@@ -156,6 +158,7 @@ def emit(program, options, sm=SM_DEFAULT) -> cemit.Sources:
         "graph": g.name,
         "target": "cuda",
         "sm": list(sm),
+        "precision": precision,
         "inputs": cemit.io_metadata(ins),
         "outputs": cemit.io_metadata(outs),
         "arena_bytes": program.arena_bytes,

@@ -16,6 +16,7 @@ from graphdef.ops.nn import gemm_dims, matmul_shapes
 
 from ..c import layout as L
 from ..c.ops.nn import geom
+from .precision import TENSOR_CORE
 
 FLOATS = ("float16", "float32", "float64")
 MAX_AXES = 4  # batch axes fc_cu_matmul takes (runtime_c/cuda/gemm.cuh)
@@ -43,9 +44,36 @@ def native(*ops: str):
     return register
 
 
-def launch_of(node, ins) -> Launch | None:
+PRODUCTS = ("matmul", "gemm", "conv", "conv_weight_grad")  # the tiled kernels' ops
+
+
+def launch_of(node, ins, precision: str = "fp32") -> Launch | None:
+    """The step's launch of a kernel of this backend, or None; products run on tensor cores
+    with ``precision`` tf32, bf16 or fp16 (runtime_c/cuda/mma.cuh)."""
     fn = NATIVE.get(node.op)
-    return None if fn is None else fn(node, ins)
+    launch = None if fn is None else fn(node, ins)
+    tc = TENSOR_CORE.get(precision)
+    if launch is None or node.op not in PRODUCTS or tc is None or ins[0].dtype == "float64":
+        return launch
+    return Launch(launch.template, {**launch.k, "tc": tc}, ("cuda/mma.cuh",))
+
+
+COPY_TYPES = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
+
+
+def copies_of(call, x: list[str], y: list[str]) -> Launch | None:
+    """The C backend's strided copies (its "copy" and "copies" steps: transpose, slice,
+    expand, tile, bitcast, concat, split) as runtime_c/cuda/copy.cuh launches, one thread an
+    element; ``x``, ``y``: the step's pointer expressions."""
+    if call.template == "copy":
+        plans = [dict(call.k, x=x[0], y=y[0])]
+    elif call.template == "copies":
+        names = {f"x{i}": v for i, v in enumerate(x)} | {f"y{i}": v for i, v in enumerate(y)}
+        plans = [dict(c, x=names[c["x"]], y=names[c["y"]]) for c in call.k["copies"]]
+    else:
+        return None
+    plans = [dict(p, ctype=COPY_TYPES[p["itemsize"]]) for p in plans if p["count"]]
+    return Launch("copy", {"copies": plans}, ("cuda/copy.cuh",))
 
 
 def _product(ctype: str, m, n, k, batches, a, b, c, alpha, beta, axes=()) -> dict:
@@ -74,7 +102,7 @@ def _matmul(node, ins) -> Launch | None:
     axes = [{"size": d, "a": sa, "b": sb, "y": sy} for d, sa, sb, sy in zip(dims, a_st, b_st, y_st)][::-1]
     k_ = _product(ins[0].ctype, m, n, k, math.prod(batch), {"a_rs": k, "a_cs": 1}, {"b_rs": n, "b_cs": 1},
                   {"c": None, "c_rs": 0, "c_cs": 0}, 1.0, 0.0, axes)  # fmt: skip
-    return Launch("matmul", k_, ("cuda/gemm.cuh",))
+    return Launch("matmul", {**k_, "tc": None}, ("cuda/gemm.cuh",))
 
 
 @native("gemm")
@@ -89,7 +117,7 @@ def _gemm(node, ins) -> Launch | None:
     k_ = _product(ins[0].ctype, m, n, k, 1, {"a_rs": a_rs, "a_cs": a_cs}, {"b_rs": b_rs, "b_cs": b_cs},
                   {"c": 2 if len(ins) == 3 else None, "c_rs": c_rs, "c_cs": c_cs},
                   float(a["alpha"]), float(a["beta"]))  # fmt: skip
-    return Launch("matmul", k_, ("cuda/gemm.cuh",))
+    return Launch("matmul", {**k_, "tc": None}, ("cuda/gemm.cuh",))
 
 
 @native("conv")
@@ -112,7 +140,7 @@ def _conv(node, ins) -> Launch | None:
         **{f: g[f] for f in ("in", "out", "stride", "pad", "dil")},
         "kr": g["k"],
     }
-    return Launch("conv", k_, ("cuda/gemm.cuh",))
+    return Launch("conv", {**k_, "tc": None}, ("cuda/gemm.cuh",))
 
 
 @native("conv_weight_grad")
@@ -135,4 +163,69 @@ def _conv_weight_grad(node, ins) -> Launch | None:
         **{f: g[f] for f in ("in", "out", "stride", "pad", "dil")},
         "kr": g["k"],
     }
-    return Launch("conv_wgrad", k_, ("cuda/gemm.cuh",))
+    return Launch("conv_wgrad", {**k_, "tc": None}, ("cuda/gemm.cuh",))
+
+
+@native("gather")
+def _gather(node, ins) -> Launch | None:
+    data, indices = ins
+    if indices.dtype not in ("int64", "int32"):
+        return None
+    outer, dim, inner = L.around(data.shape, [node.attrs["axis"]])
+    k_ = {
+        "ctype": COPY_TYPES[L.itemsize(data.dtype)],
+        "index": "i64" if indices.dtype == "int64" else "i32",
+        "n_idx": indices.size,
+        "dim": dim,
+        "inner": inner,
+        "count": outer * indices.size * inner,
+    }
+    return Launch("gather", k_, ("cuda/copy.cuh",))
+
+
+@native("max_pool", "avg_pool")
+def _pool(node, ins) -> Launch | None:
+    x, y = ins[0], node.outputs[0]
+    if x.dtype not in FLOATS or x.rank > 5:
+        return None
+    k_ = {
+        "ctype": x.ctype,
+        "planes": x.shape[0] * x.shape[1],
+        "count_include_pad": int(node.attrs.get("count_include_pad", False)),
+        "is_max": int(node.op == "max_pool"),
+        "count": y.size,
+        **geom(x.shape, node.attrs["kernel_shape"], y.shape[2:], node.attrs),
+    }
+    return Launch("pool", k_, ("cuda/pool.cuh",))
+
+
+@native("softmax", "log_softmax")
+def _softmax(node, ins) -> Launch | None:
+    x = ins[0]
+    if x.dtype not in FLOATS or not x.size:
+        return None
+    outer, length, inner = L.around(x.shape, [node.attrs["axis"]])
+    k_ = {
+        "ctype": x.ctype,
+        "rows": outer * inner,
+        "len": length,
+        "inner": inner,
+        "log": int(node.op == "log_softmax"),
+    }
+    return Launch("softmax", k_, ("cuda/norm.cuh",))
+
+
+@native("layer_norm")
+def _layer_norm(node, ins) -> Launch | None:
+    x = ins[0]
+    if x.dtype not in FLOATS or not x.size or any(p.shape != x.shape[node.attrs["axis"] :] for p in ins[1:]):
+        return None
+    outer, length, _ = L.around(x.shape, range(node.attrs["axis"], x.rank))
+    k_ = {
+        "ctype": x.ctype,
+        "rows": outer,
+        "n": length,
+        "eps": repr(float(node.attrs["epsilon"])),
+        "bias": len(ins) == 3,
+    }
+    return Launch("layer_norm", k_, ("cuda/norm.cuh",))

@@ -60,15 +60,39 @@ def bench_model(name, module, example, batch: int, runs: int) -> dict:
     compiled = torch.compile(module)
     with torch.no_grad():
         want = module(xd).float().cpu().numpy()
-        got = next(iter(m(input=xd).values())).float().cpu().numpy()
+        out = m(input=xd)  # then the same output tensors every run: the run replays its CUDA Graph
+        got = next(iter(out.values())).float().cpu().numpy()
         err = float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30))
         t = {"flowc": [], "eager": [], "compile": []}
         for _ in range(3):  # alternated blocks: the GPU's clocks drift alike for all three
-            t["flowc"].append(_time(lambda: m(input=xd), runs))
+            t["flowc"].append(_time(lambda: m.run({"input": xd}, out), runs))
             t["eager"].append(_time(lambda: module(xd), runs))
             t["compile"].append(_time(lambda: compiled(xd), runs))
     us = {k: statistics.median(v) for k, v in t.items()}
     return {"model": name, "batch": batch, **us, "rel_err": err}
+
+
+def bench_overhead(runs: int) -> dict:
+    """The per-run overhead: a model of 80 tiny steps (40 products, 40 tanh), launched one by
+    one or replayed from its CUDA Graph."""
+    import torch
+
+    import codegen
+    import graphdef as gd
+
+    g = gd.Graph("tiny")
+    with g:
+        h = gd.placeholder("x", (1, 64))
+        for _ in range(40):
+            h = gd.tanh(gd.matmul(h, gd.constant(np.eye(64, dtype=np.float32))))
+        gd.identity(h, name="y")
+    m = codegen.compile(g, target="cuda", name="tiny")
+    x = torch.zeros(1, 64, device="cuda")
+    out = m(x=x)
+    graph = _time(lambda: m.run({"x": x}, out), runs)
+    m.use_graph(False)
+    launches = _time(lambda: m.run({"x": x}, out), runs)
+    return {"graph_us": graph, "launches_us": launches}
 
 
 def bench_gemm(n: int = 4096) -> dict:
@@ -80,10 +104,11 @@ def bench_gemm(n: int = 4096) -> dict:
     g = gd.Graph("gemm")
     with g:
         gd.matmul(gd.placeholder("a", (n, n), "float16"), gd.placeholder("b", (n, n), "float16"), name="y")
-    m = codegen.compile(g, target="cuda", name="gemm")
+    m = codegen.compile(g, target="cuda", name="gemm", precision="fp16")
     a = torch.randn(n, n, device="cuda", dtype=torch.float16)
     b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    ours = _time(lambda: m(a=a, b=b), 10)
+    out = m(a=a, b=b)
+    ours = _time(lambda: m.run({"a": a, "b": b}, out), 10)
     cublas = _time(lambda: torch.matmul(a, b), 10)
     return {"n": n, "flowc_tflops": 2 * n**3 / ours / 1e6, "cublas_tflops": 2 * n**3 / cublas / 1e6}
 
@@ -121,6 +146,8 @@ def main(argv=None) -> int:
                 f"| {name} | {batch} | {r['flowc']:.0f} | {r['eager']:.0f} | {r['compile']:.0f} | "
                 f"{r['flowc'] / r['eager']:.2f} | {r['flowc'] / r['compile']:.2f} | {r['rel_err']:.1e} |"
             )
+    r = bench_overhead(args.runs * 10)
+    print(f"80 tiny steps a run: {r['graph_us']:.1f} us replayed, {r['launches_us']:.1f} us launched singly")
     r = bench_gemm()
     print(
         f"float16 GEMM {r['n']}^3: flowc {r['flowc_tflops']:.1f} TFLOP/s, cuBLAS {r['cublas_tflops']:.1f} "

@@ -77,10 +77,12 @@ class CudaModel:
     def __call__(self, **feeds):
         return self.run(feeds)
 
-    def run(self, feeds: dict) -> dict:
+    def run(self, feeds: dict, out: dict | None = None) -> dict:
+        """Outputs by name. With device feeds, ``out`` may hold the output device arrays to
+        write (the same arrays run after run let the run replay its CUDA Graph)."""
         self._check_names(feeds)
         if any(hasattr(v, "__cuda_array_interface__") for v in feeds.values()):
-            return self._run_device(feeds)
+            return self._run_device(feeds, out or {})
         ffi, ins, results, outs = self._ffi, [], {}, []
         for t in self.inputs:
             a = np.ascontiguousarray(feed_value(t.name, TensorType(t.shape, t.dtype), feeds[t.name]))
@@ -102,8 +104,8 @@ class CudaModel:
                 f"inputs: {', '.join(sorted(known))}"
             )
 
-    def _run_device(self, feeds: dict) -> dict:
-        """Device arrays in, new device arrays of the same library out."""
+    def _run_device(self, feeds: dict, given: dict) -> dict:
+        """Device arrays in; out: the ``given`` device arrays, else new ones of the same library."""
         first = next(v for v in feeds.values() if hasattr(v, "__cuda_array_interface__"))
         lib = type(first).__module__.split(".")[0]
         ptrs = []
@@ -118,8 +120,11 @@ class CudaModel:
             ptrs.append(cai["data"][0])
         results, outs = {}, []
         for t in self.outputs:
-            out = results[t.name] = _device_empty(lib, first, t)
-            outs.append(out.__cuda_array_interface__["data"][0])
+            out = results[t.name] = given[t.name] if t.name in given else _device_empty(lib, first, t)
+            cai, want = out.__cuda_array_interface__, np.dtype(dtypes.np_dtype(t.dtype))
+            if tuple(cai["shape"]) != t.shape or np.dtype(cai["typestr"]) != want:
+                raise FeedError(f"output '{t.name}': expected a device array {TensorType(t.shape, t.dtype)}")
+            outs.append(cai["data"][0])
         stream = _current_stream(lib)
         ffi = self._ffi
         args = [ffi.cast("void *", p) for p in ptrs + outs]

@@ -55,6 +55,22 @@ __global__ void __launch_bounds__(256) fc_cu_tiled(P p) {
     }
 }
 
+/* The same problems computed directly, a thread an output (batch z, row i, column j), the sum
+ * over p in a register: for products too narrow for 64 x 64 tiles, such as a depthwise
+ * convolution (a group of one input channel and one or a few output channels, k the taps). */
+template <class P>
+__global__ void __launch_bounds__(FC_CU_BLOCK) fc_cu_direct(P p, long count) {
+    typedef typename P::acc A;
+    const long stride = (long)gridDim.x * blockDim.x;
+    for (long e = (long)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += stride) {
+        const long j = e % p.n, i = e / p.n % p.m, z = e / (p.n * p.m);
+        const P q = p.at(z);
+        A acc = 0;
+        for (long k = 0; k < q.k; ++k) acc += q.a(i, k) * q.b(k, j);
+        q.store(i, j, acc);
+    }
+}
+
 /* The grid of fc_cu_tiled for a problem (batches past 65535 loop inside the kernel). */
 static inline dim3 fc_cu_tiled_grid(long m, long n, long batches) {
     return dim3((unsigned)((n + FC_CU_TN - 1) / FC_CU_TN), (unsigned)((m + FC_CU_TM - 1) / FC_CU_TM),

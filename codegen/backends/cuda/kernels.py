@@ -45,6 +45,9 @@ def native(*ops: str):
 
 
 PRODUCTS = ("matmul", "gemm", "conv", "conv_weight_grad")  # the tiled kernels' ops
+# a product with fewer output columns than this and at most DIRECT_K terms a sum runs direct
+# (fc_cu_direct, a thread an output): a 64-wide tile would compute mostly padding
+DIRECT_N, DIRECT_K = 8, 64
 
 
 def launch_of(node, ins, precision: str = "fp32") -> Launch | None:
@@ -52,10 +55,14 @@ def launch_of(node, ins, precision: str = "fp32") -> Launch | None:
     with ``precision`` tf32, bf16 or fp16 (runtime_c/cuda/mma.cuh)."""
     fn = NATIVE.get(node.op)
     launch = None if fn is None else fn(node, ins)
-    tc = TENSOR_CORE.get(precision)
-    if launch is None or node.op not in PRODUCTS or tc is None or ins[0].dtype == "float64":
+    if launch is None or node.op not in PRODUCTS:
         return launch
-    return Launch(launch.template, {**launch.k, "tc": tc}, ("cuda/mma.cuh",))
+    if launch.k["n"] < DIRECT_N and launch.k["k"] <= DIRECT_K:  # depthwise and other narrow products
+        return Launch(launch.template, {**launch.k, "direct": True, "tc": None}, launch.headers)
+    tc = TENSOR_CORE.get(precision)
+    if tc is None or ins[0].dtype == "float64":
+        return Launch(launch.template, {**launch.k, "direct": False, "tc": None}, launch.headers)
+    return Launch(launch.template, {**launch.k, "direct": False, "tc": tc}, ("cuda/mma.cuh",))
 
 
 COPY_TYPES = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
@@ -102,7 +109,7 @@ def _matmul(node, ins) -> Launch | None:
     axes = [{"size": d, "a": sa, "b": sb, "y": sy} for d, sa, sb, sy in zip(dims, a_st, b_st, y_st)][::-1]
     k_ = _product(ins[0].ctype, m, n, k, math.prod(batch), {"a_rs": k, "a_cs": 1}, {"b_rs": n, "b_cs": 1},
                   {"c": None, "c_rs": 0, "c_cs": 0}, 1.0, 0.0, axes)  # fmt: skip
-    return Launch("matmul", {**k_, "tc": None}, ("cuda/gemm.cuh",))
+    return Launch("matmul", k_, ("cuda/gemm.cuh",))
 
 
 @native("gemm")
@@ -117,7 +124,7 @@ def _gemm(node, ins) -> Launch | None:
     k_ = _product(ins[0].ctype, m, n, k, 1, {"a_rs": a_rs, "a_cs": a_cs}, {"b_rs": b_rs, "b_cs": b_cs},
                   {"c": 2 if len(ins) == 3 else None, "c_rs": c_rs, "c_cs": c_cs},
                   float(a["alpha"]), float(a["beta"]))  # fmt: skip
-    return Launch("matmul", {**k_, "tc": None}, ("cuda/gemm.cuh",))
+    return Launch("matmul", k_, ("cuda/gemm.cuh",))
 
 
 @native("conv")
@@ -140,7 +147,7 @@ def _conv(node, ins) -> Launch | None:
         **{f: g[f] for f in ("in", "out", "stride", "pad", "dil")},
         "kr": g["k"],
     }
-    return Launch("conv", {**k_, "tc": None}, ("cuda/gemm.cuh",))
+    return Launch("conv", k_, ("cuda/gemm.cuh",))
 
 
 @native("conv_weight_grad")
@@ -163,7 +170,7 @@ def _conv_weight_grad(node, ins) -> Launch | None:
         **{f: g[f] for f in ("in", "out", "stride", "pad", "dil")},
         "kr": g["k"],
     }
-    return Launch("conv_wgrad", {**k_, "tc": None}, ("cuda/gemm.cuh",))
+    return Launch("conv_wgrad", k_, ("cuda/gemm.cuh",))
 
 
 @native("gather")

@@ -132,10 +132,8 @@ def cmd_compile(args) -> int:
         from .compiled_cuda import parse_sm
 
         check(args.precision, parse_sm(args.sm))
-        if args.arch != "host" or args.ranks is not None or args.threads != 1 or args.train is not None:
-            raise FlowcError(
-                "--target cuda builds for one GPU: --arch, --ranks, --threads and --train are for C"
-            )
+        if args.arch != "host" or args.threads != 1 or args.train is not None:
+            raise FlowcError("--target cuda builds for GPUs: --arch, --threads and --train are for C")
     Target(args.arch, args.portable, args.threads)  # a bad arch fails before the model loads
     for limit in (args.max_ram, args.max_flash):
         if limit is not None:
@@ -190,7 +188,8 @@ def compile_cuda(args, graph: Graph, t0: float) -> int:
 
     out = compiled_cuda.export(
         graph, args.output, name=args.name, sm=compiled_cuda.parse_sm(args.sm),
-        build_binary=not args.no_build, precision=args.precision,
+        build_binary=not args.no_build, precision=args.precision, ranks=args.ranks,
+        placement=args.placement, compress=args.compress,
     )  # fmt: skip
     m = json.loads((out / "metadata.json").read_text())
     built = "" if args.no_build else f", binary {out / args.name}"
@@ -200,7 +199,9 @@ def compile_cuda(args, graph: Graph, t0: float) -> int:
         f"device arena {m['arena_bytes']} B (lower bound {m['arena_lower_bound']} B), "
         f"weights {m['weight_bytes']} B"
     )
-    if m["serial_steps"]:
+    if m.get("ranks"):
+        print(f"  run: mpiexec -n {m['ranks']} {out / args.name} --in NAME=FILE.npy --out-dir DIR (GPU each)")
+    if m.get("serial_steps"):
         ops = sorted(Counter(s["op"] for s in m["serial_steps"]).items())
         print("  steps on one GPU thread (no parallel kernel yet): " + ", ".join(f"{o} x{n}" for o, n in ops))
     return 0

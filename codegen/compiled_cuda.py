@@ -228,16 +228,20 @@ def compile_many(graphs, cc=None, sm=(80, 90), precision="fp32") -> list[CudaMod
 
 def export(
     graph: Graph, out_dir, name="model", sm=(80, 90), build_binary=True, cc=None, outputs=None,
-    precision="fp32",
+    precision="fp32", ranks=None, placement="auto", compress=None,
 ) -> Path:  # fmt: skip
     """``flowc compile --target cuda``: the project folder (the model's .cu and header, main.c,
     Makefile, CMakeLists.txt, metadata.json, runtime) and, unless ``build_binary`` is False,
     its binary built with nvcc (or with ``cc``, a host C++ compiler, for the CPU simulator).
+    ``ranks``: split over that many MPI ranks, a GPU each (``placement``, ``compress`` as for C):
+    one SPMD program that ``mpiexec -n ranks`` runs.
     The folder is replaced only when everything is written and built."""
     check_name(name)
     out = Path(out_dir)
     o = options(name, cc, sm, outputs=outputs, precision=precision)
-    o = o.with_(product="program" if build_binary else "none")
+    o = o.with_(
+        product="program" if build_binary else "none", ranks=ranks, placement=placement, compress=compress
+    )
     tmp = ctool.temp_dir_beside(out)
     try:
         pipeline.run(graph, o, until="build", folder=tmp)

@@ -223,6 +223,8 @@ inline cudaError_t cudaFree(void *p) {
     std::free(p);
     return cudaSuccess;
 }
+inline cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+inline cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind, cudaStream_t s = 0) {
     fc_sim::enqueue(s, [=] { std::memcpy(dst, src, n); });
     return cudaSuccess;

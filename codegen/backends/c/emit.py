@@ -56,6 +56,7 @@ class Sources:
     files: dict[str, str | bytes] = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
     c_files: list[str] = field(default_factory=list)  # what the model's build compiles (not main.c)
+    cu_files: list[str] = field(default_factory=list)  # CUDA sources of the build (nvcc)
     api: EntryPoints | None = None
     context: dict = field(default_factory=dict)  # what the templates saw (main.c's ``m``)
 

@@ -37,9 +37,11 @@ def rank_name(name: str, rank: int) -> str:
 
 
 def render_ranks(
-    programs, part: partition_mod.Partition, output_names: list[str], options, isa: str
+    programs, part: partition_mod.Partition, output_names: list[str], options, isa: str, emit_rank=None
 ) -> Sources:
-    """The SPMD program's files (see the module docstring)."""
+    """The SPMD program's files (see the module docstring). ``emit_rank(program, name, rank)``
+    renders one rank's part (default: C, emit.py); its Sources' ``context["host_arena_bytes"]`` (if
+    any) is the host arena that part takes."""
     name, target = options.name, options.target
     for r, p in enumerate(programs):
         if p.variables:
@@ -51,10 +53,15 @@ def render_ranks(
     src = Sources()
     parts = []
     for r, p in enumerate(programs):
-        rsrc = emit(p, rank_name(name, r), options.weights, target, isa, rank=r)
+        if emit_rank is None:
+            rsrc = emit(p, rank_name(name, r), options.weights, target, isa, rank=r)
+        else:
+            rsrc = emit_rank(p, rank_name(name, r), r)
         src.files.update(rsrc.files)
         src.c_files += rsrc.c_files
-        parts.append(SimpleNamespace(program=p, sources=rsrc, api=rsrc.api))
+        src.cu_files += rsrc.cu_files
+        arena = rsrc.context.get("host_arena_bytes", p.arena_bytes)
+        parts.append(SimpleNamespace(program=p, sources=rsrc, api=rsrc.api, arena_bytes=arena))
 
     whole = part.graph
     io = SimpleNamespace(
@@ -97,7 +104,7 @@ def render_ranks(
                 "rank": r,
                 "name": pr.api.name,
                 "call": call,
-                "arena_bytes": pr.program.arena_bytes,
+                "arena_bytes": pr.arena_bytes,
                 "unused": [t["cname"] for t in ins + outs if t["cname"] not in used],
             }
         )
@@ -149,6 +156,7 @@ def render_ranks(
     src.files["Makefile"] = env.get_template("mpi/Makefile.j2").render(m=m, sources=src.c_files)
     src.files["CMakeLists.txt"] = env.get_template("mpi/CMakeLists.txt.j2").render(m=m, sources=src.c_files)
     src.api = api
+    src.context = m
     src.metadata = _metadata(name, whole, part, parts, ins, outs, api, target)
     src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
     return src

@@ -21,11 +21,12 @@ from graphdef.ir import Graph
 
 from ..c import Built
 from ..c import table as ctable
+from ..c import toolchain as ctool
 from ..c.table import LEGALIZE  # noqa: F401  (the C bodies' forms)
 from . import emit, precision, toolchain
 
 NAME = "cuda"
-MULTI_RANK = False
+MULTI_RANK = True  # one GPU per MPI rank: each rank's part in CUDA, the SPMD program of the C backend
 
 
 def lower(graph: Graph, options) -> Graph:
@@ -45,7 +46,24 @@ def render(program, options):
 
 
 def render_ranks(programs, partition, output_names, options):
-    raise NotImplementedError  # MULTI_RANK is False: the pipeline refuses --ranks first
+    """A partition as one SPMD program (codegen/backends/c/spmd.py: the model over the ranks,
+    main.c under mpiexec) whose rank parts run on the GPU, rank modulo the visible devices
+    (emit.emit_rank); transfers staged through pinned host memory."""
+    from ..c import spmd
+
+    def rank_part(program, name, rank):
+        return emit.emit_rank(program, options, name, rank)
+
+    src = spmd.render_ranks(programs, partition, output_names, options, "scalar", emit_rank=rank_part)
+    env = emit.cemit.environment()
+    m = {**src.context, "name": options.name, "nranks": len(programs), "version": emit.cemit.VERSION}
+    src.files["Makefile"] = env.get_template("cuda/Makefile.mpi.j2").render(
+        m=m, sm=list(options.sm), c_files=src.c_files, cu_files=src.cu_files
+    )
+    src.files.pop("CMakeLists.txt", None)
+    src.metadata.update(target="cuda", sm=list(options.sm), precision=options.precision)
+    src.files["metadata.json"] = emit.json.dumps(src.metadata, indent=1) + "\n"
+    return src
 
 
 def build(sources, folder: Path, options) -> Built:
@@ -53,6 +71,12 @@ def build(sources, folder: Path, options) -> Built:
     (the binary) or "shared" (lib<name>.so for CudaModel), with nvcc, or with a host C++
     compiler through the CPU simulator when ``options.cc`` names one."""
     toolchain.write_sources(sources, folder)
+    if sources.metadata.get("ranks"):  # an SPMD program over MPI ranks, a GPU each
+        ctool.copy_mpi(folder)
+        if options.product != "program":
+            return Built(folder, "none")
+        path = toolchain.build_mpi(folder, options.name, sources, options.cc, options.sm)
+        return Built(folder, "program", path)
     if options.product not in ("program", "shared"):
         return Built(folder, "none")
     path = toolchain.build(folder, options.name, sources, options.cc, options.sm, options.product == "shared")

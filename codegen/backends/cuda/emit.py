@@ -23,7 +23,8 @@ from graphdef.errors import UnsupportedError
 from graphdef.registry import ELEMENTWISE, get_op
 
 from ..c import emit as cemit
-from ..c.cnames import Names, c_comment
+from ..c.api import entry_points
+from ..c.cnames import Names, c_comment, c_string
 from ..c.table import TensorCtx, kernel_of, split_of
 from . import kernels
 
@@ -34,6 +35,7 @@ def steps(env, program, name: str, ptr, precision: str = "fp32") -> dict:
     """The device functions, kernels and launches of every step."""
     g = program.graph
     out = {"steps": [], "launches": [], "headers": {"kernels/scalar.h"}, "cuda_headers": set(), "serial": []}
+    out["stages"], request = [], {}  # host staging buffers and MPI requests of the transfers
     for index, node in enumerate(program.steps):
         if all(t.size == 0 for t in node.outputs or [g.type_of(r) for r in node.inputs]):
             continue
@@ -41,6 +43,12 @@ def steps(env, program, name: str, ptr, precision: str = "fp32") -> dict:
         args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
         comment = c_comment(repr(node.name)[1:-1])
         xs, ys = args[: len(in_t)], args[len(in_t) :]
+        if node.op in COMM:
+            out["launches"].append(
+                {"index": index, "op": node.op, "comment": comment,
+                 "native": _transfer(env, node, g, xs, ys, out["stages"], request, name)}
+            )  # fmt: skip
+            continue
         launch = kernels.launch_of(node, [TensorCtx.of(t) for t in in_t], precision)
         elementwise = get_op(node.op).kind == ELEMENTWISE
         takes_scratch = not elementwise and kernel_of(node.op).scratch is not None
@@ -90,7 +98,38 @@ def steps(env, program, name: str, ptr, precision: str = "fp32") -> dict:
     return out
 
 
-def emit(program, options, sm=SM_DEFAULT, precision: str = "fp32") -> cemit.Sources:
+COMM = ("send", "recv", "recv_wait")
+
+
+def _transfer(env, node, g, xs, ys, stages: list, request: dict, name: str) -> str:
+    """The host lines of a transfer between ranks (templates/cuda/ops/transfer.cu.j2): through
+    a pinned host buffer of its own (``stages``), with an MPI request (``request``, by the
+    send's or receive's node; a wait uses its receive's)."""
+    a = node.attrs
+    k = {"op": node.op, "peer": a["peer"], "tag": a["tag"], "tensor": c_string(a["tensor"])}
+    if node.op == "recv_wait":
+        k.update(request[node.inputs[0].node], y=ys[0])
+    else:
+        t = g.type_of(node.inputs[0]) if node.op == "send" else node.outputs[0]
+        k.update(stage=len(stages), req=len(request), nbytes=t.nbytes, x=xs[0] if xs else None)
+        request[node.name] = {"stage": k["stage"], "req": k["req"], "nbytes": t.nbytes}
+        stages.append(t.nbytes)
+    return env.get_template("cuda/ops/transfer.cu.j2").render(k=k, m_name=name, m_NAME=name.upper())
+
+
+def emit_rank(program, options, name: str, rank: int) -> cemit.Sources:
+    """One rank's part of an SPMD program over MPI ranks (codegen/backends/c/spmd.py renders
+    the whole): the model on this rank's GPU (rank modulo the visible devices) behind the C
+    backend's rank interface, ``<name>_run(inputs..., outputs..., arena, mpi)`` on host memory;
+    its context is made on the first run and kept in the caller's arena (HOST_ARENA bytes)."""
+    src = emit(program, options.with_(name=name), options.sm, options.precision, rank=rank)
+    return src
+
+
+HOST_ARENA = 64  # bytes of a rank part's host arena: its context pointer
+
+
+def emit(program, options, sm=SM_DEFAULT, precision: str = "fp32", rank: int | None = None) -> cemit.Sources:
     """All generated files of the model ``options.name`` for CUDA."""
     name = options.name
     g = program.graph
@@ -126,6 +165,8 @@ def emit(program, options, sm=SM_DEFAULT, precision: str = "fp32") -> cemit.Sour
         "blob": f"{name}_weights.bin",
         "steps": st["steps"],
         "launches": st["launches"],
+        # a rank's part of an SPMD program: its rank, host staging buffers and MPI requests
+        "spmd": None if rank is None else {"rank": rank, "stages": st["stages"]},
         "copies": copies,
         "state_init": state_init,
         "sm": ", ".join(f"sm_{v}" for v in sm),
@@ -148,6 +189,14 @@ def emit(program, options, sm=SM_DEFAULT, precision: str = "fp32") -> cemit.Sour
     src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
     src.files[f"{name}_weights.bin"] = w.blob or b""
     src.c_files = [f"{name}_weights.c"]
+    src.cu_files = [f"{name}.cu"]
+    if rank is not None:  # the SPMD program's drivers and build files come from spmd.py
+        src.api = entry_points(
+            name, [(t["cname"], t["ctype"]) for t in ins], [(t["cname"], t["ctype"]) for t in outs],
+            stateful=False, threads=1, mpi=True,
+        )  # fmt: skip
+        src.context["host_arena_bytes"] = HOST_ARENA
+        return src
     # the CUDA model keeps its state on the device: its binary starts from the initial values
     src.files["main.c"] = env.get_template("build/main.c.j2").render(m={**m, "has_state": False})
     src.files["Makefile"] = env.get_template("cuda/Makefile.j2").render(m=m, sm=list(sm))

@@ -91,3 +91,37 @@ def build(folder: Path, name: str, sources, cc: str | None, sm, shared: bool) ->
             [*cxx, *(["-shared"] if shared else []), "-o", out, f"{name}.o", *objects, "-lm"], cwd=folder
         )
     return folder / out
+
+
+def build_mpi(folder: Path, name: str, sources, cc: str | None, sm) -> Path:
+    """The SPMD program folder/name over MPI ranks (the generated Makefile's commands): the rank
+    parts' .cu files with nvcc, MPI's C++ wrapper its host compiler (or, ``cc`` naming a host
+    C++ compiler, through the simulator with MPI's C++ wrapper), the rest with mpicc."""
+    mpicc = shlex.split(ctool.find_mpicc())
+    mpicxx = (
+        [str(Path(mpicc[0]).with_name("mpicxx"))]
+        if shutil.which(str(Path(mpicc[0]).with_name("mpicxx")))
+        else ["mpicxx"]
+    )
+    nvcc = shlex.split(find_nvcc(cc)) if is_nvcc(cc) else None
+    objects = []
+    for f in ["main.c", "runtime/npy.c", *sources.c_files]:
+        objects.append(f"{f[:-2]}.o")
+        ctool.run([*mpicc, *C_FLAGS, "-Impi", "-c", f, "-o", objects[-1]], cwd=folder)
+    for f in sources.cu_files:
+        objects.append(f"{f[:-3]}.o")
+        if nvcc:
+            flags = [*NVCC_FLAGS, *gencode(sm), "-I.", "-Iruntime", "-Impi"]
+            ctool.run([*nvcc, "-ccbin", mpicxx[0], *flags, "-c", f, "-o", objects[-1]], cwd=folder)
+        else:
+            ctool.run(
+                [*mpicxx, *SIM_FLAGS, "-I.", "-Iruntime", "-Impi", "-c", f, "-o", objects[-1]], cwd=folder
+            )
+    if nvcc:
+        ctool.run(
+            [*nvcc, "-ccbin", mpicxx[0], *gencode(sm), "-o", name, *objects, "-cudart", "static", "-lm"],
+            cwd=folder,
+        )
+    else:
+        ctool.run([*mpicxx, "-o", name, *objects, "-lm"], cwd=folder)
+    return folder / name

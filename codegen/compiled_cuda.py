@@ -29,9 +29,10 @@ from .compiled import TensorSpec, _key_options, cache_root, check_name, graph_ke
 class CudaModel:
     """A model compiled for CUDA and loaded in this process, its context (device arena and
     weights) made once. Call it with numpy feeds (copied to the GPU and back, synchronously), or
-    with device arrays (anything with ``__cuda_array_interface__``, e.g. torch or CuPy tensors
-    on the GPU: the outputs are then new device arrays of the same library, and the run is
-    enqueued on that library's current stream and waited for)."""
+    with device arrays (``__cuda_array_interface__`` or DLPack on a CUDA device, e.g. torch or
+    CuPy tensors: the outputs are then new device arrays of the same library, or the ones given
+    to ``run(feeds, out)``, and the run is enqueued on that library's current stream and waited
+    for)."""
 
     def __init__(self, library: Path, metadata: dict):
         import cffi
@@ -81,7 +82,7 @@ class CudaModel:
         """Outputs by name. With device feeds, ``out`` may hold the output device arrays to
         write (the same arrays run after run let the run replay its CUDA Graph)."""
         self._check_names(feeds)
-        if any(hasattr(v, "__cuda_array_interface__") for v in feeds.values()):
+        if any(on_gpu(v) for v in feeds.values()):
             return self._run_device(feeds, out or {})
         ffi, ins, results, outs = self._ffi, [], {}, []
         for t in self.inputs:
@@ -105,26 +106,28 @@ class CudaModel:
             )
 
     def _run_device(self, feeds: dict, given: dict) -> dict:
-        """Device arrays in; out: the ``given`` device arrays, else new ones of the same library."""
-        first = next(v for v in feeds.values() if hasattr(v, "__cuda_array_interface__"))
+        """Device arrays in (``__cuda_array_interface__`` or DLPack); out: the ``given`` device
+        arrays, else new ones of the inputs' library (torch or CuPy)."""
+        first = next(v for v in feeds.values() if on_gpu(v))
         lib = type(first).__module__.split(".")[0]
-        ptrs = []
-        for t in self.inputs:
-            v = feeds[t.name]
-            cai = getattr(v, "__cuda_array_interface__", None)
-            want = np.dtype(dtypes.np_dtype(t.dtype))
-            if cai is None or tuple(cai["shape"]) != t.shape or np.dtype(cai["typestr"]) != want:
-                raise FeedError(f"feed '{t.name}': expected a device array {TensorType(t.shape, t.dtype)}")
-            if cai.get("strides") is not None and cai["strides"] != tuple(np.empty(t.shape, want).strides):
-                raise FeedError(f"feed '{t.name}': the device array must be C-contiguous")
-            ptrs.append(cai["data"][0])
-        results, outs = {}, []
-        for t in self.outputs:
-            out = results[t.name] = given[t.name] if t.name in given else _device_empty(lib, first, t)
-            cai, want = out.__cuda_array_interface__, np.dtype(dtypes.np_dtype(t.dtype))
-            if tuple(cai["shape"]) != t.shape or np.dtype(cai["typestr"]) != want:
-                raise FeedError(f"output '{t.name}': expected a device array {TensorType(t.shape, t.dtype)}")
-            outs.append(cai["data"][0])
+        ptrs, outs, results = [], [], {}
+        for kind, specs, values in (("feed", self.inputs, feeds), ("output", self.outputs, given)):
+            for t in specs:
+                v = values[t.name] if t.name in values else _device_empty(lib, first, t)
+                if not on_gpu(v):
+                    raise FeedError(
+                        f"{kind} '{t.name}' is not on the GPU: pass every array on the GPU, or numpy"
+                    )
+                view = device_view(v)
+                if view is None or view[1:3] != (t.shape, np.dtype(dtypes.np_dtype(t.dtype))):
+                    raise FeedError(
+                        f"{kind} '{t.name}': expected a device array {TensorType(t.shape, t.dtype)}"
+                    )
+                if not view[3]:
+                    raise FeedError(f"{kind} '{t.name}': the device array must be C-contiguous")
+                (ptrs if kind == "feed" else outs).append(view[0])
+                if kind == "output":
+                    results[t.name] = v
         stream = _current_stream(lib)
         ffi = self._ffi
         args = [ffi.cast("void *", p) for p in ptrs + outs]
@@ -139,6 +142,81 @@ class CudaModel:
         return f"<CudaModel {self.name}({ins}), device arena {self.arena_bytes} B>"
 
 
+def on_gpu(value) -> bool:
+    """Whether ``value`` is an array in CUDA device memory (``__cuda_array_interface__``, or a
+    DLPack producer on a CUDA device)."""
+    if hasattr(value, "__cuda_array_interface__"):
+        return True
+    dev = getattr(value, "__dlpack_device__", None)
+    return dev is not None and int(dev()[0]) in (DL_CUDA, DL_CUDA_MANAGED)
+
+
+DL_CUDA, DL_CUDA_MANAGED = 2, 13  # DLPack device types
+
+
+def device_view(value):
+    """(address, shape, numpy dtype, C-contiguous) of an array through its
+    ``__cuda_array_interface__``, else its DLPack capsule (any device); None for neither."""
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is not None:
+        shape, dtype = tuple(cai["shape"]), np.dtype(cai["typestr"])
+        strides = cai.get("strides")
+        return (
+            cai["data"][0],
+            shape,
+            dtype,
+            strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize),
+        )
+    if not hasattr(value, "__dlpack__"):
+        return None
+    return _dlpack_view(value.__dlpack__())
+
+
+def _c_strides(shape, itemsize: int) -> tuple:
+    out, acc = [], itemsize
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+_DL_TYPES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8",
+             (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64", (2, 16): "float16",
+             (2, 32): "float32", (2, 64): "float64", (6, 8): "bool"}  # fmt: skip
+
+
+def _dlpack_view(capsule):
+    """Read a (legacy, "dltensor") DLPack capsule without consuming it: its producer keeps the
+    memory while the array lives, and the capsule's own destructor frees the description."""
+    import ctypes as C
+
+    class Device(C.Structure):
+        _fields_ = [("type", C.c_int32), ("id", C.c_int32)]
+
+    class DType(C.Structure):
+        _fields_ = [("code", C.c_uint8), ("bits", C.c_uint8), ("lanes", C.c_uint16)]
+
+    class Tensor(C.Structure):
+        _fields_ = [("data", C.c_void_p), ("device", Device), ("ndim", C.c_int32), ("dtype", DType),
+                    ("shape", C.POINTER(C.c_int64)), ("strides", C.POINTER(C.c_int64)),
+                    ("byte_offset", C.c_uint64)]  # fmt: skip
+
+    get = C.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = C.c_void_p, [C.py_object, C.c_char_p]
+    t = Tensor.from_address(get(capsule, b"dltensor"))  # a DLManagedTensor starts with its DLTensor
+    name = _DL_TYPES.get((t.dtype.code, t.dtype.bits)) if t.dtype.lanes == 1 else None
+    if name is None:
+        return None
+    dtype = np.dtype(name)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    contiguous = not t.strides or all(
+        t.strides[i] * dtype.itemsize == s
+        for i, s in enumerate(_c_strides(shape, dtype.itemsize))
+        if shape[i] > 1
+    )
+    return (t.data or 0) + t.byte_offset, shape, dtype, contiguous
+
+
 def _device_empty(lib: str, like, t: TensorSpec):
     if lib == "torch":
         import torch
@@ -148,7 +226,10 @@ def _device_empty(lib: str, like, t: TensorSpec):
         import cupy
 
         return cupy.empty(t.shape, dtypes.np_dtype(t.dtype))
-    raise FeedError(f"device arrays of {lib} are not supported (torch and CuPy are); pass numpy arrays")
+    raise FeedError(
+        f"new output arrays of {lib} cannot be made here (torch and CuPy can): pass them as out= (device "
+        "arrays with __cuda_array_interface__ or DLPack), or pass numpy arrays"
+    )
 
 
 def _current_stream(lib: str) -> int:

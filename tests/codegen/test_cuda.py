@@ -258,6 +258,25 @@ def test_nvcc_builds_two_ranks(tmp_path):
     assert (out / "net").is_file()
 
 
+def test_device_views_read_dlpack_and_the_cuda_array_interface():
+    """How CudaModel reads device arrays, checked on host arrays: DLPack (numpy exports it on
+    the CPU) and a __cuda_array_interface__ dict give the address, shape, dtype and layout."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert compiled_cuda.device_view(a) == (a.ctypes.data, (3, 4), np.dtype(np.float32), True)
+    assert compiled_cuda.device_view(a.T)[1:] == ((4, 3), np.dtype(np.float32), False)
+    tail = np.arange(10, dtype=np.int64)[3:]
+    assert compiled_cuda.device_view(tail)[:2] == (tail.ctypes.data, (7,))
+    assert not compiled_cuda.on_gpu(a)  # a CPU DLPack device: the numpy path
+
+    class Fake:
+        __cuda_array_interface__ = {"shape": (2, 5), "typestr": "<f2", "data": (4096, False), "version": 3}
+
+    assert compiled_cuda.on_gpu(Fake())
+    assert compiled_cuda.device_view(Fake()) == (4096, (2, 5), np.dtype(np.float16), True)
+    Fake.__cuda_array_interface__ = {**Fake.__cuda_array_interface__, "strides": (2, 4)}
+    assert not compiled_cuda.device_view(Fake())[3]
+
+
 def test_generation_is_byte_identical(tmp_path):
     g = encoder()[0]
     a = compiled_cuda.export(g, tmp_path / "a", name="net", build_binary=False)

@@ -59,8 +59,8 @@ FC_INLINE double fc_cu_log(double v) { return log(v); }
 FC_INLINE float fc_cu_sqrt(float v) { return sqrtf(v); }
 FC_INLINE double fc_cu_sqrt(double v) { return sqrt(v); }
 
-/* Sum and maximum over the 32 lanes of a warp, every lane getting the result (a NaN wins the
- * maximum, as numpy's). Every lane of the warp must call them. */
+/* Sum, maximum and minimum over the 32 lanes of a warp, every lane getting the result (a NaN
+ * wins the maximum and the minimum, as numpy's). Every lane of the warp must call them. */
 template <class A>
 __device__ inline A fc_cu_warp_sum(A v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -71,6 +71,15 @@ __device__ inline A fc_cu_warp_max(A v) {
     for (int o = 16; o > 0; o >>= 1) {
         const A u = __shfl_xor_sync(0xffffffffu, v, o);
         if (u > v || u != u) v = u;
+    }
+    return v;
+}
+
+template <class A>
+__device__ inline A fc_cu_warp_min(A v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const A u = __shfl_xor_sync(0xffffffffu, v, o);
+        if (u < v || u != u) v = u;
     }
     return v;
 }

@@ -96,7 +96,23 @@ def mixed():
     return g, {"ids": rng.integers(0, 7, (3, 4)).astype(np.int64)}
 
 
-MODELS = {"cnn": cnn, "encoder": encoder, "mixed": mixed}
+def reductions():
+    """Sums, means, maxima and minima along inner, outer and several axes (a warp an output),
+    a NaN in one row: it wins that row's maximum and minimum, as in numpy."""
+    x = f32(3, 40, 5)
+    x[1, 7, 2] = np.nan
+    g = gd.Graph("reductions")
+    with g:
+        v = gd.placeholder("x", x.shape)
+        gd.reduce_sum(v, axes=(1,), name="sum")
+        gd.reduce_mean(v, axes=(0,), name="mean")
+        gd.reduce_max(v, axes=(1, 2), name="max")
+        gd.reduce_min(v, axes=(2,), keepdims=True, name="min")
+        gd.reduce_sum(v, name="all")
+    return g, {"x": x}
+
+
+MODELS = {"cnn": cnn, "encoder": encoder, "mixed": mixed, "reductions": reductions}
 
 
 def _check(g, feeds, got, names=None):

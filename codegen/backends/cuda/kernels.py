@@ -1,9 +1,10 @@
 """The CUDA backend's own kernels (runtime_c/cuda/): which steps run them, and their launches.
 
 A step whose op has an entry here runs a kernel written for the GPU; any other step runs its
-C body compiled for the device (emit.py). ``native(step)`` returns the host lines that launch
-the kernel (templates/cuda/ops/<template>.cu.j2 and its data), or None when this op's step is
-better left to the C body (an integer product, say).
+C body compiled for the device (emit.py). ``launch_of(node, ins, precision)`` returns the
+launch (templates/cuda/ops/<template>.cu.j2 and its data), or None when the step is left to
+the C body (an integer product, say); ``copies_of`` turns the C backend's strided-copy steps
+into launches of runtime_c/cuda/copy.cuh.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphdef.ops.nn import gemm_dims, matmul_shapes
+from graphdef.ops.reduce import runs
 
 from ..c import layout as L
 from ..c.ops.nn import geom
@@ -236,3 +238,19 @@ def _layer_norm(node, ins) -> Launch | None:
         "bias": len(ins) == 3,
     }
     return Launch("layer_norm", k_, ("cuda/norm.cuh",))
+
+
+REDUCE_OPS = {"reduce_sum": 0, "reduce_mean": 1, "reduce_max": 2, "reduce_min": 3}
+
+
+@native(*REDUCE_OPS)
+def _reduce(node, ins) -> Launch | None:
+    x = ins[0]
+    groups = runs(x.shape, node.attrs["axes"])
+    if x.dtype not in FLOATS or len(groups) != 1 or not node.outputs[0].size:
+        return None
+    outer, length, inner = L.around(x.shape, groups[0])
+    if length < 1:
+        return None
+    k_ = {"ctype": x.ctype, "rows": outer * inner, "len": length, "inner": inner, "op": REDUCE_OPS[node.op]}
+    return Launch("reduce", k_, ("cuda/norm.cuh",))

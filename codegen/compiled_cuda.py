@@ -21,9 +21,10 @@ from graphdef.interpret import feed_value
 from graphdef.ir import Graph, TensorType
 
 from . import pipeline
+from .backends.c import layout as L
 from .backends.c import toolchain as ctool
 from .backends.cuda import toolchain
-from .compiled import TensorSpec, _key_options, cache_root, check_name, graph_key, with_train
+from .compiled import TensorSpec, _build_cached, _key_options, cache_root, check_name, graph_key, with_train
 
 
 class CudaModel:
@@ -173,11 +174,7 @@ def device_view(value):
 
 
 def _c_strides(shape, itemsize: int) -> tuple:
-    out, acc = [], itemsize
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return tuple(reversed(out))
+    return tuple(st * itemsize for st in L.strides(shape))
 
 
 _DL_TYPES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8",
@@ -257,17 +254,7 @@ def compile(  # noqa: A001
     check_name(name)
     o = options(name, cc, sm, planner, with_train(graph, outputs, train), precision)
     key = graph_key(graph, o.outputs or graph.outputs, _key_options(o))
-    folder = cache_root() / key
-    library, meta = folder / f"lib{name}.so", folder / "metadata.json"
-    if not (cache and library.is_file() and meta.is_file()):
-        tmp = ctool.temp_dir_beside(folder)
-        try:
-            pipeline.run(graph, o, until="build", folder=tmp)
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return CudaModel(library, json.loads(meta.read_text()))
+    return CudaModel(*_build_cached(graph, o, key, cache))
 
 
 def compile_many(graphs, cc=None, sm=(80, 90), precision="fp32") -> list[CudaModel]:

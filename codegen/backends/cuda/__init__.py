@@ -42,7 +42,7 @@ def scratch_bytes(node, ins, options) -> int:
 
 
 def render(program, options):
-    return emit.emit(program, options, options.sm, options.precision)
+    return emit.emit(program, options)
 
 
 def render_ranks(programs, partition, output_names, options):

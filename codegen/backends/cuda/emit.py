@@ -28,8 +28,6 @@ from ..c.cnames import Names, c_comment, c_string
 from ..c.table import TensorCtx, kernel_of, split_of
 from . import kernels
 
-SM_DEFAULT = (80, 90)
-
 
 def steps(env, program, name: str, ptr, precision: str = "fp32") -> dict:
     """The device functions, kernels and launches of every step."""
@@ -122,16 +120,16 @@ def emit_rank(program, options, name: str, rank: int) -> cemit.Sources:
     the whole): the model on this rank's GPU (rank modulo the visible devices) behind the C
     backend's rank interface, ``<name>_run(inputs..., outputs..., arena, mpi)`` on host memory;
     its context is made on the first run and kept in the caller's arena (HOST_ARENA bytes)."""
-    src = emit(program, options.with_(name=name), options.sm, options.precision, rank=rank)
-    return src
+    return emit(program, options.with_(name=name), rank=rank)
 
 
 HOST_ARENA = 64  # bytes of a rank part's host arena: its context pointer
 
 
-def emit(program, options, sm=SM_DEFAULT, precision: str = "fp32", rank: int | None = None) -> cemit.Sources:
-    """All generated files of the model ``options.name`` for CUDA."""
-    name = options.name
+def emit(program, options, rank: int | None = None) -> cemit.Sources:
+    """All generated files of the model ``options.name`` for CUDA (``options.sm`` and
+    ``options.precision``); ``rank``: the part of that rank of an SPMD program (emit_rank)."""
+    name, sm, precision = options.name, options.sm, options.precision
     g = program.graph
     env = cemit.environment()
     reserved = {"mem", "st", "status", "ctx", "s", "dev", "dev_weights", "i", name}
@@ -166,7 +164,9 @@ def emit(program, options, sm=SM_DEFAULT, precision: str = "fp32", rank: int | N
         "steps": st["steps"],
         "launches": st["launches"],
         # a rank's part of an SPMD program: its rank, host staging buffers and MPI requests
-        "spmd": None if rank is None else {"rank": rank, "stages": st["stages"]},
+        "spmd": None
+        if rank is None
+        else {"rank": rank, "stages": st["stages"], "requests": max(len(st["stages"]), 1)},
         "copies": copies,
         "state_init": state_init,
         "sm": ", ".join(f"sm_{v}" for v in sm),

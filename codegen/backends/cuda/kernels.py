@@ -13,11 +13,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from graphdef.ops.nn import gemm_dims, matmul_shapes
 from graphdef.ops.reduce import runs
 
 from ..c import layout as L
-from ..c.ops.nn import geom
+from ..c.ops.nn import gemm_plan, geom, matmul_plan, pool_geom
+from ..c.ops.reduce import reduce_view
 from .precision import TENSOR_CORE
 
 FLOATS = ("float16", "float32", "float64")
@@ -59,12 +59,10 @@ def launch_of(node, ins, precision: str = "fp32") -> Launch | None:
     launch = None if fn is None else fn(node, ins)
     if launch is None or node.op not in PRODUCTS:
         return launch
-    if launch.k["n"] < DIRECT_N and launch.k["k"] <= DIRECT_K:  # depthwise and other narrow products
-        return Launch(launch.template, {**launch.k, "direct": True, "tc": None}, launch.headers)
-    tc = TENSOR_CORE.get(precision)
-    if tc is None or ins[0].dtype == "float64":
-        return Launch(launch.template, {**launch.k, "direct": False, "tc": None}, launch.headers)
-    return Launch(launch.template, {**launch.k, "direct": False, "tc": tc}, ("cuda/mma.cuh",))
+    direct = launch.k["n"] < DIRECT_N and launch.k["k"] <= DIRECT_K  # depthwise and other narrow products
+    tc = None if direct or ins[0].dtype == "float64" else TENSOR_CORE.get(precision)
+    headers = ("cuda/mma.cuh",) if tc else launch.headers
+    return Launch(launch.template, {**launch.k, "direct": direct, "tc": tc}, headers)
 
 
 COPY_TYPES = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
@@ -85,14 +83,13 @@ def copies_of(call, x: list[str], y: list[str]) -> Launch | None:
     return Launch("copy", {"copies": plans}, ("cuda/copy.cuh",))
 
 
-def _product(ctype: str, m, n, k, batches, a, b, c, alpha, beta, axes=()) -> dict:
-    sizes = [ax["size"] for ax in axes] + [1] * (MAX_AXES - len(axes))
+def _product(ctype: str, plan: dict, batches: int, c, alpha: float, beta: float, axes=()) -> dict:
+    """fc_cu_matmul's fields: the C backend's product plan, its batch axes padded to MAX_AXES."""
+    pad = [0] * (MAX_AXES - len(axes))
     return {
-        "ctype": ctype, "m": m, "n": n, "k": k, "batches": batches, **a, **b, **c,
-        "alpha": alpha, "beta": beta, "axes": len(axes), "size": sizes,
-        "sa": [ax["a"] for ax in axes] + [0] * (MAX_AXES - len(axes)),
-        "sb": [ax["b"] for ax in axes] + [0] * (MAX_AXES - len(axes)),
-        "sy": [ax["y"] for ax in axes] + [0] * (MAX_AXES - len(axes)),
+        **plan, "ctype": ctype, "batches": batches, "c": c, "alpha": alpha, "beta": beta, "axes": len(axes),
+        "size": [ax["size"] for ax in axes] + [1] * len(pad), "sa": [ax["a"] for ax in axes] + pad,
+        "sb": [ax["b"] for ax in axes] + pad, "sy": [ax["y"] for ax in axes] + pad,
     }  # fmt: skip
 
 
@@ -100,18 +97,12 @@ def _product(ctype: str, m, n, k, batches, a, b, c, alpha, beta, axes=()) -> dic
 def _matmul(node, ins) -> Launch | None:
     if ins[0].dtype not in FLOATS:
         return None
-    ash, bsh, batch = matmul_shapes(*ins)
-    m, k, n = ash[-2], ash[-1], bsh[-1]
-    a_st = [st * m * k for st in L.broadcast_strides(ash[:-2], batch)] if batch else []
-    b_st = [st * k * n for st in L.broadcast_strides(bsh[:-2], batch)] if batch else []
-    y_st = [st * m * n for st in L.strides(batch)]
-    dims, (a_st, b_st, y_st) = L.merge_dims(list(batch), a_st, b_st, y_st)
-    if len(dims) > MAX_AXES:
+    plan, axes = matmul_plan(ins)
+    if len(axes) > MAX_AXES:
         return None
-    axes = [{"size": d, "a": sa, "b": sb, "y": sy} for d, sa, sb, sy in zip(dims, a_st, b_st, y_st)][::-1]
-    k_ = _product(ins[0].ctype, m, n, k, math.prod(batch), {"a_rs": k, "a_cs": 1}, {"b_rs": n, "b_cs": 1},
-                  {"c": None, "c_rs": 0, "c_cs": 0}, 1.0, 0.0, axes)  # fmt: skip
-    return Launch("matmul", k_, ("cuda/gemm.cuh",))
+    return Launch(
+        "matmul", _product(ins[0].ctype, plan, plan["count"], None, 1.0, 0.0, axes), ("cuda/gemm.cuh",)
+    )
 
 
 @native("gemm")
@@ -119,13 +110,8 @@ def _gemm(node, ins) -> Launch | None:
     if ins[0].dtype not in FLOATS:
         return None
     a = node.attrs
-    m, k, n = gemm_dims(ins, a)
-    a_rs, a_cs = (1, m) if a["trans_a"] else (k, 1)
-    b_rs, b_cs = (1, k) if a["trans_b"] else (n, 1)
-    c_rs, c_cs = L.broadcast_strides(ins[2].shape, (m, n)) if len(ins) == 3 else (0, 0)
-    k_ = _product(ins[0].ctype, m, n, k, 1, {"a_rs": a_rs, "a_cs": a_cs}, {"b_rs": b_rs, "b_cs": b_cs},
-                  {"c": 2 if len(ins) == 3 else None, "c_rs": c_rs, "c_cs": c_cs},
-                  float(a["alpha"]), float(a["beta"]))  # fmt: skip
+    c = 2 if len(ins) == 3 else None
+    k_ = _product(ins[0].ctype, gemm_plan(ins, a), 1, c, float(a["alpha"]), float(a["beta"]))
     return Launch("matmul", k_, ("cuda/gemm.cuh",))
 
 
@@ -198,12 +184,10 @@ def _pool(node, ins) -> Launch | None:
     if x.dtype not in FLOATS or x.rank > 5:
         return None
     k_ = {
+        **pool_geom(x, y, node.attrs),
         "ctype": x.ctype,
-        "planes": x.shape[0] * x.shape[1],
-        "count_include_pad": int(node.attrs.get("count_include_pad", False)),
         "is_max": int(node.op == "max_pool"),
         "count": y.size,
-        **geom(x.shape, node.attrs["kernel_shape"], y.shape[2:], node.attrs),
     }
     return Launch("pool", k_, ("cuda/pool.cuh",))
 
@@ -246,10 +230,9 @@ REDUCE_OPS = {"reduce_sum": 0, "reduce_mean": 1, "reduce_max": 2, "reduce_min": 
 @native(*REDUCE_OPS)
 def _reduce(node, ins) -> Launch | None:
     x = ins[0]
-    groups = runs(x.shape, node.attrs["axes"])
-    if x.dtype not in FLOATS or len(groups) != 1 or not node.outputs[0].size:
+    if x.dtype not in FLOATS or len(runs(x.shape, node.attrs["axes"])) != 1 or not node.outputs[0].size:
         return None
-    outer, length, inner = L.around(x.shape, groups[0])
+    outer, length, inner = reduce_view(x, node.attrs["axes"])
     if length < 1:
         return None
     k_ = {"ctype": x.ctype, "rows": outer * inner, "len": length, "inner": inner, "op": REDUCE_OPS[node.op]}

@@ -66,62 +66,54 @@ def write_sources(sources, dest: Path) -> None:
 def build(folder: Path, name: str, sources, cc: str | None, sm, shared: bool) -> Path:
     """The binary folder/name, or folder/lib<name>.so when ``shared``: nvcc when ``cc`` is None
     or an nvcc, else the simulator build with the C++ compiler ``cc``."""
-    pic = ["-fPIC"] if shared else []
-    nvcc = shlex.split(find_nvcc(cc)) if is_nvcc(cc) else None  # a missing nvcc stops before any build
-    host_cc = ctool.find_cc()
     c_files = [*sources.c_files] + ([] if shared else ["main.c", *ctool.DRIVER_C])
-    objects = [f"{f[:-2]}.o" for f in c_files]
-    for f, o in zip(c_files, objects):
-        ctool.run([*shlex.split(host_cc), *C_FLAGS, *pic, "-c", f, "-o", o], cwd=folder)
     out = f"lib{name}.so" if shared else name
-    if nvcc:
-        arch = gencode(sm)
-        flags = [*NVCC_FLAGS, *arch, "-I.", "-Iruntime"] + (["-Xcompiler", "-fPIC"] if shared else [])
-        ctool.run([*nvcc, *flags, "-c", f"{name}.cu", "-o", f"{name}.o"], cwd=folder)
-        link = [*nvcc, *arch, *(["-shared"] if shared else []), "-o", out, f"{name}.o", *objects]
-        ctool.run([*link, "-cudart", "static", "-lm"], cwd=folder)
-    else:
-        cxx = shlex.split(cc)
-        if not shutil.which(cxx[0]):
-            raise ToolchainError(f"C++ compiler {cxx[0]} not found (the CUDA simulator build needs one)")
-        ctool.run(
-            [*cxx, *SIM_FLAGS, *pic, "-I.", "-Iruntime", "-c", f"{name}.cu", "-o", f"{name}.o"], cwd=folder
-        )
-        ctool.run(
-            [*cxx, *(["-shared"] if shared else []), "-o", out, f"{name}.o", *objects, "-lm"], cwd=folder
-        )
-    return folder / out
+    return _compile_link(folder, out, c_files, [f"{name}.cu"], cc, sm, shared)
 
 
 def build_mpi(folder: Path, name: str, sources, cc: str | None, sm) -> Path:
     """The SPMD program folder/name over MPI ranks (the generated Makefile's commands): the rank
     parts' .cu files with nvcc, MPI's C++ wrapper its host compiler (or, ``cc`` naming a host
     C++ compiler, through the simulator with MPI's C++ wrapper), the rest with mpicc."""
-    mpicc = shlex.split(ctool.find_mpicc())
-    mpicxx = (
-        [str(Path(mpicc[0]).with_name("mpicxx"))]
-        if shutil.which(str(Path(mpicc[0]).with_name("mpicxx")))
-        else ["mpicxx"]
-    )
-    nvcc = shlex.split(find_nvcc(cc)) if is_nvcc(cc) else None
+    mpicc = ctool.find_mpicc()
+    beside = Path(shlex.split(mpicc)[0]).with_name("mpicxx")
+    mpicxx = str(beside) if shutil.which(str(beside)) else "mpicxx"
+    c_files = ["main.c", "runtime/npy.c", *sources.c_files]
+    return _compile_link(folder, name, c_files, sources.cu_files, cc, sm, False, (mpicc, mpicxx))
+
+
+def _compile_link(folder: Path, out: str, c_files, cu_files, cc, sm, shared: bool, mpi=None) -> Path:
+    """C files with the host C compiler (mpicc with ``mpi`` = (mpicc, mpicxx)), .cu files with
+    nvcc (its host compiler mpicxx with MPI) or, ``cc`` not an nvcc, as C++ through the
+    simulator (``cc``, or mpicxx with MPI); linked into folder/out."""
+    nvcc = shlex.split(find_nvcc(cc)) if is_nvcc(cc) else None  # a missing nvcc stops before any build
+    cxx = shlex.split(mpi[1] if mpi else cc) if not nvcc else []
+    if cxx and not shutil.which(cxx[0]):
+        raise ToolchainError(f"C++ compiler {cxx[0]} not found (the CUDA simulator build needs one)")
+    c_cc = shlex.split(mpi[0] if mpi else ctool.find_cc())
+    pic = ["-fPIC"] if shared else []
+    extra = ["-Impi"] if mpi else []
     objects = []
-    for f in ["main.c", "runtime/npy.c", *sources.c_files]:
+    for f in c_files:
         objects.append(f"{f[:-2]}.o")
-        ctool.run([*mpicc, *C_FLAGS, "-Impi", "-c", f, "-o", objects[-1]], cwd=folder)
-    for f in sources.cu_files:
+        ctool.run([*c_cc, *C_FLAGS, *extra, *pic, "-c", f, "-o", objects[-1]], cwd=folder)
+    ccbin = ["-ccbin", mpi[1]] if mpi and nvcc else []
+    for f in cu_files:
         objects.append(f"{f[:-3]}.o")
         if nvcc:
-            flags = [*NVCC_FLAGS, *gencode(sm), "-I.", "-Iruntime", "-Impi"]
-            ctool.run([*nvcc, "-ccbin", mpicxx[0], *flags, "-c", f, "-o", objects[-1]], cwd=folder)
+            flags = [*NVCC_FLAGS, *gencode(sm), "-I.", "-Iruntime", *extra] + (
+                ["-Xcompiler", "-fPIC"] if shared else []
+            )
+            ctool.run([*nvcc, *ccbin, *flags, "-c", f, "-o", objects[-1]], cwd=folder)
         else:
             ctool.run(
-                [*mpicxx, *SIM_FLAGS, "-I.", "-Iruntime", "-Impi", "-c", f, "-o", objects[-1]], cwd=folder
+                [*cxx, *SIM_FLAGS, *pic, "-I.", "-Iruntime", *extra, "-c", f, "-o", objects[-1]], cwd=folder
             )
+    cu_objects, c_objects = objects[len(c_files) :], objects[: len(c_files)]
+    shared_flag = ["-shared"] if shared else []
     if nvcc:
-        ctool.run(
-            [*nvcc, "-ccbin", mpicxx[0], *gencode(sm), "-o", name, *objects, "-cudart", "static", "-lm"],
-            cwd=folder,
-        )
+        link = [*nvcc, *ccbin, *gencode(sm), *shared_flag, "-o", out, *cu_objects, *c_objects]
+        ctool.run([*link, "-cudart", "static", "-lm"], cwd=folder)
     else:
-        ctool.run([*mpicxx, "-o", name, *objects, "-lm"], cwd=folder)
-    return folder / name
+        ctool.run([*cxx, *shared_flag, "-o", out, *cu_objects, *c_objects, "-lm"], cwd=folder)
+    return folder / out

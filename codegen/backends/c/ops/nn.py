@@ -25,32 +25,47 @@ GEMM_H = ("kernels/gemm.h",)
 
 
 # ----------------------------------------------------------------------------- products
-@kernel("matmul")
-def _matmul(s):
-    ash, bsh, batch = matmul_shapes(*s.ins)
+def matmul_plan(ins) -> tuple[dict, list[dict]]:
+    """A (batched, broadcasting) matmul as strided products: sizes and strides of one product
+    (rows of a and b contiguous), and the batch axes (innermost first) with each one's element
+    strides in a, b and y (merged as far as all three allow; none for one product)."""
+    ash, bsh, batch = matmul_shapes(*ins)
     m, k, n = ash[-2], ash[-1], bsh[-1]
     a_st = [st * m * k for st in L.broadcast_strides(ash[:-2], batch)] if batch else []
     b_st = [st * k * n for st in L.broadcast_strides(bsh[:-2], batch)] if batch else []
     y_st = [st * m * n for st in L.strides(batch)]
     dims, (a_st, b_st, y_st) = L.merge_dims(list(batch), a_st, b_st, y_st)
-    product = {"fn": s.fn("fc_gemm"), "m": m, "n": n, "k": k, "a_rs": k, "a_cs": 1, "b_rs": n, "b_cs": 1,
-               "c": "NULL", "c_rs": 0, "c_cs": 0, "alpha": "1.0", "beta": "0.0"}  # fmt: skip
-    if not dims:  # one product: the gemm kernel as it is
+    product = {"m": m, "n": n, "k": k, "a_rs": k, "a_cs": 1, "b_rs": n, "b_cs": 1, "c_rs": 0, "c_cs": 0,
+               "count": math.prod(batch)}  # fmt: skip
+    return product, [{"size": d, "a": sa, "b": sb, "y": sy} for d, sa, sb, sy in zip(dims, a_st, b_st, y_st)][
+        ::-1
+    ]
+
+
+def gemm_plan(ins, attrs) -> dict:
+    """A gemm's sizes and element strides of a, b and (broadcast) c."""
+    m, k, n = gemm_dims(ins, attrs)
+    a_rs, a_cs = (1, m) if attrs["trans_a"] else (k, 1)
+    b_rs, b_cs = (1, k) if attrs["trans_b"] else (n, 1)
+    c_rs, c_cs = L.broadcast_strides(ins[2].shape, (m, n)) if len(ins) == 3 else (0, 0)
+    return {"m": m, "n": n, "k": k, "a_rs": a_rs, "a_cs": a_cs, "b_rs": b_rs, "b_cs": b_cs, "c_rs": c_rs,
+            "c_cs": c_cs}  # fmt: skip
+
+
+@kernel("matmul")
+def _matmul(s):
+    product, axes = matmul_plan(s.ins)
+    product.update(fn=s.fn("fc_gemm"), c="NULL", alpha="1.0", beta="0.0")
+    if not axes:  # one product: the gemm kernel as it is
         return Call("gemm", {**product, "a": s.x[0], "b": s.x[1]}, GEMM_H)
-    axes = [{"size": d, "a": sa, "b": sb, "y": sy} for d, sa, sb, sy in zip(dims, a_st, b_st, y_st)][::-1]
-    return Call("matmul_batched", {**product, "count": math.prod(batch), "axes": axes}, GEMM_H)
+    return Call("matmul_batched", {**product, "axes": axes}, GEMM_H)
 
 
 @kernel("gemm")
 def _gemm(s):
-    m, k, n = gemm_dims(s.ins, s.attrs)
-    a_rs, a_cs = (1, m) if s.attrs["trans_a"] else (k, 1)
-    b_rs, b_cs = (1, k) if s.attrs["trans_b"] else (n, 1)
-    c_rs, c_cs = L.broadcast_strides(s.ins[2].shape, (m, n)) if len(s.ins) == 3 else (0, 0)
     return Call(
         "gemm",
-        {"fn": s.fn("fc_gemm"), "m": m, "n": n, "k": k, "a": s.x[0], "a_rs": a_rs, "a_cs": a_cs,
-         "b": s.x[1], "b_rs": b_rs, "b_cs": b_cs, "c": s.arg(2), "c_rs": c_rs, "c_cs": c_cs,
+        {**gemm_plan(s.ins, s.attrs), "fn": s.fn("fc_gemm"), "a": s.x[0], "b": s.x[1], "c": s.arg(2),
          "alpha": s.lit(s.attrs["alpha"], "float64"), "beta": s.lit(s.attrs["beta"], "float64")},
         GEMM_H,
     )  # fmt: skip
@@ -259,7 +274,7 @@ def _pool_scratch(ins, outs, attrs, isa):
     return 0 if g is None else 4 * (phase_floats(g) + g["ow"])
 
 
-def _pool_geom(x: TensorType, y: TensorType, attrs) -> dict:
+def pool_geom(x: TensorType, y: TensorType, attrs) -> dict:
     return {
         "planes": x.shape[0] * x.shape[1],
         "count_include_pad": int(attrs.get("count_include_pad", False)),
@@ -289,7 +304,7 @@ def _pool_planes(s, k: dict, y: TensorType) -> None:
 
 @kernel("max_pool", "avg_pool", scratch=_pool_scratch, split=_pool_split)
 def _pool(s):
-    k = _pool_geom(s.ins[0], s.outs[0], s.attrs)
+    k = pool_geom(s.ins[0], s.outs[0], s.attrs)
     phases = pool_phases(s.ins, s.outs, s.attrs)
     if phases is not None:
         k.update(d=phases, fn="fc_pool2d_f32", is_max=int(s.node.op == "max_pool"), span=s.span(k["planes"]))
@@ -301,7 +316,7 @@ def _pool(s):
 
 @kernel("lp_pool", split=_pool_split)
 def _lp_pool(s):
-    k = _pool_geom(s.ins[0], s.outs[0], s.attrs)
+    k = pool_geom(s.ins[0], s.outs[0], s.attrs)
     _pool_planes(s, k, s.outs[0])
     k.update(fn=s.fn("fc_lp_pool"), args=[s.lit(s.attrs["p"], "float64")])
     return Call("pool", k, ("kernels/pool.h",))
@@ -318,7 +333,7 @@ def _pool_grad_split(ins, outs, attrs):
 def _pool_grad(s):
     x = TensorType(s.attrs["shape"], s.ins[0].dtype) if "shape" in s.attrs else s.ins[0]
     gy = s.ins[-1]
-    k = _pool_geom(x, gy, s.attrs)  # gy has the pooled shape
+    k = pool_geom(x, gy, s.attrs)  # gy has the pooled shape
     planes = k["planes"]  # each input and the output: the same count of planes
     args = [s.at(ptr, t.size // planes) for ptr, t in zip([*s.x, s.y[0]], [*s.ins, s.outs[0]])]
     k.update(fn=s.fn(f"fc_{s.node.op}"), args=args, planes=s.count(planes),

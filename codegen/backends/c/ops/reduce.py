@@ -12,7 +12,7 @@ from .. import layout as L
 from ..table import Call, Split, kernel, legalize, work
 
 
-def _view(x, axes) -> tuple[int, int, int]:
+def reduce_view(x, axes) -> tuple[int, int, int]:
     """(outer, len, inner) of the one run of reduced axes."""
     group = (runs(x.shape, axes) or [[]])[0]
     return L.around(x.shape, group) if group else (x.size, 1, 1)
@@ -21,7 +21,7 @@ def _view(x, axes) -> tuple[int, int, int]:
 def _reduce_split(ins, outs, attrs):
     """A reduction splits by its outer slices (work: 32 operations an input value, as timed:
     about 0.4 ns each)."""
-    outer, _, _ = _view(ins[0], attrs["axes"])
+    outer, _, _ = reduce_view(ins[0], attrs["axes"])
     return Split(outer, work(ins, outs, 32 * ins[0].size))
 
 
@@ -31,7 +31,7 @@ ROW_KERNELS = {"reduce_sum": "fc_reduce_sum_rows_f32", "reduce_mean": "fc_reduce
 
 @kernel(*REDUCTIONS, split=_reduce_split)
 def _reduce(s):
-    outer, length, inner = _view(s.ins[0], s.attrs["axes"])
+    outer, length, inner = reduce_view(s.ins[0], s.attrs["axes"])
     args = [s.at(s.x[0], length * inner), s.at(s.y[0], inner), s.count(outer), length]
     if s.node.op in ROW_KERNELS and s.ins[0].dtype == "float32" and inner == 1 and length >= 16:
         return Call("reduce", {"fn": ROW_KERNELS[s.node.op], "args": args}, ("kernels/reduce.h",))

@@ -1,23 +1,24 @@
 """Save and load graphs: one ``.flowc`` file, a zip holding a readable ``graph.json`` and
 one ``.npy`` per constant or variable (``unzip -p mlp.flowc graph.json`` shows the graph).
 
-Files are written under a temporary name and renamed, so a failed save leaves nothing
-half-written; the same graph always gives the same bytes. Loading trusts nothing: arrays
-are read without pickle and the result passes ``verify``.
+Files are written under a temporary name and renamed (graphdef/files.py), so a failed save
+leaves nothing half-written; the same graph always gives the same bytes. Loading trusts
+nothing: every size is checked before the data it announces is inflated (the archive as a
+whole within files.MAX_RATIO of the file, graph.json within MAX_JSON_BYTES and
+MAX_JSON_TOKENS, each array within MAX_ARRAY_BYTES and exactly the type of its node), arrays
+are read without pickle straight into their final buffer, and the result passes ``verify``.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import math
 import os
-import tempfile
 import zipfile
 
 import numpy as np
 
-from . import builder, dtypes
+from . import builder, dtypes, files
 from .errors import FlowcError, SerializationError
 from .ir import Graph, Node, TensorType, ValueRef
 from .verify import verify
@@ -25,12 +26,17 @@ from .verify import verify
 FORMAT = "flowc-graph"
 VERSION = 1
 _EPOCH = (1980, 1, 1, 0, 0, 0)
-MAX_JSON_BYTES = 256 << 20  # graph.json (~500k nodes): larger is refused by save and by load
+# graph.json, refused larger by save and by load. flowc writes ~330 bytes and ~32 JSON tokens
+# (',', ':', '[', '{') per node, parsed into ~50 bytes of Python objects per token; a crafted
+# file reaches ~60 bytes per token, ~21 per byte (256 MiB of '[],' parse into 5-6 GiB). The
+# bytes bound ~200k nodes (10x the largest ONNX graphs in use, gradients included); the tokens
+# bound the parse of any file to ~0.5 GiB, within 2x of a real graph.json of that size.
+MAX_JSON_BYTES = 64 << 20
+MAX_JSON_TOKENS = 8 << 20
 MAX_ARRAY_BYTES = 1 << 34  # 16 GiB: one .npy member's data
 _MAX_INT = 1 << 64  # ints in graph.json lie in (-2^64, 2^64): a bigger one is an overflow, not a graph
 _MAX_DIM = (1 << 63) - 1
 _MAX_DEPTH = 32  # nested lists in an attribute value
-_MAX_NPY_HEADER = 1 << 14  # magic, length and header of a .npy member (numpy reads at most 10000)
 
 
 def _jsonable(value):
@@ -60,8 +66,15 @@ def to_json(graph: Graph) -> dict:
     }
 
 
+def json_tokens(text: bytes) -> int:
+    """An upper bound on the values of a JSON text (each follows one of ``,:[{`` but the
+    first), which is what its parse costs: counted before parsing, at memory speed."""
+    return sum(text.count(c) for c in (b",", b":", b"[", b"{"))
+
+
 def save(graph: Graph, path) -> None:
-    """Write ``graph`` to ``path`` (conventionally ``*.flowc``)."""
+    """Write ``graph`` to ``path`` (conventionally ``*.flowc``), atomically, with the
+    permissions a plain ``open`` gives (graphdef/files.py)."""
     verify(graph)
     path = os.fspath(path)
     doc = to_json(graph)
@@ -82,18 +95,17 @@ def save(graph: Graph, path) -> None:
             f"{path}: graph.json would hold {len(text)} bytes, more than load accepts ({MAX_JSON_BYTES}); "
             "not written"
         )
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".flowc-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
-            for member, data in [("graph.json", text)] + entries:
-                info = zipfile.ZipInfo(member, date_time=_EPOCH)
-                info.external_attr = 0o644 << 16
-                z.writestr(info, data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    tokens = json_tokens(text)
+    if tokens > MAX_JSON_TOKENS:
+        raise SerializationError(
+            f"{path}: graph.json would hold {tokens} JSON tokens, more than load accepts "
+            f"({MAX_JSON_TOKENS}); not written"
+        )
+    with files.atomic_writer(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
+        for member, data in [("graph.json", text)] + entries:
+            info = zipfile.ZipInfo(member, date_time=_EPOCH)
+            info.external_attr = 0o644 << 16
+            z.writestr(info, data)
 
 
 def _need(cond, path, what):
@@ -194,10 +206,15 @@ def _read_json(z: zipfile.ZipFile, path) -> dict:
         path,
         f"graph.json declares {info.file_size} bytes, more than {MAX_JSON_BYTES}; refused",
     )
-    with z.open(info) as f:
-        text = f.read(MAX_JSON_BYTES + 1)
-    _need(len(text) <= MAX_JSON_BYTES, path, f"graph.json holds more than {MAX_JSON_BYTES} bytes; refused")
+    text = files.read_member(z, info, SerializationError, path)
+    tokens = json_tokens(text)
+    _need(
+        tokens <= MAX_JSON_TOKENS,
+        path,
+        f"graph.json holds {tokens} JSON tokens (',', ':', '[', '{{'), more than {MAX_JSON_TOKENS}; refused",
+    )
     doc = json.loads(text)
+    del text
     _need(isinstance(doc, dict) and doc.get("format") == FORMAT, path, "not a flowc graph file")
     _need(doc.get("version") == VERSION, path, f"unsupported version {_short(doc.get('version'))}")
     return doc
@@ -206,24 +223,15 @@ def _read_json(z: zipfile.ZipFile, path) -> dict:
 def _read_array(z: zipfile.ZipFile, member: str, want: TensorType | None, path, what: str) -> np.ndarray:
     """A .npy member, its header checked before any data is read: a flowc dtype (never an
     object array), a size within MAX_ARRAY_BYTES that matches the member's size and the type
-    its node declares."""
+    its node declares. The data is inflated straight into the array (files.read_npy)."""
     info = z.getinfo(member)
-    with z.open(info) as f:  # the header lies in the first bytes: read those, no more
-        head = io.BytesIO(f.read(_MAX_NPY_HEADER))
-    version = np.lib.format.read_magic(head)
-    if version == (1, 0):
-        shape, _, descr = np.lib.format.read_array_header_1_0(head)
-    elif version == (2, 0):
-        shape, _, descr = np.lib.format.read_array_header_2_0(head)
-    else:
-        raise ValueError(f"unsupported .npy version {version}")
-    start = head.tell()
+    head = files.npy_header(z, info)
+    shape, descr, start, nbytes = head.shape, head.dtype, head.offset, head.nbytes
     _need(not descr.hasobject, path, f"{what} ({member}) holds Python objects; refused")
     try:
         dtype = dtypes.as_dtype(descr)
     except FlowcError:
         raise SerializationError(f"{path}: {what} ({member}) has unsupported dtype {descr}") from None
-    nbytes = math.prod(shape) * descr.itemsize
     _need(
         nbytes <= MAX_ARRAY_BYTES,
         path,
@@ -237,12 +245,7 @@ def _read_array(z: zipfile.ZipFile, member: str, want: TensorType | None, path, 
     if want is not None:
         got = TensorType(shape, dtype)
         _need(got == want, path, f"{what} ({member}) holds {got}, its node declares {want}")
-    with z.open(info) as f:
-        array = np.lib.format.read_array(f, allow_pickle=False)
-    if not array.dtype.isnative:
-        array = array.astype(array.dtype.newbyteorder("="))
-    if not (array.flags.c_contiguous and array.flags.owndata):  # a Fortran-ordered file
-        array = array.copy(order="C")
+    array = files.read_npy(z, info, head, SerializationError, path)
     array.flags.writeable = False  # the graph keeps it as it is rather than copying it
     return array
 
@@ -291,13 +294,16 @@ def load(path) -> builder.Graph:
     """Read a graph written by ``save`` (a ``gd.Graph``: it can be built on further).
 
     Every failure is one FlowcError naming the file: sizes are checked before anything is
-    read (graph.json at most MAX_JSON_BYTES, each array at most MAX_ARRAY_BYTES and exactly
-    the size of its member and the type of its node), every field of graph.json is checked
-    for its type, and the graph passes ``verify``.
+    inflated (all members together at most files.MAX_RATIO times the file, graph.json at most
+    MAX_JSON_BYTES and MAX_JSON_TOKENS, each array at most MAX_ARRAY_BYTES and exactly the
+    size of its member and the type of its node), every field of graph.json is checked for
+    its type, and the graph passes ``verify``. The peak memory of a load is its arrays and
+    graph, plus one parse of graph.json.
     """
     path = os.fspath(path)
     try:
-        with zipfile.ZipFile(path) as z:
+        with open(path, "rb") as f, zipfile.ZipFile(f) as z:
+            files.check_archive(z, os.fstat(f.fileno()).st_size, SerializationError, path)
             parts = _read(z, path)
         graph = builder.Graph(*parts)
         verify(graph)

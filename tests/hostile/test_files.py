@@ -20,6 +20,8 @@ import pytest
 
 import graphdef as gd
 
+from .hostile import f32, i64, one_line_error, run_bounded, save, vi
+
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
@@ -28,28 +30,6 @@ MEMORY = 1 << 30  # address space of the subprocess that imports a hostile model
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def save(tmp_path, nodes, inputs=(), outputs=None, inits=(), name="m.onnx", opset=17):
-    outputs = outputs or [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)]
-    graph = helper.make_graph(nodes, "g", list(inputs), outputs, list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    path = tmp_path / name
-    path.write_bytes(model.SerializeToString())
-    return path
-
-
-def vi(name, shape, t=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, t, shape)
-
-
-def i64(name, value):
-    return numpy_helper.from_array(np.array(value, np.int64), name)
-
-
-def f32(name, value):
-    return numpy_helper.from_array(np.array(value, np.float32), name)
 
 
 _BOUNDED = """
@@ -71,30 +51,8 @@ print(json.dumps(out))
 
 def load_bounded(path) -> dict:
     """Load ``path`` (.onnx or .flowc) in a subprocess limited to MEMORY bytes of address
-    space: {"ops": [...], "big": largest constant} or {"error": FlowcError class, "message"}
-    (or {"crash": ...} for anything else, which fails the tests)."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    res = subprocess.run(
-        [sys.executable, "-c", _BOUNDED.format(limit=MEMORY), str(path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert "crash" not in out, out
-    return out
-
-
-def one_line_error(error, fn, *args, **kw) -> str:
-    """The message of the FlowcError ``error`` (a class) that fn(*args) raises: one line."""
-    with pytest.raises(error) as info:
-        fn(*args, **kw)
-    message = str(info.value)
-    assert "\n" not in message and message
-    return message
+    space: {"ops": [...], "big": largest constant} or {"error": FlowcError class, "message"}."""
+    return run_bounded(_BOUNDED.format(limit=MEMORY), str(path))
 
 
 # ----------------------------------------------------------------------------- 1. import-time memory

@@ -48,10 +48,10 @@ from collections import Counter
 from pathlib import Path
 
 import graphdef as gd
-from graphdef.errors import FlowcError
+from graphdef.errors import FlowcError, printable
 from graphdef.ir import Graph
 
-from . import backends, compiled, memory, partition, pipeline, schedule
+from . import backends, compiled, memory, outdir, partition, pipeline, schedule
 from .target import ARCHES, Target, parse_bytes
 
 
@@ -115,7 +115,10 @@ def load_model(spec: str, shapes: dict | None = None, values: dict | None = None
         fn = getattr(module, func, None)
         if not callable(fn):
             raise FlowcError(f"{file}: has no function '{func}'")
-        graph = fn()
+        try:
+            graph = fn()
+        except Exception as e:  # the user's code failed: the user's error, shown in the user's frames
+            raise _user_error(e, file, func) from None
         if not isinstance(graph, Graph):
             raise FlowcError(f"{spec} returned {type(graph).__name__}, not a graphdef Graph")
         return graph
@@ -124,9 +127,36 @@ def load_model(spec: str, shapes: dict | None = None, values: dict | None = None
     return gd.load(spec)
 
 
+def _user_error(e: Exception, file: Path, func: str) -> FlowcError:
+    """The error of a model's ``build()`` as the user's: a FlowcError (flowc's builder refusing
+    a node) stays one line and gains "(at FILE:LINE)", the user's line that made the node; any
+    other exception becomes "FILE:FUNC failed: TYPE: MESSAGE" after the frames of the user's
+    file in its traceback (flowc's own frames left out), printed to stderr like Python's."""
+    import traceback
+
+    here = file.resolve()
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if _same_file(f.filename, here)]
+    if isinstance(e, FlowcError):
+        where = f" (at {file}:{frames[-1].lineno})" if frames else ""
+        return type(e)(f"{e}{where}")
+    if frames:
+        print("Traceback (most recent call last), in the model's file:", file=sys.stderr)
+        print("".join(traceback.format_list(frames)), end="", file=sys.stderr)
+    return FlowcError(f"{file}:{func} failed: {type(e).__name__}: {e}")
+
+
+def _same_file(name: str, path: Path) -> bool:
+    try:
+        return Path(name).resolve() == path
+    except (OSError, ValueError):
+        return False
+
+
 def cmd_compile(args) -> int:
     backends.get(args.target)  # an unknown target fails before the model loads
     check_ranks(args)
+    compiled.check_name(args.name)  # so do a name that would collide in C
+    outdir.check(args.output)  # and an output folder flowc may not replace
     if args.target == "cuda":
         from .backends.cuda.precision import check
         from .compiled_cuda import parse_sm
@@ -231,6 +261,8 @@ def check_ranks(args) -> None:
     """--ranks and its options, before the model loads."""
     if args.ranks is not None and args.ranks < 1:
         raise FlowcError(f"--ranks must be at least 1, got {args.ranks}")
+    if args.ranks is not None:
+        partition.check_rank_count(args.ranks)
     if getattr(args, "train", None) is not None:
         if args.ranks is not None or args.arch != "host":
             raise FlowcError("--train builds a training binary for this machine: no --ranks, no --arch")
@@ -289,12 +321,15 @@ def cmd_inspect(args) -> int:
     for i, n in enumerate(program.steps):
         cost = schedule.cost(lowered, n)
         times = " ".join(f"{v * 1e6:9.2f}" for v in (lv.asap[n.name], lv.alap[n.name], lv.slack(n.name)))
-        line = f"  {i:4d} {n.op:16s} {n.name[:40]:40s} {times} {cost.flops}"
+        name = printable(n.name, 48)  # a long name (an ONNX node's scope) keeps its start and end
+        line = f"  {i:4d} {n.op:16s} {name:48s} {times} {cost.flops}"
         algorithm = conv_algorithm(n)  # a convolution's, with the cost model's estimates
         print(f"{line} {algorithm}" if algorithm else line)
     print(program.describe())
     if args.svg:
-        Path(args.svg).write_text(memory.draw_svg(program.buffers, program.plan))
+        from graphdef.files import write_text  # atomic, never through a link at args.svg
+
+        write_text(args.svg, memory.draw_svg(program.buffers, program.plan))
         print(f"wrote {args.svg}")
     return 0
 

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from graphdef.interpret import feed_value
 from graphdef.ir import Graph, TensorType
 from graphdef.serialize import to_json
 
-from . import pipeline
+from . import outdir, pipeline
 from .backends.c import toolchain
 from .backends.c.api import EntryPoints
 from .backends.c.cnames import C_KEYWORDS
@@ -45,12 +46,18 @@ class TensorSpec:
 
 
 def check_name(name: str) -> str:
-    if (
-        not isinstance(name, str)
-        or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name)
-        or name in C_KEYWORDS
-    ):
-        raise FlowcError(f"model name {name!r} must be a C identifier (letters, digits, '_'; not a keyword)")
+    """``name`` when it can name a model's files and C symbols: a C identifier that meets no C
+    keyword, C library symbol or header, flowc runtime or MPI symbol, and no file of the output
+    folder, through itself or what it generates (NAME_run, NAME_H, NAME.h, ...). Checked before
+    any work, since each of these would fail only in the C compiler or linker."""
+    from .backends.c.cnames import model_name_problem
+
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name):
+        shown = repr(name) if not isinstance(name, str) or len(name) <= 80 else repr(name[:60]) + "..."
+        raise FlowcError(f"model name {shown} must be a C identifier (letters, digits, '_'; at most 63)")
+    problem = f"is a C or C++ keyword ({name})" if name in C_KEYWORDS else model_name_problem(name)
+    if problem:
+        raise FlowcError(f"model name '{name}' {problem}; choose another")
     return name
 
 
@@ -103,7 +110,60 @@ def program_for(
     return pipeline.run(graph, options, until="plan").program
 
 
-class CompiledModel:
+class Guarded:
+    """Calls on one loaded model from any number of Python threads, and ``close``.
+
+    A model whose calls share something (a thread pool, state variables, a device context) runs
+    them one at a time (``serial``: a lock per model); a model whose calls share nothing but
+    constants runs them in parallel, each calling thread with its own arena. ``close()`` waits
+    for the calls under way, frees what the model holds (threads, memory, the library's handle)
+    and makes every later call an ``ExecutionError``; ``with`` closes on leaving.
+    """
+
+    def _guard_init(self, serial: bool) -> None:
+        self._guard = threading.Condition()
+        self._busy = 0
+        self._closed = False
+        self._serial = threading.RLock() if serial else None
+
+    @contextmanager
+    def _use(self):
+        with self._guard:
+            if self._closed:
+                raise ExecutionError(f"model '{self.name}' is closed")
+            self._busy += 1
+        try:
+            if self._serial is None:
+                yield
+            else:
+                with self._serial:
+                    yield
+        finally:
+            with self._guard:
+                self._busy -= 1
+                self._guard.notify_all()
+
+    def close(self) -> None:
+        """Wait for the calls under way, then free the model; later calls raise. Idempotent."""
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            while self._busy:
+                self._guard.wait()
+        self._release()
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class CompiledModel(Guarded):
     """A compiled graph loaded in this process. Call it with keyword feeds:
 
     >>> import numpy as np, graphdef as gd, codegen
@@ -112,6 +172,10 @@ class CompiledModel:
     >>> m = codegen.compile(g)
     >>> m(x=np.array([0, 1, 2], np.float32))["y"]
     array([0., 0., 1.], dtype=float32)
+
+    Calls from several Python threads are safe (``Guarded``): a model with a thread pool
+    (``threads`` > 1) or state variables runs one call at a time; any other runs them in
+    parallel, each calling thread with its own arena. ``m.close()`` (or ``with``) frees it.
     """
 
     def __init__(self, library: Path, metadata: dict):
@@ -149,7 +213,17 @@ class CompiledModel:
         self._out_dtypes = [dtypes.np_dtype(t.dtype) for t in self.outputs]
         self._params = [(p.role, p.index) for p in self.api.run.params]
         self._arenas = threading.local()  # each calling thread its own arena, kept between calls
+        self._guard_init(serial=self._pool is not None or self._stateful)
         self.reset()
+
+    def _release(self) -> None:
+        if self._pool is not None:
+            self._ffi.release(self._pool)  # stops and joins its threads now
+        if getattr(self, "_mpi", None) is not None:
+            self._ffi.release(self._mpi)
+        self._pool = self._mpi = self._arenas = self._state = self._state_ptr = None
+        self._ffi.dlclose(self._lib)
+        self._lib = self._run = None
 
     @staticmethod
     def _aligned(nbytes: int) -> np.ndarray:
@@ -168,8 +242,9 @@ class CompiledModel:
 
     def reset(self) -> None:
         """Variables back to their initial values."""
-        if self.api.state_init:
-            getattr(self._lib, self.api.state_init.name)(self._state_ptr)
+        with self._use():
+            if self.api.state_init:
+                getattr(self._lib, self.api.state_init.name)(self._state_ptr)
 
     def variable(self, name: str) -> np.ndarray:
         """The current value of a state variable (a copy)."""
@@ -177,8 +252,9 @@ class CompiledModel:
         if name not in held:
             raise FeedError(f"model '{self.name}' has no state variable '{name}'")
         t, offset = held[name]
-        raw = self._state[offset : offset + t.nbytes]
-        return raw.view(dtypes.np_dtype(t.dtype)).reshape(t.shape).copy()
+        with self._use():
+            raw = self._state[offset : offset + t.nbytes]
+            return raw.view(dtypes.np_dtype(t.dtype)).reshape(t.shape).copy()
 
     def _state_vars(self) -> dict:
         held = self.metadata["state"]
@@ -189,7 +265,8 @@ class CompiledModel:
         .npz of graphdef/checkpoint.py, written atomically, readable by ``gd.Session.restore``."""
         from graphdef import checkpoint
 
-        values = {n: self.variable(n) for n in self._state_vars()}
+        with self._use():  # one consistent state, not one torn by a step of another thread
+            values = {n: self.variable(n) for n in self._state_vars()}
         step = values.get("global_step")
         return checkpoint.save(path, values, self.name, None if step is None else int(step))
 
@@ -201,9 +278,10 @@ class CompiledModel:
         held = self._state_vars()
         specs = {n: (t.shape, dtypes.np_dtype(t.dtype)) for n, (t, _) in held.items()}
         values, header = checkpoint.load(path, specs, self.name)
-        for name, (t, offset) in held.items():
-            raw = np.ascontiguousarray(values[name]).reshape(-1).view(np.uint8)
-            self._state[offset : offset + t.nbytes] = raw
+        with self._use():
+            for name, (t, offset) in held.items():
+                raw = np.ascontiguousarray(values[name]).reshape(-1).view(np.uint8)
+                self._state[offset : offset + t.nbytes] = raw
         return header
 
     def __call__(self, **feeds) -> dict[str, np.ndarray]:
@@ -246,17 +324,19 @@ class CompiledModel:
             out = np.empty(t.shape, np_dtype)
             results[t.name] = out
             outs.append(ffi.from_buffer(out if out.size else np.zeros(1, np.uint8)))
-        by_role = {
-            "input": ins,
-            "output": outs,
-            "arena": (self._arena(),),
-            "state": (self._state_ptr,),
-            "pool": (self._pool,),
-            "mpi": (getattr(self, "_mpi", None),),
-        }
-        status = self._run(*[by_role[role][index] for role, index in self._params])
+        with self._use():
+            by_role = {
+                "input": ins,
+                "output": outs,
+                "arena": (self._arena(),),
+                "state": (self._state_ptr,),
+                "pool": (self._pool,),
+                "mpi": (getattr(self, "_mpi", None),),
+            }
+            status = self._run(*[by_role[role][index] for role, index in self._params])
+            if status:
+                msg = ffi.string(getattr(self._lib, self.api.status_string.name)(status)).decode()
         if status:
-            msg = ffi.string(getattr(self._lib, self.api.status_string.name)(status)).decode()
             raise ExecutionError(f"model '{self.name}' failed: {msg} (status {status})")
         return results
 
@@ -289,6 +369,7 @@ class RankModel(CompiledModel):
                 f"the communicator has {comm.Get_size()}"
             )
         self._mpi = ffi.gc(ctx, stop)
+        self._serial = threading.RLock()  # every call takes part in the ranks' transfers
         self.arena_bytes = getattr(lib, self.api.arena_bytes.name)(self.rank)
 
     def run(self, feeds: dict) -> dict[str, np.ndarray]:
@@ -505,7 +586,7 @@ def export(
         "max_ram": None if max_ram is None else parse_bytes(max_ram, "max-ram"),
         "max_flash": None if max_flash is None else parse_bytes(max_flash, "max-flash"),
     }
-    out_dir = Path(out_dir)
+    out_dir = outdir.check(out_dir)
     if ranks is None:
         cc = toolchain.find_cc(cc, target)
     elif build_binary:
@@ -515,12 +596,12 @@ def export(
         product=None if build_binary else "none", ranks=ranks, placement=placement, compress=compress,
         max_ram=None if ranks is None else limits["max_ram"],
     )  # fmt: skip
-    c = pipeline.run(graph, options, until="render")
-    for program in c.program if ranks is not None else [c.program]:
-        ram = {"arena": program.arena_bytes, "state": program.state_bytes}
-        check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
-    tmp = toolchain.temp_dir_beside(out_dir)
+    tmp = outdir.prepare(out_dir)
     try:
+        c = pipeline.run(graph, options, until="render")
+        for program in c.program if ranks is not None else [c.program]:
+            ram = {"arena": program.arena_bytes, "state": program.state_bytes}
+            check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
         built = c.backend.build(c.sources, tmp, options.with_(product=options.product or target.spec.product))
         if built.footprint is not None:
             fp = built.footprint
@@ -533,9 +614,9 @@ def export(
             )
             c.sources.metadata["footprint"] = fp.to_json()
             (tmp / "metadata.json").write_text(json.dumps(c.sources.metadata, indent=1) + "\n")
-        toolchain.replace_dir(tmp, out_dir)
+        outdir.publish(tmp, out_dir, name)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        outdir.discard(tmp)
     return out_dir
 
 
@@ -565,6 +646,7 @@ def export_trainer(
     from .backends.c.emit import emit
 
     check_name(name)
+    out_dir = outdir.check(out_dir)
     target = Target("host", portable, threads)
     if mpi is None:
         try:
@@ -586,17 +668,16 @@ def export_trainer(
         infer = pipeline.run(infer_graph, base.with_(name=name, freeze=False), until="plan").program
         infer_src = emit(infer, name, base.weights, target, isa)
     sources = trainer.render(step_src, step, infer_src, name, target, mpi)
-    out_dir = Path(out_dir)
-    tmp = toolchain.temp_dir_beside(out_dir)
+    tmp = outdir.prepare(out_dir)
     try:
         toolchain.write_sources(sources, tmp, target)
         if mpi:
             toolchain.copy_mpi(tmp)
         if build_binary:
             toolchain.build_binary(tmp, name, sources, cc, (*flags, *(("-Impi",) if mpi else ())), target)
-        toolchain.replace_dir(tmp, out_dir)
+        outdir.publish(tmp, out_dir, name)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        outdir.discard(tmp)
     return out_dir
 
 

@@ -20,20 +20,30 @@ from graphdef.errors import ExecutionError, FeedError, FlowcError
 from graphdef.interpret import feed_value
 from graphdef.ir import Graph, TensorType
 
-from . import pipeline
+from . import outdir, pipeline
 from .backends.c import layout as L
 from .backends.c import toolchain as ctool
 from .backends.cuda import toolchain
-from .compiled import TensorSpec, _build_cached, _key_options, cache_root, check_name, graph_key, with_train
+from .compiled import (
+    Guarded,
+    TensorSpec,
+    _build_cached,
+    _key_options,
+    cache_root,
+    check_name,
+    graph_key,
+    with_train,
+)
 
 
-class CudaModel:
+class CudaModel(Guarded):
     """A model compiled for CUDA and loaded in this process, its context (device arena and
     weights) made once. Call it with numpy feeds (copied to the GPU and back, synchronously), or
     with device arrays (``__cuda_array_interface__`` or DLPack on a CUDA device, e.g. torch or
     CuPy tensors: the outputs are then new device arrays of the same library, or the ones given
     to ``run(feeds, out)``, and the run is enqueued on that library's current stream and waited
-    for)."""
+    for). Calls from several Python threads run one at a time (one device context); ``close()``
+    frees the context (``Guarded``)."""
 
     def __init__(self, library: Path, metadata: dict):
         import cffi
@@ -68,13 +78,20 @@ class CudaModel:
             getattr(self._lib, f"{n}_free")(ctx)
             raise ExecutionError(msg)
         self._ctx = ffi.gc(ctx, getattr(self._lib, f"{n}_free"))
+        self._guard_init(serial=True)
+
+    def _release(self) -> None:
+        self._ffi.release(self._ctx)
+        self._ffi.dlclose(self._lib)
+        self._ctx = self._lib = self._fn = None
 
     def _error(self, ctx=None) -> str:
         return self._ffi.string(self._fn["error"](self._ctx if ctx is None else ctx)).decode(errors="replace")
 
     def use_graph(self, on: bool) -> None:
         """Replay runs from a CUDA Graph (the default) or launch every kernel each run."""
-        self._fn["use_graph"](self._ctx, int(bool(on)))
+        with self._use():
+            self._fn["use_graph"](self._ctx, int(bool(on)))
 
     def __call__(self, **feeds):
         return self.run(feeds)
@@ -92,8 +109,9 @@ class CudaModel:
         for t in self.outputs:
             out = results[t.name] = np.empty(t.shape, dtypes.np_dtype(t.dtype))
             outs.append(ffi.from_buffer(out if out.size else np.zeros(1, np.uint8)))
-        if self._fn["run_host"](self._ctx, *ins, *outs):
-            raise ExecutionError(f"model '{self.name}' failed: {self._error()}")
+        with self._use():
+            if self._fn["run_host"](self._ctx, *ins, *outs):
+                raise ExecutionError(f"model '{self.name}' failed: {self._error()}")
         return results
 
     def _check_names(self, feeds: dict) -> None:
@@ -132,10 +150,11 @@ class CudaModel:
         stream = _current_stream(lib)
         ffi = self._ffi
         args = [ffi.cast("void *", p) for p in ptrs + outs]
-        status = self._fn["run"](self._ctx, *args, ffi.cast("void *", stream))
-        status = status or self._fn["wait"](self._ctx, ffi.cast("void *", stream))
-        if status:
-            raise ExecutionError(f"model '{self.name}' failed: {self._error()}")
+        with self._use():
+            status = self._fn["run"](self._ctx, *args, ffi.cast("void *", stream))
+            status = status or self._fn["wait"](self._ctx, ffi.cast("void *", stream))
+            if status:
+                raise ExecutionError(f"model '{self.name}' failed: {self._error()}")
         return results
 
     def __repr__(self) -> str:
@@ -305,17 +324,17 @@ def export(
     one SPMD program that ``mpiexec -n ranks`` runs.
     The folder is replaced only when everything is written and built."""
     check_name(name)
-    out = Path(out_dir)
+    out = outdir.check(out_dir)
     o = options(name, cc, sm, outputs=outputs, precision=precision)
     o = o.with_(
         product="program" if build_binary else "none", ranks=ranks, placement=placement, compress=compress
     )
-    tmp = ctool.temp_dir_beside(out)
+    tmp = outdir.prepare(out)
     try:
         pipeline.run(graph, o, until="build", folder=tmp)
-        ctool.replace_dir(tmp, out)
+        outdir.publish(tmp, out, name)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        outdir.discard(tmp)
     return out
 
 

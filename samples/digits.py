@@ -251,10 +251,12 @@ def arm(weights: dict, images: np.ndarray, host_preds: np.ndarray, build_dir: Pa
     g = build(batch=len(images), weights=weights)  # one run over every held-out image
     if shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64"):
         out = codegen.export(g, build_dir / "digits_aarch64", name="digits", arch="aarch64-linux")
-        np.save(out / "x.npy", images)
-        cmd = ["qemu-aarch64", out / "digits", "--in", f"x={out / 'x.npy'}", "--out-dir", out / "res"]
+        run_dir = build_dir / "digits_aarch64_run"  # beside the project folder, which is flowc's
+        run_dir.mkdir(exist_ok=True)
+        np.save(run_dir / "x.npy", images)
+        cmd = ["qemu-aarch64", out / "digits", "--in", f"x={run_dir / 'x.npy'}", "--out-dir", run_dir / "res"]
         subprocess.run(cmd, check=True)
-        preds = np.argmax(np.load(out / "res" / "probs.npy"), axis=1)
+        preds = np.argmax(np.load(run_dir / "res" / "probs.npy"), axis=1)
         same &= bool(np.all(preds == host_preds))
         print(
             f"aarch64-linux: static binary {out / 'digits'} ({(out / 'digits').stat().st_size} bytes) under "

@@ -16,14 +16,12 @@ from pathlib import Path
 from graphdef.errors import ToolchainError
 
 from ...target import Target
-from .emit import RUNTIME, Sources
+from .emit import DRIVER_C, RUNTIME, Sources
 from .sgemm import isa_from_macros
 
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
-RUNTIME_FILES = ("flowc_rt.h", "npy.c", "npy.h", "npz.c", "npz.h", "checkpoint.c", "checkpoint.h", "timing.h",
-                 "threadpool.c", "threadpool.h")  # fmt: skip
-# what a standalone program's driver (main.c, train.c) links besides the model: .npy / .npz I/O
-DRIVER_C = ("runtime/npy.c", "runtime/npz.c", "runtime/checkpoint.c")
+RUNTIME_FILES = ("flowc_rt.h", "files.c", "files.h", "npy.c", "npy.h", "npz.c", "npz.h", "checkpoint.c",
+                 "checkpoint.h", "timing.h", "threadpool.c", "threadpool.h")  # fmt: skip
 
 
 def find_cc(cc: str | None = None, target: Target | None = None) -> str:
@@ -94,17 +92,6 @@ def write_sources(sources: Sources, dest: Path, target: Target | None = None) ->
         with open(dest / name, mode) as f:
             f.write(content)
     copy_runtime(dest, target)
-
-
-def replace_dir(tmp: Path, dest: Path) -> None:
-    """Move a finished folder into place; an old one is removed only after the move."""
-    old = None
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-        os.replace(dest, old)
-    os.replace(tmp, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def temp_dir_beside(dest: Path) -> Path:

@@ -199,8 +199,8 @@ def emit(program, options, rank: int | None = None) -> cemit.Sources:
         return src
     # the CUDA model keeps its state on the device: its binary starts from the initial values
     src.files["main.c"] = env.get_template("build/main.c.j2").render(m={**m, "has_state": False})
-    src.files["Makefile"] = env.get_template("cuda/Makefile.j2").render(m=m, sm=list(sm))
-    src.files["CMakeLists.txt"] = env.get_template("cuda/CMakeLists.txt.j2").render(m=m, sm=list(sm))
+    for file, template in (("Makefile", "cuda/Makefile.j2"), ("CMakeLists.txt", "cuda/CMakeLists.txt.j2")):
+        src.files[file] = env.get_template(template).render(m=m, sm=list(sm), driver=cemit.DRIVER_C)
     src.metadata = {
         "flowc": cemit.VERSION,
         "name": name,

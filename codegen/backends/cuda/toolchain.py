@@ -78,7 +78,7 @@ def build_mpi(folder: Path, name: str, sources, cc: str | None, sm) -> Path:
     mpicc = ctool.find_mpicc()
     beside = Path(shlex.split(mpicc)[0]).with_name("mpicxx")
     mpicxx = str(beside) if shutil.which(str(beside)) else "mpicxx"
-    c_files = ["main.c", "runtime/npy.c", *sources.c_files]
+    c_files = ["main.c", *ctool.DRIVER_C, *sources.c_files]
     return _compile_link(folder, name, c_files, sources.cu_files, cc, sm, False, (mpicc, mpicxx))
 
 

@@ -2,23 +2,30 @@
 pipeline to C sources, seconds per stage.
 
     python bench/compile_time.py [--sizes 1000 10000 100000] [--kinds chain fan transformer]
-                                 [--until render] [--markdown FILE]
+                                 [--until render] [--cc [CC]] [--markdown FILE]
 
-Three shapes of graph, each about N nodes:
+Four shapes of graph, each about N nodes:
 - chain: one long chain of elementwise ops (the worst case for fusing chains);
+- distinct: the same chain with a constant of its own in every op (nothing to deduplicate);
 - fan: one value read by N/6 small branches (scale, relu, softmax), combined back pairwise by
   concat and reduce_sum (a wide graph: many ready nodes at every scheduling step);
 - transformer: a stack of pre-norm transformer layers (layer norm, attention with softmax,
   a GELU MLP, residual adds), d_model 16, enough layers for N nodes.
 Prints, per graph, the seconds of building it and of every pipeline stage (codegen/pipeline.py)
-up to ``--until``; stages whose time rounds to zero are grouped as "other". Peers are not
-involved: this measures flowc alone.
+up to ``--until``; stages whose time rounds to zero are grouped as "other". ``--cc``: then
+also the C compiler (default gcc) on the model's sources with the build's flags (-O3
+-march=native ...), as the CPU seconds it used ("cc", and the seconds per 1000 nodes, which
+stay flat when the C compiler's time is linear in the graph: no C function grows with it).
+Peers are not involved: this measures flowc alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 import codegen  # noqa: E402,F401
 import graphdef as gd  # noqa: E402
 from codegen import pipeline  # noqa: E402
+from codegen.backends.c import toolchain  # noqa: E402
 
 
 def chain(n: int) -> gd.Graph:
@@ -39,6 +47,25 @@ def chain(n: int) -> gd.Graph:
         ops = (lambda t: t * 1.0001, lambda t: t + 0.5, gd.tanh, lambda t: t - 0.25, gd.relu)
         for i in range(n * 5 // 8):  # 5 ops and their 3 scalar constants: 8 nodes
             h = ops[i % len(ops)](h)
+        g.set_outputs(h)
+    return g
+
+
+def distinct(n: int) -> gd.Graph:
+    """The chain with other constants in every op: no two of its fused groups alike, so the
+    C compiler cannot fold identical step functions into one (as it does for ``chain``'s)."""
+    g = gd.Graph("distinct")
+    with g:
+        h = gd.placeholder("x", (1, 64))
+        ops = (
+            lambda t, i: t * (1.0 + 1e-7 * i),
+            lambda t, i: t + (0.5 + 1e-7 * i),
+            lambda t, i: gd.tanh(t),
+            lambda t, i: t - (0.25 + 1e-7 * i),
+            lambda t, i: gd.relu(t),
+        )
+        for i in range(n * 5 // 8):  # 5 ops and their 3 scalar constants: 8 nodes
+            h = ops[i % len(ops)](h, i)
         g.set_outputs(h)
     return g
 
@@ -81,10 +108,23 @@ def transformer(n: int, d: int = 16, seq: int = 8, heads: int = 2) -> gd.Graph:
     return g
 
 
-KINDS = {"chain": chain, "fan": fan, "transformer": transformer}
+KINDS = {"chain": chain, "distinct": distinct, "fan": fan, "transformer": transformer}
 
 
-def measure(kind: str, n: int, until: str) -> dict:
+def cc_seconds(sources, cc: str, options: pipeline.Options) -> float:
+    """CPU seconds (user + system) of ``cc -c`` on each of the model's C files, with the
+    flags of its build (codegen/backends/c/toolchain.py), in a scratch folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        toolchain.write_sources(sources, Path(tmp), options.target)
+        cmd = toolchain.compile_command(cc, options.target, options.flags)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        for f in sources.c_files:
+            subprocess.run([*cmd, "-c", f, "-o", "/dev/null"], cwd=tmp, check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def measure(kind: str, n: int, until: str, cc: str | None = None) -> dict:
     t0 = time.perf_counter()
     g = KINDS[kind](n)
     times = {"build graph": time.perf_counter() - t0}
@@ -96,7 +136,11 @@ def measure(kind: str, n: int, until: str) -> dict:
         last[0] = now
         print(f"    {kind} {len(g.nodes)}: {name} {times[name]:.2f} s", file=sys.stderr, flush=True)
 
-    pipeline.run(g, pipeline.Options(), until=until, trace=trace)
+    options = pipeline.Options()
+    c = pipeline.run(g, options, until="render" if cc else until, trace=trace)
+    if cc:
+        times["cc"] = cc_seconds(c.sources, cc, options)
+        print(f"    {kind} {len(g.nodes)}: cc {times['cc']:.2f} s", file=sys.stderr, flush=True)
     return {"nodes": len(g.nodes), "times": times}
 
 
@@ -105,23 +149,29 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
     ap.add_argument("--until", default="render")
+    ap.add_argument("--cc", nargs="?", const="gcc", help="also time this C compiler on the sources (gcc)")
     ap.add_argument("--markdown", type=Path)
     args = ap.parse_args(argv)
     rows = []
     for kind in args.kinds:
         for n in args.sizes:
-            r = measure(kind, n, args.until)
+            r = measure(kind, n, args.until, args.cc)
+            cc = r["times"].pop("cc", None)
             total = sum(r["times"].values())
             big = {k: v for k, v in r["times"].items() if v >= 0.05}
             other = total - sum(big.values())
             detail = ", ".join(f"{k} {v:.2f}" for k, v in big.items()) + (
                 f", other {other:.2f}" if other else ""
             )
-            rows.append(f"| {kind} | {r['nodes']} | {total:.2f} | {detail} |")
+            cc_cells = f" {cc:.2f} | {1000 * cc / r['nodes']:.3f} |" if args.cc else ""
+            rows.append(f"| {kind} | {r['nodes']} | {total:.2f} | {detail} |{cc_cells}")
             print(rows[-1], file=sys.stderr, flush=True)
-    table = "| graph | nodes | seconds to C sources | seconds per stage |\n|---|---:|---:|---|\n" + "\n".join(
-        rows
-    )
+    head = "| graph | nodes | seconds to C sources | seconds per stage |"
+    rule = "|---|---:|---:|---|"
+    if args.cc:
+        head += f" {args.cc} CPU seconds | per 1000 nodes |"
+        rule += "---:|---:|"
+    table = f"{head}\n{rule}\n" + "\n".join(rows)
     print(table)
     if args.markdown:
         args.markdown.write_text(table + "\n")

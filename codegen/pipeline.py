@@ -129,8 +129,10 @@ def _partition(graph: Graph, c: Compilation):
             f"--ranks builds MPI programs for Linux machines (host, aarch64-linux, ...); not for "
             f"{o.target.arch} with backend {o.backend}"
         )
+    algorithm = placement(graph, o)
+    partition.check_ranks(graph, o.ranks, algorithm)  # before the schedule: refused in one line
     order = schedule.schedule(graph, o.schedule)
-    return partition.split(graph, o.ranks, placement(graph, o), order, o.compress, o.max_ram, o.alpha, o.beta)
+    return partition.split(graph, o.ranks, algorithm, order, o.compress, o.max_ram, o.alpha, o.beta)
 
 
 def _ranks_mean(graph: Graph, c: Compilation) -> Graph:
@@ -287,6 +289,8 @@ def run(
     """Run the stages up to and including ``until``; ``check``: verify every graph stage's
     output; ``trace(name, value)`` sees each output; ``folder``: where "build" builds."""
     options = options or Options()
+    if options.ranks is not None:  # a count no graph could use is refused before any stage runs
+        partition.check_rank_count(options.ranks)
     c = Compilation(graph, options, folder=None if folder is None else Path(folder))
     names = [s.name for s in stages(options)]
     if until not in names:

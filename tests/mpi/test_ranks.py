@@ -147,7 +147,7 @@ def cwd_run(toolchain, exe, ranks, feeds, tmp_path, *extra):
 
 # ----------------------------------------------------------------------------- identical results
 SAMPLE_CASES = [
-    ("digits", 2, "pipeline"), ("digits", 3, "greedy"), ("digits", 4, "pipeline"),
+    ("digits", 2, "pipeline"), ("digits", 3, "greedy"), ("digits", 3, "pipeline"),
     ("lenet", 2, "greedy"), ("lenet", 3, "pipeline"), ("lenet", 4, "greedy"),
     ("diamond", 3, "annotated"), ("pipeline", 2, "annotated"), ("mlp", 4, "pipeline"), ("mlp", 2, "greedy"),
 ]  # fmt: skip

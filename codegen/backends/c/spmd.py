@@ -26,7 +26,7 @@ from ... import partition as partition_mod
 from ...storage import ALIGN
 from .api import entry_points
 from .cnames import Names, c_comment
-from .emit import VERSION, Sources, emit, environment, io_metadata, io_tensors
+from .emit import DRIVER_C, VERSION, Sources, emit, environment, io_metadata, io_tensors
 
 MPI_FILES = ("fc_mpi.c", "fc_mpi.h")
 MPI_C = "mpi/fc_mpi.c"
@@ -153,8 +153,8 @@ def render_ranks(
     if target.threads > 1:
         src.c_files.append("runtime/threadpool.c")
     src.files["main.c"] = env.get_template("mpi/main.c.j2").render(m=m)
-    src.files["Makefile"] = env.get_template("mpi/Makefile.j2").render(m=m, sources=src.c_files)
-    src.files["CMakeLists.txt"] = env.get_template("mpi/CMakeLists.txt.j2").render(m=m, sources=src.c_files)
+    for file, template in (("Makefile", "mpi/Makefile.j2"), ("CMakeLists.txt", "mpi/CMakeLists.txt.j2")):
+        src.files[file] = env.get_template(template).render(m=m, sources=src.c_files, driver=DRIVER_C)
     src.api = api
     src.context = m
     src.metadata = _metadata(name, whole, part, parts, ins, outs, api, target)

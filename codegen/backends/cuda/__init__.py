@@ -58,7 +58,7 @@ def render_ranks(programs, partition, output_names, options):
     env = emit.cemit.environment()
     m = {**src.context, "name": options.name, "nranks": len(programs), "version": emit.cemit.VERSION}
     src.files["Makefile"] = env.get_template("cuda/Makefile.mpi.j2").render(
-        m=m, sm=list(options.sm), c_files=src.c_files, cu_files=src.cu_files
+        m=m, sm=list(options.sm), c_files=src.c_files, cu_files=src.cu_files, driver=emit.cemit.DRIVER_C
     )
     src.files.pop("CMakeLists.txt", None)
     src.metadata.update(target="cuda", sm=list(options.sm), precision=options.precision)

@@ -23,14 +23,6 @@ static const struct {
 };
 #define NTYPES (sizeof TYPES / sizeof TYPES[0])
 
-int fc_npy_fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* untrusted bytes for a message (see npy.h) */
 #define QUOTE_MAX FC_NPY_QUOTE_MAX
 #define QUOTE_LEN FC_NPY_QUOTE_LEN
@@ -80,15 +72,15 @@ static int parse_header(const char *h, fc_npy *out, char *err, size_t errlen, co
     const char *quote_end;
     char descr[16], q[QUOTE_LEN];
     size_t i, n, itemsize;
-    if (!d || !f || !s) return fc_npy_fail(err, errlen, "%s: malformed .npy header", path);
-    if (*d != '\'') return fc_npy_fail(err, errlen, "%s: malformed dtype in .npy header", path);
+    if (!d || !f || !s) return fc_file_fail(err, errlen, "%s: malformed .npy header", path);
+    if (*d != '\'') return fc_file_fail(err, errlen, "%s: malformed dtype in .npy header", path);
     d++;
     quote_end = strchr(d, '\'');
-    if (!quote_end) return fc_npy_fail(err, errlen, "%s: malformed dtype in .npy header", path);
+    if (!quote_end) return fc_file_fail(err, errlen, "%s: malformed dtype in .npy header", path);
     n = (size_t)(quote_end - d);
-    if (n == 0) return fc_npy_fail(err, errlen, "%s: empty dtype in .npy header", path);
+    if (n == 0) return fc_file_fail(err, errlen, "%s: empty dtype in .npy header", path);
     if (n >= sizeof descr)
-        return fc_npy_fail(err, errlen, "%s: unsupported dtype '%s' (little-endian numeric or bool only)", path,
+        return fc_file_fail(err, errlen, "%s: unsupported dtype '%s' (little-endian numeric or bool only)", path,
                     fc_npy_quote(q, d, n));
     memcpy(descr, d, n);
     descr[n] = 0;
@@ -103,10 +95,10 @@ static int parse_header(const char *h, fc_npy *out, char *err, size_t errlen, co
         }
     }
     if (!out->dtype[0])
-        return fc_npy_fail(err, errlen, "%s: unsupported dtype '%s' (little-endian numeric or bool only)", path,
+        return fc_file_fail(err, errlen, "%s: unsupported dtype '%s' (little-endian numeric or bool only)", path,
                     fc_npy_quote(q, descr, n));
-    if (strncmp(f, "False", 5) != 0) return fc_npy_fail(err, errlen, "%s: Fortran-order arrays are not supported", path);
-    if (*s != '(') return fc_npy_fail(err, errlen, "%s: malformed shape in .npy header", path);
+    if (strncmp(f, "False", 5) != 0) return fc_file_fail(err, errlen, "%s: Fortran-order arrays are not supported", path);
+    if (*s != '(') return fc_file_fail(err, errlen, "%s: malformed shape in .npy header", path);
     s++;
     out->rank = 0;
     out->size = 1;
@@ -117,32 +109,32 @@ static int parse_header(const char *h, fc_npy *out, char *err, size_t errlen, co
         if (*s == ')') break;
         errno = 0;
         v = strtol(s, &end, 10);
-        if (end == s || errno || v < 0) return fc_npy_fail(err, errlen, "%s: malformed shape in .npy header", path);
-        if (out->rank == FC_NPY_MAX_RANK) return fc_npy_fail(err, errlen, "%s: rank above %d", path, FC_NPY_MAX_RANK);
-        if (v && out->size > LONG_MAX / v) return fc_npy_fail(err, errlen, "%s: shape too large", path);
+        if (end == s || errno || v < 0) return fc_file_fail(err, errlen, "%s: malformed shape in .npy header", path);
+        if (out->rank == FC_NPY_MAX_RANK) return fc_file_fail(err, errlen, "%s: rank above %d", path, FC_NPY_MAX_RANK);
+        if (v && out->size > LONG_MAX / v) return fc_file_fail(err, errlen, "%s: shape too large", path);
         out->shape[out->rank++] = v;
         out->size *= v;
         s = end;
     }
     itemsize = fc_npy_itemsize(out->dtype);
     if ((uintmax_t)out->size > (uintmax_t)(SIZE_MAX / itemsize))
-        return fc_npy_fail(err, errlen, "%s: shape too large (%ld elements of %lu bytes)", path, out->size,
+        return fc_file_fail(err, errlen, "%s: shape too large (%ld elements of %lu bytes)", path, out->size,
                     (unsigned long)itemsize);
     out->nbytes = (size_t)out->size * itemsize;
     return 0;
 }
 
 int fc_npy_load(const char *path, fc_npy *out, char *err, size_t errlen) {
-    FILE *fp = fopen(path, "rb");
+    size_t file_size;
+    FILE *fp = fc_file_fopen_read(path, &file_size, err, errlen);
     unsigned char pre[12];
     size_t header_len, prefix;
     char *header;
-    long file_size;
     memset(out, 0, sizeof *out);
-    if (!fp) return fc_npy_fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+    if (!fp) return -1;
     if (fread(pre, 1, 10, fp) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
         fclose(fp);
-        return fc_npy_fail(err, errlen, "%s: not a .npy file", path);
+        return fc_file_fail(err, errlen, "%s: not a .npy file", path);
     }
     if (pre[6] == 1) {
         header_len = (size_t)pre[8] | ((size_t)pre[9] << 8);
@@ -150,23 +142,23 @@ int fc_npy_load(const char *path, fc_npy *out, char *err, size_t errlen) {
     } else if (pre[6] == 2 || pre[6] == 3) {
         if (fread(pre + 10, 1, 2, fp) != 2) {
             fclose(fp);
-            return fc_npy_fail(err, errlen, "%s: truncated .npy header", path);
+            return fc_file_fail(err, errlen, "%s: truncated .npy header", path);
         }
         header_len = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)pre[10] << 16) | ((size_t)pre[11] << 24);
         prefix = 12;
     } else {
         fclose(fp);
-        return fc_npy_fail(err, errlen, "%s: unsupported .npy version %d.%d", path, pre[6], pre[7]);
+        return fc_file_fail(err, errlen, "%s: unsupported .npy version %d.%d", path, pre[6], pre[7]);
     }
     if (header_len > (1u << 20)) {
         fclose(fp);
-        return fc_npy_fail(err, errlen, "%s: .npy header too large", path);
+        return fc_file_fail(err, errlen, "%s: .npy header too large", path);
     }
     header = (char *)malloc(header_len + 1);
     if (!header || fread(header, 1, header_len, fp) != header_len) {
         free(header);
         fclose(fp);
-        return fc_npy_fail(err, errlen, "%s: truncated .npy header", path);
+        return fc_file_fail(err, errlen, "%s: truncated .npy header", path);
     }
     header[header_len] = 0;
     if (parse_header(header, out, err, errlen, path) != 0) {
@@ -175,28 +167,23 @@ int fc_npy_load(const char *path, fc_npy *out, char *err, size_t errlen) {
         return -1;
     }
     free(header);
-    if (out->nbytes > SIZE_MAX - prefix - header_len) {
+    if (out->nbytes > SIZE_MAX - prefix - header_len || file_size != prefix + header_len + out->nbytes) {
         fclose(fp);
-        return fc_npy_fail(err, errlen, "%s: shape too large (%ld elements)", path, out->size);
-    }
-    if (fseek(fp, 0, SEEK_END) != 0 || (file_size = ftell(fp)) < 0) {
-        fclose(fp);
-        return fc_npy_fail(err, errlen, "%s: cannot read", path);
-    }
-    if ((size_t)file_size != prefix + header_len + out->nbytes) {
-        fclose(fp);
-        return fc_npy_fail(err, errlen, "%s: file has %ld bytes, expected %lu for a %s array of %ld elements", path,
-                    file_size, (unsigned long)(prefix + header_len + out->nbytes), out->dtype, out->size);
+        return fc_file_fail(err, errlen, "%s: file has %lu bytes, expected %lu for a %s array of %ld elements", path,
+                    (unsigned long)file_size,
+                    out->nbytes > SIZE_MAX - prefix - header_len ? (unsigned long)SIZE_MAX
+                                                                 : (unsigned long)(prefix + header_len + out->nbytes),
+                    out->dtype, out->size);
     }
     if (posix_memalign(&out->data, 64, out->nbytes ? out->nbytes : 64) != 0) {
+        out->data = NULL;
         fclose(fp);
-        return fc_npy_fail(err, errlen, "%s: out of memory for %lu bytes", path, (unsigned long)out->nbytes);
+        return fc_file_fail(err, errlen, "%s: out of memory for %lu bytes", path, (unsigned long)out->nbytes);
     }
-    if (fseek(fp, (long)(prefix + header_len), SEEK_SET) != 0 ||
-        fread(out->data, 1, out->nbytes, fp) != out->nbytes) {
+    if (fread(out->data, 1, out->nbytes, fp) != out->nbytes) {
         fc_npy_free(out);
         fclose(fp);
-        return fc_npy_fail(err, errlen, "%s: truncated data", path);
+        return fc_file_fail(err, errlen, "%s: truncated data", path);
     }
     fclose(fp);
     return 0;
@@ -210,28 +197,28 @@ int fc_npy_parse(const void *buf, size_t n, fc_npy *out, size_t *offset, const c
     int rc;
     memset(out, 0, sizeof *out);
     *offset = 0;
-    if (n < 10 || memcmp(p, "\x93NUMPY", 6) != 0) return fc_npy_fail(err, errlen, "%s: not a .npy file", what);
+    if (n < 10 || memcmp(p, "\x93NUMPY", 6) != 0) return fc_file_fail(err, errlen, "%s: not a .npy file", what);
     if (p[6] == 1) {
         header_len = (size_t)p[8] | ((size_t)p[9] << 8);
         prefix = 10;
     } else if (p[6] == 2 || p[6] == 3) {
-        if (n < 12) return fc_npy_fail(err, errlen, "%s: truncated .npy header", what);
+        if (n < 12) return fc_file_fail(err, errlen, "%s: truncated .npy header", what);
         header_len = (size_t)p[8] | ((size_t)p[9] << 8) | ((size_t)p[10] << 16) | ((size_t)p[11] << 24);
         prefix = 12;
     } else {
-        return fc_npy_fail(err, errlen, "%s: unsupported .npy version %d.%d", what, p[6], p[7]);
+        return fc_file_fail(err, errlen, "%s: unsupported .npy version %d.%d", what, p[6], p[7]);
     }
-    if (header_len > (1u << 20)) return fc_npy_fail(err, errlen, "%s: .npy header too large", what);
-    if (header_len > n - prefix) return fc_npy_fail(err, errlen, "%s: truncated .npy header", what);
+    if (header_len > (1u << 20)) return fc_file_fail(err, errlen, "%s: .npy header too large", what);
+    if (header_len > n - prefix) return fc_file_fail(err, errlen, "%s: truncated .npy header", what);
     header = (char *)malloc(header_len + 1);
-    if (!header) return fc_npy_fail(err, errlen, "%s: out of memory", what);
+    if (!header) return fc_file_fail(err, errlen, "%s: out of memory", what);
     memcpy(header, p + prefix, header_len);
     header[header_len] = 0;
     rc = parse_header(header, out, err, errlen, what);
     free(header);
     if (rc != 0) return -1;
     if (out->nbytes != n - prefix - header_len)
-        return fc_npy_fail(err, errlen, "%s: holds %lu bytes, expected %lu for a %s array of %ld elements", what,
+        return fc_file_fail(err, errlen, "%s: holds %lu bytes, expected %lu for a %s array of %ld elements", what,
                     (unsigned long)n,
                     out->nbytes > SIZE_MAX - prefix - header_len ? (unsigned long)SIZE_MAX
                                                                  : (unsigned long)(prefix + header_len + out->nbytes),
@@ -270,92 +257,35 @@ size_t fc_npy_header(char *buf, const char *dtype, int rank, const long *shape, 
     return 10 + n;
 }
 
-int fc_npy_temp_open(const char *dir, const char *file, char **tmp, FILE **fpp, char *err, size_t errlen) {
-    size_t total = strlen(dir) + strlen(file) + sizeof "/..XXXXXX";
-    char *path;
-    int fd, saved;
-    mode_t mask;
-    FILE *fp;
-    *tmp = NULL;
-    *fpp = NULL;
-    /* a fresh file: mkstemp opens with O_CREAT|O_EXCL, so never an existing file or a link */
-    path = (char *)malloc(total);
-    if (!path) return fc_npy_fail(err, errlen, "%s/%s: out of memory", dir, file);
-    snprintf(path, total, "%s/.%s.XXXXXX", dir, file);
-    fd = mkstemp(path);
-    if (fd < 0) {
-        saved = errno;
-        free(path);
-        return fc_npy_fail(err, errlen, "%s/%s: cannot write (%s)", dir, file, strerror(saved));
-    }
-    mask = umask(0); /* mkstemp's 0600 -> what fopen would have created: 0666 less the umask */
-    umask(mask);
-    if (fchmod(fd, (mode_t)(0666 & ~mask)) != 0 || !(fp = fdopen(fd, "wb"))) {
-        saved = errno;
-        close(fd);
-        unlink(path);
-        free(path);
-        return fc_npy_fail(err, errlen, "%s/%s: cannot write (%s)", dir, file, strerror(saved));
-    }
-    *tmp = path;
-    *fpp = fp;
-    return 0;
-}
-
-int fc_npy_save_temp(const char *dir, const char *file, char **tmp, const char *dtype, int rank,
-                     const long *shape, const void *data, char *err, size_t errlen) {
+int fc_npy_save_temp(const char *path, char **tmp, const char *dtype, int rank, const long *shape,
+                     const void *data, char *err, size_t errlen) {
     char header[FC_NPY_HEADER_MAX];
     size_t n, nbytes;
-    char *path;
-    int saved;
     FILE *fp;
     *tmp = NULL;
     n = fc_npy_header(header, dtype, rank, shape, &nbytes);
-    if (!n) return fc_npy_fail(err, errlen, "%s/%s: bad array description", dir, file);
-    if (fc_npy_temp_open(dir, file, &path, &fp, err, errlen) != 0) return -1;
+    if (!n) return fc_file_fail(err, errlen, "%s: bad array description", path);
+    if (fc_file_temp(path, tmp, &fp, err, errlen) != 0) return -1;
     errno = 0;
-    if (fwrite(header, 1, n, fp) != n || (nbytes && fwrite(data, 1, nbytes, fp) != nbytes) || fflush(fp) != 0) {
-        saved = errno;
-        fclose(fp);
-        unlink(path);
-        free(path);
-        return fc_npy_fail(err, errlen, "%s/%s: write failed (%s)", dir, file, strerror(saved));
+    if (fwrite(header, 1, n, fp) != n || (nbytes && fwrite(data, 1, nbytes, fp) != nbytes)) {
+        int saved = errno;
+        fc_file_drop(*tmp, fp);
+        *tmp = NULL;
+        return fc_file_fail(err, errlen, "%s: write failed (%s)", path, saved ? strerror(saved) : "stream error");
     }
-    if (fclose(fp) != 0) {
-        saved = errno;
-        unlink(path);
-        free(path);
-        return fc_npy_fail(err, errlen, "%s/%s: write failed (%s)", dir, file, strerror(saved));
+    if (fc_file_close(fp, 0, path, err, errlen) != 0) {
+        fc_file_drop(*tmp, NULL);
+        *tmp = NULL;
+        return -1;
     }
-    *tmp = path;
     return 0;
 }
 
 int fc_npy_save(const char *path, const char *dtype, int rank, const long *shape, const void *data, char *err,
                 size_t errlen) {
-    const char *slash = strrchr(path, '/');
-    size_t dlen = slash ? (size_t)(slash - path) : 1;
-    char *dir = (char *)malloc(dlen + 1), *tmp;
-    int rc;
-    if (!dir) return fc_npy_fail(err, errlen, "%s: out of memory", path);
-    memcpy(dir, slash ? path : ".", dlen);
-    dir[dlen] = 0;
-    rc = fc_npy_save_temp(dir, slash ? slash + 1 : path, &tmp, dtype, rank, shape, data, err, errlen);
-    free(dir);
-    if (rc != 0) return -1;
-    return fc_npy_rename(tmp, path, err, errlen);
-}
-
-int fc_npy_rename(char *tmp, const char *path, char *err, size_t errlen) {
-    int saved;
-    if (rename(tmp, path) != 0) {
-        saved = errno;
-        unlink(tmp);
-        free(tmp);
-        return fc_npy_fail(err, errlen, "%s: cannot write (%s)", path, strerror(saved));
-    }
-    free(tmp);
-    return 0;
+    char *tmp;
+    if (fc_npy_save_temp(path, &tmp, dtype, rank, shape, data, err, errlen) != 0) return -1;
+    return fc_file_put(tmp, path, err, errlen);
 }
 
 void fc_npy_free(fc_npy *a) {

@@ -1,10 +1,13 @@
 /* Reading and writing .npy files (format versions 1.0, 2.0 and 3.0; little-endian, C order).
- * For the standalone binaries only: it allocates and does I/O, the model code does neither. */
+ * For the standalone binaries only: it allocates and does I/O (through files.h), the model code does
+ * neither. */
 #ifndef FC_NPY_H
 #define FC_NPY_H
 
 #include <stddef.h>
 #include <stdio.h>
+
+#include "files.h"
 
 #define FC_NPY_MAX_RANK 8
 
@@ -21,16 +24,15 @@ typedef struct {
  * it quotes are escaped as \xNN where not printable ASCII, and bounded in length). */
 int fc_npy_load(const char *path, fc_npy *out, char *err, size_t errlen);
 
-/* Write data as a version 1.0 .npy file to a new temporary file in dir, named .<file>.XXXXXX
- * and created with mkstemp (O_CREAT|O_EXCL: never through an existing path or link), with the
- * permissions fopen gives (0666 less the umask). Returns 0 and the temporary's path in *tmp
- * (malloc'ed: the caller renames it into place, or removes it, and frees it), or -1 with a
- * one-line reason in err, *tmp NULL and no temporary left behind. */
-int fc_npy_save_temp(const char *dir, const char *file, char **tmp, const char *dtype, int rank,
-                     const long *shape, const void *data, char *err, size_t errlen);
+/* Write data as a version 1.0 .npy file to a new temporary beside path (files.h: fc_file_temp, never
+ * through an existing path or link, the permissions open gives). Returns 0 and the temporary's name
+ * in *tmp (malloc'ed: put it in place with fc_file_put or fc_files_commit), or -1 with a one-line
+ * reason in err, *tmp NULL and no temporary left behind. */
+int fc_npy_save_temp(const char *path, char **tmp, const char *dtype, int rank, const long *shape,
+                     const void *data, char *err, size_t errlen);
 
-/* Write data as a version 1.0 .npy file at path: to a temporary in the same folder
- * (fc_npy_save_temp), then renamed over path. Returns 0, or -1 with a one-line reason in err. */
+/* Write data as a version 1.0 .npy file at path: to a temporary beside it (fc_npy_save_temp), then
+ * renamed over path. Returns 0, or -1 with a one-line reason in err and path as it was. */
 int fc_npy_save(const char *path, const char *dtype, int rank, const long *shape, const void *data,
                 char *err, size_t errlen);
 
@@ -64,18 +66,6 @@ int fc_npy_parse(const void *buf, size_t n, fc_npy *out, size_t *offset, const c
  * Returns the preamble's length, or 0 when dtype, rank or shape is not valid. */
 #define FC_NPY_HEADER_MAX 512
 size_t fc_npy_header(char *buf, const char *dtype, int rank, const long *shape, size_t *nbytes);
-
-/* A new temporary file dir/.<file>.XXXXXX opened for writing as fc_npy_save_temp does (mkstemp,
- * then the permissions fopen gives). Returns 0 with its path in *tmp (malloc'ed) and its stream in
- * *fp, or -1 with a one-line reason in err, both NULL and nothing left behind. */
-int fc_npy_temp_open(const char *dir, const char *file, char **tmp, FILE **fp, char *err, size_t errlen);
-
-/* Write the printf-style message into err (one line, errlen bytes at most) and return -1. */
-int fc_npy_fail(char *err, size_t errlen, const char *fmt, ...);
-
-/* Rename the finished temporary tmp (malloc'ed; freed) over path. Returns 0, or -1 with a
- * one-line reason in err and the temporary removed. */
-int fc_npy_rename(char *tmp, const char *path, char *err, size_t errlen);
 
 /* src[0..n) as terminal-safe text into dst (FC_NPY_QUOTE_LEN chars): printable ASCII as is, any
  * other byte, the quote and the backslash as \xNN; at most FC_NPY_QUOTE_MAX bytes of it, then "...".

@@ -8,14 +8,12 @@
 #include "npz.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define SIG_LOCAL 0x04034b50UL
@@ -113,33 +111,20 @@ static const char *member_what(char *buf, size_t len, const char *path, const un
 #define WHAT_LEN (FC_NPY_QUOTE_LEN + 4200)
 
 static int map_file(const char *path, fc_npz *z, char *err, size_t errlen) {
-    struct stat st;
+    size_t size;
     void *map;
-    int fd = open(path, O_RDONLY), saved;
-    if (fd < 0) return fc_npy_fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
-    if (fstat(fd, &st) != 0) {
-        saved = errno;
+    int fd = fc_file_open_read(path, &size, err, errlen), saved;
+    if (fd < 0) return -1;
+    if (size == 0) {
         close(fd);
-        return fc_npy_fail(err, errlen, "%s: cannot read (%s)", path, strerror(saved));
+        return fc_file_fail(err, errlen, "%s: empty file", path);
     }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return fc_npy_fail(err, errlen, "%s: not a regular file", path);
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        return fc_npy_fail(err, errlen, "%s: empty file", path);
-    }
-    if ((uintmax_t)st.st_size > (uintmax_t)SIZE_MAX) {
-        close(fd);
-        return fc_npy_fail(err, errlen, "%s: too large to map", path);
-    }
-    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     saved = errno;
     close(fd); /* the mapping keeps the file */
-    if (map == MAP_FAILED) return fc_npy_fail(err, errlen, "%s: cannot map (%s)", path, strerror(saved));
+    if (map == MAP_FAILED) return fc_file_fail(err, errlen, "%s: cannot map (%s)", path, strerror(saved));
     z->map = map;
-    z->map_bytes = (size_t)st.st_size;
+    z->map_bytes = size;
     return 0;
 }
 
@@ -164,12 +149,12 @@ static int check_names(const fc_npz *z, const char *path, char *err, size_t errl
     int i, rc = 0;
     if (z->count < 2) return 0;
     sorted = (const fc_npz_member **)malloc((size_t)z->count * sizeof *sorted);
-    if (!sorted) return fc_npy_fail(err, errlen, "%s: out of memory", path);
+    if (!sorted) return fc_file_fail(err, errlen, "%s: out of memory", path);
     for (i = 0; i < z->count; ++i) sorted[i] = &z->members[i];
     qsort(sorted, (size_t)z->count, sizeof *sorted, by_name);
     for (i = 1; i < z->count && rc == 0; ++i)
         if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
-            rc = fc_npy_fail(err, errlen, "%s: two members named '%s'", path,
+            rc = fc_file_fail(err, errlen, "%s: two members named '%s'", path,
                       fc_npy_quote(q, sorted[i]->name, strlen(sorted[i]->name)));
     free(sorted);
     return rc;
@@ -207,7 +192,7 @@ static int read_member(const char *path, unsigned char *f, uint64_t cd_off, cons
     for (k = 0; k + 4 <= elen;) {
         unsigned id = rd16(extra + k), n = rd16(extra + k + 2);
         const unsigned char *v = extra + k + 4, *v_end = v + n;
-        if (n > elen - k - 4) return fc_npy_fail(err, errlen, "%s: damaged zip extra field", what);
+        if (n > elen - k - 4) return fc_file_fail(err, errlen, "%s: damaged zip extra field", what);
         if (id == EXTRA_ZIP64) {
             uint64_t *wide[3];
             int w, nwide = 0;
@@ -215,39 +200,39 @@ static int read_member(const char *path, unsigned char *f, uint64_t cd_off, cons
             if (csize == ZIP32_LIMIT) wide[nwide++] = &csize;
             if (local == ZIP32_LIMIT) wide[nwide++] = &local;
             for (w = 0; w < nwide; ++w, v += 8) {
-                if (v_end - v < 8) return fc_npy_fail(err, errlen, "%s: damaged zip64 extra field", what);
+                if (v_end - v < 8) return fc_file_fail(err, errlen, "%s: damaged zip64 extra field", what);
                 *wide[w] = rd64(v);
             }
             if (disk == ZIP32_MEMBERS) {
-                if (v_end - v < 4) return fc_npy_fail(err, errlen, "%s: damaged zip64 extra field", what);
+                if (v_end - v < 4) return fc_file_fail(err, errlen, "%s: damaged zip64 extra field", what);
                 disk = rd32(v) ? 1 : 0;
             }
         }
         k += 4 + n;
     }
-    if (flags & FLAG_ENCRYPTED) return fc_npy_fail(err, errlen, "%s is encrypted", what);
+    if (flags & FLAG_ENCRYPTED) return fc_file_fail(err, errlen, "%s is encrypted", what);
     if (method != 0)
-        return fc_npy_fail(err, errlen, "%s is compressed (np.savez_compressed); write the dataset with np.savez", what);
-    if (disk != 0) return fc_npy_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
+        return fc_file_fail(err, errlen, "%s is compressed (np.savez_compressed); write the dataset with np.savez", what);
+    if (disk != 0) return fc_file_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
     if (nlen < 4 || memcmp(name + nlen - 4, ".npy", 4) != 0)
-        return fc_npy_fail(err, errlen, "%s is not an array (its name does not end in .npy)", what);
-    if (memchr(name, 0, nlen)) return fc_npy_fail(err, errlen, "%s: a NUL byte in the name", what);
-    if (nlen - 4 >= sizeof m->name) return fc_npy_fail(err, errlen, "%s: name longer than 255 bytes", what);
-    if (csize != usize) return fc_npy_fail(err, errlen, "%s: damaged (stored, but with two sizes)", what);
+        return fc_file_fail(err, errlen, "%s is not an array (its name does not end in .npy)", what);
+    if (memchr(name, 0, nlen)) return fc_file_fail(err, errlen, "%s: a NUL byte in the name", what);
+    if (nlen - 4 >= sizeof m->name) return fc_file_fail(err, errlen, "%s: name longer than 255 bytes", what);
+    if (csize != usize) return fc_file_fail(err, errlen, "%s: damaged (stored, but with two sizes)", what);
     /* the local header: same name, stored; the data follows its name and extra field */
     if (local > cd_off || cd_off - local < LOCAL_LEN || rd32(f + local) != SIG_LOCAL)
-        return fc_npy_fail(err, errlen, "%s: damaged zip archive (no local header at %llu)", what, (unsigned long long)local);
+        return fc_file_fail(err, errlen, "%s: damaged zip archive (no local header at %llu)", what, (unsigned long long)local);
     if (rd16(f + local + 8) != 0)
-        return fc_npy_fail(err, errlen, "%s is compressed (np.savez_compressed); write the dataset with np.savez", what);
+        return fc_file_fail(err, errlen, "%s is compressed (np.savez_compressed); write the dataset with np.savez", what);
     lnlen = rd16(f + local + 26);
     lelen = rd16(f + local + 28);
     data = local + LOCAL_LEN + lnlen + lelen;
     if (data > cd_off || csize > cd_off - data)
-        return fc_npy_fail(err, errlen,
+        return fc_file_fail(err, errlen,
                     "%s: damaged or truncated zip archive (data of %llu bytes at %llu, central directory at %llu)",
                     what, (unsigned long long)csize, (unsigned long long)data, (unsigned long long)cd_off);
     if (lnlen != nlen || memcmp(f + local + LOCAL_LEN, name, nlen) != 0)
-        return fc_npy_fail(err, errlen, "%s: damaged zip archive (local header of another name)", what);
+        return fc_file_fail(err, errlen, "%s: damaged zip archive (local header of another name)", what);
     s->start = local;
     s->end = data + csize;
     memcpy(m->name, name, nlen - 4);
@@ -265,8 +250,8 @@ static int read_archive(const char *path, fc_npz *z, char *err, size_t errlen) {
     span *spans;
     int found = 0, rc;
     if (size >= 6 && memcmp(f, "\x93NUMPY", 6) == 0)
-        return fc_npy_fail(err, errlen, "%s: a .npy file, not an .npz archive", path);
-    if (size < END_LEN) return fc_npy_fail(err, errlen, "%s: not an .npz archive (too short for a zip file)", path);
+        return fc_file_fail(err, errlen, "%s: a .npy file, not an .npz archive", path);
+    if (size < END_LEN) return fc_file_fail(err, errlen, "%s: not an .npz archive (too short for a zip file)", path);
     /* the end record: the last 22 bytes, or 22 bytes and a comment of up to 65535 that ends the file */
     for (pos = size - END_LEN;; --pos) {
         if (rd32(f + pos) == SIG_END && pos + END_LEN + rd16(f + pos + 20) == size) {
@@ -276,9 +261,9 @@ static int read_archive(const char *path, fc_npz *z, char *err, size_t errlen) {
         }
         if (pos == 0 || size - END_LEN - pos >= 0xFFFF) break;
     }
-    if (!found) return fc_npy_fail(err, errlen, "%s: not an .npz archive (no zip end of central directory record)", path);
+    if (!found) return fc_file_fail(err, errlen, "%s: not an .npz archive (no zip end of central directory record)", path);
     if (rd16(f + end + 4) != 0 || rd16(f + end + 6) != 0 || rd16(f + end + 8) != rd16(f + end + 10))
-        return fc_npy_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
+        return fc_file_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
     count = rd16(f + end + 10);
     cd_size = rd32(f + end + 12);
     cd_off = rd32(f + end + 16);
@@ -286,34 +271,34 @@ static int read_archive(const char *path, fc_npz *z, char *err, size_t errlen) {
     if (end >= LOCATOR64_LEN && rd32(f + end - LOCATOR64_LEN) == SIG_LOCATOR64) {
         const uint64_t loc = end - LOCATOR64_LEN, end64 = rd64(f + loc + 8);
         if (rd32(f + loc + 4) != 0 || rd32(f + loc + 16) > 1)
-            return fc_npy_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
+            return fc_file_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
         if (end64 > loc || loc - end64 < END64_LEN || rd32(f + end64) != SIG_END64)
-            return fc_npy_fail(err, errlen, "%s: damaged zip archive (zip64 end of central directory record)", path);
+            return fc_file_fail(err, errlen, "%s: damaged zip archive (zip64 end of central directory record)", path);
         if (rd32(f + end64 + 16) != 0 || rd32(f + end64 + 20) != 0 || rd64(f + end64 + 24) != rd64(f + end64 + 32))
-            return fc_npy_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
+            return fc_file_fail(err, errlen, "%s: multi-disk zip archives are not supported", path);
         count = rd64(f + end64 + 32);
         cd_size = rd64(f + end64 + 40);
         cd_off = rd64(f + end64 + 48);
         limit = end64;
     }
     if (cd_off > limit || cd_size > limit - cd_off)
-        return fc_npy_fail(err, errlen,
+        return fc_file_fail(err, errlen,
                     "%s: damaged or truncated zip archive (central directory of %llu bytes at %llu, file of %llu)",
                     path, (unsigned long long)cd_size, (unsigned long long)cd_off, (unsigned long long)size);
     if (count > cd_size / CENTRAL_LEN || count > (uint64_t)INT_MAX)
-        return fc_npy_fail(err, errlen, "%s: damaged zip archive (%llu members in a central directory of %llu bytes)", path,
+        return fc_file_fail(err, errlen, "%s: damaged zip archive (%llu members in a central directory of %llu bytes)", path,
                     (unsigned long long)count, (unsigned long long)cd_size);
     z->members = (fc_npz_member *)calloc(count ? (size_t)count : 1, sizeof *z->members);
     spans = (span *)malloc((count ? (size_t)count : 1) * sizeof *spans);
     if (!z->members || !spans) {
         free(spans);
-        return fc_npy_fail(err, errlen, "%s: out of memory for %llu members", path, (unsigned long long)count);
+        return fc_file_fail(err, errlen, "%s: out of memory for %llu members", path, (unsigned long long)count);
     }
     for (at = cd_off, i = 0; i < count; ++i, at += len) {
         rc = read_member(path, f, cd_off, f + at, cd_off + cd_size - at, &z->members[i], &spans[i], &len, err,
                          errlen);
         if (rc > 0)
-            fc_npy_fail(err, errlen, "%s: damaged or truncated zip archive (central directory entry %llu of %llu)", path,
+            fc_file_fail(err, errlen, "%s: damaged or truncated zip archive (central directory entry %llu of %llu)", path,
                  (unsigned long long)i + 1, (unsigned long long)count);
         if (rc != 0) {
             free(spans);
@@ -328,7 +313,7 @@ static int read_archive(const char *path, fc_npz *z, char *err, size_t errlen) {
     at = i < count ? spans[i].start : 0;
     free(spans);
     if (i < count)
-        return fc_npy_fail(err, errlen, "%s: damaged zip archive (members overlap at %llu)", path, (unsigned long long)at);
+        return fc_file_fail(err, errlen, "%s: damaged zip archive (members overlap at %llu)", path, (unsigned long long)at);
     return check_names(z, path, err, errlen);
 }
 
@@ -355,12 +340,12 @@ int fc_npz_open_npy(const char *path, const char *name, fc_npz *z, char *err, si
         n = strlen(name);
     }
     if (n >= sizeof z->members->name)
-        return fc_npy_fail(err, errlen, "%s: member name '%s' longer than 255 bytes", path, fc_npy_quote(q, name, n));
+        return fc_file_fail(err, errlen, "%s: member name '%s' longer than 255 bytes", path, fc_npy_quote(q, name, n));
     if (map_file(path, z, err, errlen) != 0) return -1;
     z->members = (fc_npz_member *)calloc(1, sizeof *z->members);
     if (!z->members) {
         fc_npz_close(z);
-        return fc_npy_fail(err, errlen, "%s: out of memory", path);
+        return fc_file_fail(err, errlen, "%s: out of memory", path);
     }
     if (fc_npy_parse(z->map, z->map_bytes, &z->members->array, &offset, path, err, errlen) != 0) {
         fc_npz_close(z);
@@ -454,12 +439,12 @@ static int check_entry_names(const char *path, const fc_npz_entry *entries, int 
     int i, rc = 0;
     if (count < 2) return 0;
     sorted = (const fc_npz_entry **)malloc((size_t)count * sizeof *sorted);
-    if (!sorted) return fc_npy_fail(err, errlen, "%s: out of memory", path);
+    if (!sorted) return fc_file_fail(err, errlen, "%s: out of memory", path);
     for (i = 0; i < count; ++i) sorted[i] = &entries[i];
     qsort(sorted, (size_t)count, sizeof *sorted, by_entry_name);
     for (i = 1; i < count && rc == 0; ++i)
         if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
-            rc = fc_npy_fail(err, errlen, "%s: two entries named '%s'", path,
+            rc = fc_file_fail(err, errlen, "%s: two entries named '%s'", path,
                       fc_npy_quote(q, sorted[i]->name, strlen(sorted[i]->name)));
     free(sorted);
     return rc;
@@ -476,22 +461,22 @@ static int plan_archive(const char *path, const fc_npz_entry *entries, int count
         const fc_npz_entry *e = &entries[i];
         size_t nlen, hlen, nbytes = 0;
         uint64_t head;
-        if (!e->name || !e->dtype) return fc_npy_fail(err, errlen, "%s: entry %d has no name or no dtype", path, i);
+        if (!e->name || !e->dtype) return fc_file_fail(err, errlen, "%s: entry %d has no name or no dtype", path, i);
         nlen = strlen(e->name);
         if (nlen > 250)
-            return fc_npy_fail(err, errlen, "%s: entry '%s': name longer than 250 bytes", path,
+            return fc_file_fail(err, errlen, "%s: entry '%s': name longer than 250 bytes", path,
                         fc_npy_quote(q, e->name, nlen));
         hlen = (e->rank > 0 && !e->shape) ? 0 : fc_npy_header(header, e->dtype, e->rank, e->shape, &nbytes);
         if (!hlen)
-            return fc_npy_fail(err, errlen, "%s: entry '%s': bad array description (dtype '%.16s', rank %d)", path,
+            return fc_file_fail(err, errlen, "%s: entry '%s': bad array description (dtype '%.16s', rank %d)", path,
                         fc_npy_quote(q, e->name, nlen), e->dtype, e->rank);
-        if (nbytes && !e->data) return fc_npy_fail(err, errlen, "%s: entry '%s' has no data", path, fc_npy_quote(q, e->name, nlen));
+        if (nbytes && !e->data) return fc_file_fail(err, errlen, "%s: entry '%s' has no data", path, fc_npy_quote(q, e->name, nlen));
         /* pad the local header so the array data (after a 64-byte multiple of .npy header) is aligned */
         head = off + LOCAL_LEN + nlen + 4;
         plan[i].pad = (unsigned)((DATA_ALIGN - head % DATA_ALIGN) % DATA_ALIGN);
         if (plan[i].pad && plan[i].pad < 6) plan[i].pad += DATA_ALIGN; /* room for the field's 6 bytes */
         if (nbytes >= ZIP32_LIMIT || head + plan[i].pad + hlen + nbytes >= ZIP32_LIMIT)
-            return fc_npy_fail(err, errlen, "%s: too large for an .npz archive without zip64 (entry '%s' ends past 4 GiB)",
+            return fc_file_fail(err, errlen, "%s: too large for an .npz archive without zip64 (entry '%s' ends past 4 GiB)",
                         path, fc_npy_quote(q, e->name, nlen));
         plan[i].offset = (uint32_t)off;
         plan[i].size = (uint32_t)(hlen + nbytes);
@@ -502,7 +487,7 @@ static int plan_archive(const char *path, const fc_npz_entry *entries, int count
         cd += CENTRAL_LEN + nlen + 4;
     }
     if (off + cd >= ZIP32_LIMIT)
-        return fc_npy_fail(err, errlen, "%s: too large for an .npz archive without zip64 (central directory past 4 GiB)",
+        return fc_file_fail(err, errlen, "%s: too large for an .npz archive without zip64 (central directory past 4 GiB)",
                     path);
     *cd_off = (uint32_t)off;
     *cd_size = (uint32_t)cd;
@@ -558,51 +543,36 @@ static int write_archive(FILE *fp, const fc_npz_entry *entries, int count, const
 }
 
 int fc_npz_save(const char *path, const fc_npz_entry *entries, int count, char *err, size_t errlen) {
-    const char *slash = strrchr(path, '/');
-    size_t dlen = slash ? (size_t)(slash - path) : 1;
     planned *plan;
     uint32_t cd_off = 0, cd_size = 0;
-    char *dir, *tmp;
+    char *tmp;
     FILE *fp;
     int saved;
-    if (count < 0 || (count > 0 && !entries)) return fc_npy_fail(err, errlen, "%s: bad entry list", path);
+    if (count < 0 || (count > 0 && !entries)) return fc_file_fail(err, errlen, "%s: bad entry list", path);
     if ((unsigned)count >= ZIP32_MEMBERS)
-        return fc_npy_fail(err, errlen, "%s: too large for an .npz archive without zip64 (%d entries, at most %u)", path,
+        return fc_file_fail(err, errlen, "%s: too large for an .npz archive without zip64 (%d entries, at most %u)", path,
                     count, ZIP32_MEMBERS - 1);
     plan = (planned *)calloc(count ? (size_t)count : 1, sizeof *plan);
-    if (!plan) return fc_npy_fail(err, errlen, "%s: out of memory", path);
+    if (!plan) return fc_file_fail(err, errlen, "%s: out of memory", path);
     if (plan_archive(path, entries, count, plan, &cd_off, &cd_size, err, errlen) != 0) {
         free(plan);
         return -1;
     }
-    dir = (char *)malloc(dlen + 1);
-    if (!dir) {
-        free(plan);
-        return fc_npy_fail(err, errlen, "%s: out of memory", path);
-    }
-    memcpy(dir, slash ? path : ".", dlen);
-    dir[dlen] = 0;
-    saved = fc_npy_temp_open(dir, slash ? slash + 1 : path, &tmp, &fp, err, errlen);
-    free(dir);
-    if (saved != 0) {
+    if (fc_file_temp(path, &tmp, &fp, err, errlen) != 0) {
         free(plan);
         return -1;
     }
     errno = 0;
-    if (write_archive(fp, entries, count, plan, cd_off, cd_size) != 0 || fflush(fp) != 0 || fsync(fileno(fp)) != 0) {
+    if (write_archive(fp, entries, count, plan, cd_off, cd_size) != 0) {
         saved = errno;
-        fclose(fp);
-        unlink(tmp);
-        free(tmp);
+        fc_file_drop(tmp, fp);
         free(plan);
-        return fc_npy_fail(err, errlen, "%s: write failed (%s)", path, saved ? strerror(saved) : "stream error");
+        return fc_file_fail(err, errlen, "%s: write failed (%s)", path, saved ? strerror(saved) : "stream error");
     }
     free(plan);
-    if (fclose(fp) != 0) {
-        saved = errno;
-        unlink(tmp);
-        free(tmp);
-        return fc_npy_fail(err, errlen, "%s: write failed (%s)", path, strerror(saved));
+    if (fc_file_close(fp, 1, path, err, errlen) != 0) {
+        fc_file_drop(tmp, NULL);
+        return -1;
     }
-    return fc_npy_rename(tmp, path, err, errlen);
+    return fc_file_put(tmp, path, err, errlen);
 }

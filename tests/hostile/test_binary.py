@@ -241,7 +241,7 @@ def test_a_failing_rename_reports_its_own_reason(net, tmp_path):
     res = _run(net, tmp_path)
     assert res.returncode == 4
     line = _one_error_line(res)
-    assert line.startswith("net: error: cannot write ") and "y.npy (" in line, line[:300]
+    assert line.startswith("net: error: ") and "y.npy: cannot write (" in line, line[:300]
     assert [p.name for p in (tmp_path / "res").iterdir()] == ["y.npy"]
 
 

@@ -143,7 +143,8 @@ def _build(tmp_path_factory, name, flags):
     src = root / "harness.c"
     src.write_text(HARNESS)
     exe = root / "harness"
-    cmd = [CC, *STRICT, *flags, f"-I{RUNTIME}", str(src), str(RUNTIME / "npz.c"), str(RUNTIME / "npy.c")]
+    sources = (str(RUNTIME / f) for f in ("npz.c", "npy.c", "files.c"))
+    cmd = [CC, *STRICT, *flags, f"-I{RUNTIME}", str(src), *sources]
     res = subprocess.run([*cmd, "-o", str(exe)], capture_output=True, text=True)
     if res.returncode and "-fsanitize=address,undefined" in flags:
         pytest.skip(f"no sanitizers here: {res.stderr[:200]}")

@@ -47,6 +47,7 @@ from .builder import Tensor, constant, control_dependencies, name_scope, variabl
 from .errors import GraphError
 from .ops.comm import cross_rank_mean
 from .ops.elementwise import cast, equal, maximum, minimum, pow, rsqrt, sqrt, where  # noqa: A004
+from .ops.index import check_index
 from .ops.math import cos, floor, softplus
 from .ops.nn import log_softmax
 from .ops.reduce import reduce_mean, reduce_sum
@@ -73,7 +74,8 @@ def _reduce(per, reduction: str, name):
 
 def softmax_cross_entropy(logits: Tensor, labels, axis: int = -1, reduction: str = "mean", name=None):
     """Cross-entropy of softmax(``logits``) along ``axis`` against ``labels``: integer class
-    indices (the shape of ``logits`` without ``axis``) or float targets of ``logits``' shape
+    indices in [0, classes) (the shape of ``logits`` without ``axis``; another index is an error
+    when the step runs: ``check_index``) or float targets of ``logits``' shape
     (one-hot or probabilities). ``reduction``: "mean" (default) or "sum" over the examples, or
     "none" (one loss per example)."""
     axis = axis % len(logits.shape)
@@ -85,7 +87,11 @@ def softmax_cross_entropy(logits: Tensor, labels, axis: int = -1, reduction: str
                 f"softmax_cross_entropy: class labels '{labels.name}' have shape {labels.shape}; "
                 f"logits '{logits.name}' {logits.shape} need {want}"
             )
-        classes = np.arange(logits.shape[axis]).reshape((-1,) + (1,) * (len(logits.shape) - 1 - axis))
+        depth = logits.shape[axis]
+        if labels.dtype not in ("int32", "int64"):
+            labels = cast(labels, "int64")
+        labels = check_index(labels, depth)  # a label outside the classes is an error, not a zero loss
+        classes = np.arange(depth).reshape((-1,) + (1,) * (len(logits.shape) - 1 - axis))
         target = cast(equal(unsqueeze(labels, axis), constant(classes.astype(dtypes.np_dtype(labels.dtype)))),
                       logits.dtype)  # fmt: skip
     else:

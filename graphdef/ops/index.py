@@ -27,7 +27,7 @@ from .. import dtypes
 from ..builder import Tensor, apply, constant, fill, operand
 from ..errors import ExecutionError, GradientError, ShapeError
 from ..ir import TensorType
-from ..registry import KERNEL, Attr, Example, Sample, defop
+from ..registry import KERNEL, NOT_DIFFERENTIABLE, Attr, Example, Sample, defop
 from ._util import check_dtype, norm_axis, resolve_axis, same_dtype
 from .elementwise import add, equal, less, where
 from .shape import concat, expand, unsqueeze
@@ -623,6 +623,53 @@ def topk(x, k, axis=-1, largest=True, sorted=True, name=None):  # noqa: A002 - O
     return apply("topk", [operand(x)], name, k=k, axis=axis, largest=largest, sorted=sorted)
 
 
+# ----------------------------------------------------------------------------- check_index
+def _check_index_infer(types, attrs):
+    (x,) = types
+    check_dtype(x, ("int32", "int64"), "check_index: x")
+    if attrs["depth"] < 1:
+        raise ShapeError(f"check_index: depth must be at least 1, got {attrs['depth']}")
+    return (x,)
+
+
+def _check_index_values(x: np.ndarray, depth: int) -> None:
+    bad = (x < 0) | (x >= depth)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ExecutionError(f"index {int(x[at])} at {list(at)} is outside [0, {depth})")
+
+
+def _check_index_ref(xs, attrs):
+    _check_index_values(xs[0], attrs["depth"])
+    return xs[0].copy()
+
+
+defop(
+    "check_index",
+    ("x",),
+    _check_index_infer,
+    _check_index_ref,
+    NOT_DIFFERENTIABLE,
+    attrs={"depth": Attr("int")},
+    check_constants=lambda types, attrs, consts: 0 in consts and _check_index_values(consts[0], **attrs),
+    kind=KERNEL,
+    doc="x itself when every element lies in [0, depth) (class labels, positions); otherwise an "
+    "error (ExecutionError; FC_ERR_INDEX from C) instead of a silent wrong result",
+    examples=(
+        Example((_i64([[0, 2], [1, 2]]),), {"depth": 3}, lambda x: x),
+        Example((_i32([4, 0, 3]),), {"depth": 5}, lambda x: x),
+    ),
+)
+
+
+def check_index(x, depth: int, name=None):
+    """``x`` (int32 or int64) unchanged when every element lies in ``[0, depth)``; a value
+    outside is an error when the graph runs (the interpreter's ExecutionError, the C run's
+    FC_ERR_INDEX) or when it is compiled (a constant ``x``). Guards class labels, whose
+    comparisons would otherwise drop an out-of-range label without a word."""
+    return apply("check_index", [operand(x)], name, depth=int(depth))
+
+
 # ----------------------------------------------------------------------------- one_hot
 def one_hot(indices, depth: int, axis: int = -1, on_value=1.0, off_value=0.0, dtype="float32", name=None):
     """``on_value`` where the (wrapped) index equals the position along the new ``axis`` of
@@ -648,6 +695,7 @@ def one_hot(indices, depth: int, axis: int = -1, on_value=1.0, off_value=0.0, dt
 
 # the builders that graphdef exports (``gd.gather_elements`` ...)
 __all__ = [
+    "check_index",
     "gather_elements",
     "gather_nd",
     "one_hot",

@@ -9,6 +9,9 @@
  *     rounded to FC_T: with f16 and repeated indices this rounds once per add where the
  *     numpy reference sums in float32 and rounds once. Integers wrap.
  *
+ * int fc_check_index_i64(y, idx, n, depth)                             (and fc_check_index_i32)
+ *     y = idx when every idx[j] lies in [0, depth) (no negative counting from the end here).
+ *
  * idx is flat (the index tensor of any shape, in row-major order). A negative index counts
  * from the end; any index outside [-dim, dim) makes the kernel return FC_ERR_INDEX. All
  * indices are checked before anything is written, so on error y is untouched. Otherwise
@@ -39,6 +42,28 @@ FC_INLINE int fc_index_check_(const void *idx, int wide, long n_idx, long dim) {
 FC_INLINE long fc_index_norm_(const void *idx, int wide, long j, long dim) {
     const int64_t v = fc_index_at_(idx, wide, j);
     return (long)(v < 0 ? v + (int64_t)dim : v);
+}
+
+/* y = idx when every element of idx lies in [0, depth) (check_index: class labels), else
+ * FC_ERR_INDEX with y untouched. */
+FC_INLINE int fc_check_index_any_(void *y, const void *idx, int wide, long n, long depth) {
+    long j;
+    for (j = 0; j < n; j++) {
+        const int64_t v = fc_index_at_(idx, wide, j);
+        if (v < 0 || v >= (int64_t)depth)
+            return FC_ERR_INDEX;
+    }
+    if (y != idx && n > 0)
+        memcpy(y, idx, (size_t)n * (wide ? sizeof(int64_t) : sizeof(int32_t)));
+    return FC_OK;
+}
+
+FC_INLINE int fc_check_index_i64(int64_t *y, const int64_t *idx, long n, long depth) {
+    return fc_check_index_any_(y, idx, 1, n, depth);
+}
+
+FC_INLINE int fc_check_index_i32(int32_t *y, const int32_t *idx, long n, long depth) {
+    return fc_check_index_any_(y, idx, 0, n, depth);
 }
 
 FC_INLINE int fc_gather_any_(void *y, const void *x, const void *idx, int wide, long n_idx,

@@ -166,7 +166,7 @@ def test_sigint_writes_a_checkpoint_and_exits(trainer, tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
-    step = int(out.split("interrupted at step ")[1].split(":")[0])
+    step = int(out.split("interrupted by SIGINT at step ")[1].split(":")[0])
     values, header = checkpoint.load(ck)
     assert header["step"] == step == int(values["global_step"]) > 0
 

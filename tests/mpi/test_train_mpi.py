@@ -105,3 +105,20 @@ def test_wrong_batch_and_a_build_without_mpi_are_refused(toolchain, binaries, da
     assert len(ours) == 1  # rank 0 speaks for all (Open MPI's mpiexec adds lines of its own)
     res = train(toolchain, 2, binaries["plain"], "--data", data_file, ok=False)
     assert res.returncode != 0 and "built without MPI" in res.stderr, res.stderr
+
+
+def test_a_start_up_error_on_one_rank_stops_every_rank(toolchain, binaries, data_file, tmp_path):
+    """The dataset missing on one node only (an MPMD launch gives each rank its own --data):
+    every rank stops at once instead of waiting in the first broadcast, and the rank that
+    failed says why."""
+    exe = binaries["two"]
+    missing = tmp_path / "node-local" / "data.npz"
+    cmd = [*toolchain.launch(1), str(exe), "train", "--data", str(data_file), ":",
+           "-n", "1", str(exe), "train", "--data", str(missing)]  # fmt: skip
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a start-up error on rank 1 left the job hanging")
+    assert res.returncode != 0, res.stdout
+    assert "digits train: rank 1: error:" in res.stderr and "data.npz" in res.stderr, res.stderr
+    assert "epoch" not in res.stdout

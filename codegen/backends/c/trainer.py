@@ -22,8 +22,8 @@ from graphdef.registry import get_op
 
 from ... import passes
 from ...storage import ALIGN
-from .cnames import c_string
-from .emit import VERSION, Sources, environment
+from .cnames import STORAGE, c_string
+from .emit import DRIVER_C, VERSION, Sources, environment
 
 MPI_C = "mpi/fc_mpi.c"
 _MASK = (1 << 64) - 1
@@ -65,6 +65,20 @@ def split(graph: Graph, train) -> tuple[Graph, Graph | None]:
     return step, (needed(graph, others) if others else None)
 
 
+def label_depths(graph: Graph) -> dict[str, int]:
+    """The inputs read as class labels, each with its number of classes: those a ``check_index``
+    reads (directly or through a cast; gd.train's softmax_cross_entropy puts one on its labels).
+    The driver checks their values in the whole dataset before the first step, so a bad label is
+    reported with its sample, not as a failed step."""
+    sources = {n.name: n.inputs[0] for n in graph.nodes if n.op == "cast"}
+    depth: dict[str, int] = {}
+    for n in graph.nodes:
+        if n.op == "check_index":
+            src = sources.get(n.inputs[0].node, n.inputs[0]).node
+            depth[src] = min(depth.get(src, n.attrs["depth"]), n.attrs["depth"])
+    return depth
+
+
 def check_step(program, name: str) -> None:
     """The step reads a batch from the dataset: every input has a leading batch axis of one
     common size, and its one output (the train op's value) is a float32 scalar."""
@@ -103,6 +117,7 @@ def render(
     specs = {v["name"]: (tuple(v["shape"]), v["dtype"]) for v in state}
     step = step_src.context
     g_step = next((v["offset"] for v in state if v["name"] == "global_step" and v["dtype"] == "int64"), None)
+    depths = label_depths(step_program.graph)
     t = {
         "name": name,
         "step": step["name"],
@@ -121,8 +136,11 @@ def render(
                 "rank": t.rank,
                 "shape": list(t.shape),
                 "row_bytes": t.nbytes // t.shape[0],
+                "row_size": t.size // t.shape[0],
+                "depth": depths.get(ref.node, 0),
+                "ctype": STORAGE[t.dtype],
             }
-            for label, _, t in step_program.inputs
+            for label, ref, t in step_program.inputs
         ],  # fmt: skip
         "input_names": ", ".join(c_string(label)[1:-1] for label, _, _ in step_program.inputs),
         "vars": step["state_vars"],
@@ -146,7 +164,9 @@ def render(
     else:
         m = {**step, "name": name, "trainer": True, "mpi": mpi}
         out.files["main.c"] = env.get_template("train/main.c.j2").render(t=t)
-    out.files["Makefile"] = env.get_template("build/Makefile.j2").render(m={**m, "mpi": mpi}, sources=c_files)
+    out.files["Makefile"] = env.get_template("build/Makefile.j2").render(
+        m={**m, "mpi": mpi}, sources=c_files, driver=DRIVER_C
+    )
     out.c_files = c_files
     base = infer_src.metadata if infer_src is not None else step_src.metadata
     out.metadata = {

@@ -35,6 +35,13 @@ def _elements(data, indices, axis: int) -> dict:
     }
 
 
+@kernel("check_index")
+def _check_index(s):
+    (x,) = s.ins
+    k = {"n": x.size, "depth": s.attrs["depth"], "fn": f"fc_check_index_{x.sfx}"}
+    return Call("check_index", k, ("kernels/index.h",))
+
+
 @kernel("gather_elements")
 def _gather_elements(s):
     data, indices = s.ins

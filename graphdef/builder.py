@@ -116,6 +116,21 @@ def name_scope(name: str):
         _stack("scopes").pop()
 
 
+@contextlib.contextmanager
+def source_scope(name: str):
+    """Name the nodes created inside after ``name``, the node they come from (an ONNX node, or
+    a node a pass replaces): automatic names become ``name/op`` (made unique), so error
+    messages, ``flowc inspect`` and saved graphs say which source node a node belongs to. Unlike
+    ``name_scope``, any non-empty string (names from model files are kept; C sees them only
+    sanitized); callers pass untrusted names through ``errors.printable`` first."""
+    _check_name(name)
+    _stack("scopes").append(name)
+    try:
+        yield
+    finally:
+        _stack("scopes").pop()
+
+
 _DEVICE = re.compile(r"(rank:\d+)?(/?(cpu|gpu):\d+)?|cpu|gpu")
 
 
@@ -226,7 +241,9 @@ class Tensor:
 
 
 def _unique_name(graph: Graph, base: str, explicit: bool) -> str:
-    scope = "/".join(s for s in _stack("scopes") if s)
+    scope = ""
+    for s in filter(None, _stack("scopes")):  # a source name may start with "/" ("/encoder/MatMul")
+        scope = s if not scope else scope + s if s.startswith("/") else f"{scope}/{s}"
     full = f"{scope}/{base}" if scope else base
     if explicit:
         if full in graph:

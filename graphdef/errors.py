@@ -7,12 +7,36 @@ what went wrong and where (node, op, shapes, file). Subclasses let callers catch
 from __future__ import annotations
 
 
+def printable(text, limit: int | None = None) -> str:
+    r"""``text`` safe to show on one terminal line: every character that is not printable
+    escaped as Python writes it (``\x1b``, ``\u202e``, a lone surrogate ``\udcff``), and past
+    ``limit`` characters its middle cut to "..." (the start and the end of a name tell layers
+    and nodes apart). Names in model files are untrusted: messages show them through this.
+
+    >>> printable("evil\x1b[2J"), printable("a" * 10 + "b" * 10, limit=9)
+    ('evil\\x1b[2J', 'aaa...bbb')
+    """
+    text = str(text)
+    if limit is not None and len(text) > limit:
+        head = (limit - 3) // 2
+        text = text[:head] + "..." + text[len(text) - (limit - 3 - head) :]
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 class FlowcError(Exception):
     """Base of every error flowc raises on bad input."""
 
     def __init__(self, message: str):
-        # One line: a multi-line message would be cut by log collectors and CLIs.
-        super().__init__(" ".join(str(message).split()))
+        # One line: a multi-line message would be cut by log collectors and CLIs; control
+        # characters from untrusted names (terminal escapes) are shown escaped.
+        super().__init__(printable(" ".join(str(message).split())))
 
 
 class GraphError(FlowcError):

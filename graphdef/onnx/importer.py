@@ -14,6 +14,7 @@ bound to given values, and their outputs are returned, so control flow is inline
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import stat
@@ -25,8 +26,17 @@ from pathlib import Path
 import numpy as np
 
 from .. import dtypes
-from ..builder import Graph, Tensor, constant, default_graph_scope, fill, placeholder, variable
-from ..errors import FlowcError, GraphError, ShapeError, UnsupportedError
+from ..builder import (
+    Graph,
+    Tensor,
+    constant,
+    default_graph_scope,
+    fill,
+    placeholder,
+    source_scope,
+    variable,
+)
+from ..errors import FlowcError, GraphError, ShapeError, UnsupportedError, printable
 from ..interpret import run
 from ..ops.shape import identity
 
@@ -35,6 +45,8 @@ FOLD_LIMIT_BYTES = 64 << 20  # 64 MiB: the most the importer computes at import 
 CONST_LIMIT_BYTES = 1 << 30  # 1 GiB: a helper constant a converter builds (a mask, an index table)
 MAX_VALUE_BYTES = (1 << 63) - 1  # no machine addresses a larger tensor: a type beyond it is an overflow
 MAX_CONVERSIONS = 1_000_000  # node conversions (unrolled loop bodies count each time): more are refused
+NAME_LIMIT = 200  # characters of a name from the file shown in messages and node names (the middle is cut)
+MIN_OPSET = 7  # the oldest default-domain opset flowc reads (the newest: what the installed onnx knows)
 
 
 class OnnxImportError(FlowcError):
@@ -199,7 +211,7 @@ class OnnxNode:
         return the values of its outputs (see ``_Importer.subgraph``)."""
         g = self.attrs.get(attr)
         if g is None or not hasattr(g, "node"):
-            raise self.unsupported(f"attribute '{attr}' (a graph) is missing")
+            raise self.unsupported(f"attribute {_q(attr)} (a graph) is missing")
         return self.importer.subgraph(g, values, f"{self.where()} {what or attr}")
 
 
@@ -213,7 +225,7 @@ def value_source(v: Value) -> str:
     if not isinstance(v, Tensor):
         return ""
     if v.op == "placeholder":
-        return f" (model input '{v.name}': fix it with --value)"
+        return f" (model input {_q(v.name)}: fix it with --value)"
     graph, seen, stack, inputs, other = v.graph, set(), [v.ref.node], [], False
     while stack:
         node = graph.node(stack.pop())
@@ -229,7 +241,7 @@ def value_source(v: Value) -> str:
         return ""
     first, *rest = sorted(inputs)
     more = f"; also from {', '.join(repr(n) for n in rest)}" if rest else ""
-    return f" (computed from model input '{first}': fix it with --value{more})"
+    return f" (computed from model input {_q(first)}: fix it with --value{more})"
 
 
 def _attr_value(a):
@@ -263,23 +275,23 @@ def _tensor_array(t, base: Path | None, what: str) -> np.ndarray:
     """A TensorProto as a numpy array, refusing huge declared sizes and escaping paths."""
     from onnx import TensorProto, numpy_helper
 
-    dtype = onnx_dtype(t.data_type, f"{what} '{t.name}'")
+    dtype = onnx_dtype(t.data_type, f"{what} {_q(t.name)}")
     dims = [int(d) for d in t.dims]
     nbytes = math.prod(dims) * dtypes.itemsize(dtype)
     if any(d < 0 for d in dims) or nbytes > MAX_TENSOR_BYTES:
         raise OnnxImportError(
-            f"tensor '{t.name}' declares {nbytes} bytes (shape {dims}), more than flowc "
+            f"tensor {_q(t.name)} declares {nbytes} bytes (shape {dims}), more than flowc "
             f"will allocate ({MAX_TENSOR_BYTES} bytes)"
         )
     if t.data_location == TensorProto.EXTERNAL:
         return _external_array(t, base, dims, dtype, nbytes)
     if t.HasField("raw_data") and len(t.raw_data) != nbytes:
-        raise OnnxImportError(f"tensor '{t.name}': {len(t.raw_data)} bytes of data for {nbytes} declared")
+        raise OnnxImportError(f"tensor {_q(t.name)}: {len(t.raw_data)} bytes of data for {nbytes} declared")
     try:
         array = numpy_helper.to_array(t)
         return np.asarray(array, dtype=dtypes.np_dtype(dtype)).reshape(tuple(dims))
     except Exception as e:  # malformed data fields
-        raise OnnxImportError(f"tensor '{t.name}': unreadable data ({type(e).__name__}: {e})") from None
+        raise OnnxImportError(f"tensor {_q(t.name)}: unreadable data ({type(e).__name__}: {e})") from None
 
 
 def _external_field(t, info: dict, key: str, default: int) -> int:
@@ -289,7 +301,7 @@ def _external_field(t, info: dict, key: str, default: int) -> int:
         return default
     if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) >= 1 << 63:
         raise OnnxImportError(
-            f"tensor '{t.name}': external data {key} {text[:40]!r} is not a decimal integer in [0, 2^63)"
+            f"tensor {_q(t.name)}: external data {key} {text[:40]!r} is not a decimal integer in [0, 2^63)"
         )
     return int(text)
 
@@ -298,7 +310,7 @@ def _external_array(t, base: Path | None, dims: list, dtype: str, nbytes: int) -
     """The data of a tensor stored in a file beside the model: a regular file inside the
     model's folder, at a decimal offset, exactly the declared bytes long."""
     if base is None:
-        raise OnnxImportError(f"tensor '{t.name}' uses external data, which needs the model's folder")
+        raise OnnxImportError(f"tensor {_q(t.name)} uses external data, which needs the model's folder")
     info = {e.key: e.value for e in t.external_data}
     location = info.get("location", "")
     try:
@@ -308,22 +320,27 @@ def _external_array(t, base: Path | None, dims: list, dtype: str, nbytes: int) -
         inside = False
     if not inside:
         raise OnnxImportError(
-            f"tensor '{t.name}': external data '{location}' is outside the model's folder {base}; refused"
+            f"tensor {_q(t.name)}: external data {_q(location)} is outside the model's folder {base}; refused"
         )
     offset = _external_field(t, info, "offset", 0)
     length = _external_field(t, info, "length", nbytes)
     if length != nbytes:
-        raise OnnxImportError(f"tensor '{t.name}': external data length {length} != {nbytes} bytes declared")
+        raise OnnxImportError(
+            f"tensor {_q(t.name)}: external data length {length} != {nbytes} bytes declared"
+        )
     try:
         st = path.stat()
     except (OSError, ValueError):
-        raise OnnxImportError(f"tensor '{t.name}': external data file '{location}' not found") from None
+        raise OnnxImportError(f"tensor {_q(t.name)}: external data file {_q(location)} not found") from None
     if not stat.S_ISREG(st.st_mode):
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise OnnxImportError(f"tensor '{t.name}': external data location '{location}' is {kind}; refused")
+        raise OnnxImportError(
+            f"tensor {_q(t.name)}: external data location {_q(location)} is {kind}; refused"
+        )
     if offset + length > st.st_size:
         raise OnnxImportError(
-            f"tensor '{t.name}': external data '{location}' has {st.st_size} bytes, needs {offset + length}"
+            f"tensor {_q(t.name)}: external data {_q(location)} has {st.st_size} bytes, "
+            f"needs {offset + length}"
         )
     array = np.empty(tuple(dims), dtype=dtypes.np_dtype(dtype).newbyteorder("<"))
     try:
@@ -332,11 +349,11 @@ def _external_array(t, base: Path | None, dims: list, dtype: str, nbytes: int) -
             got = f.readinto(memoryview(array.reshape(-1).view(np.uint8))) if nbytes else 0
     except OSError as e:
         raise OnnxImportError(
-            f"tensor '{t.name}': cannot read external data '{location}' ({e.strerror})"
+            f"tensor {_q(t.name)}: cannot read external data {_q(location)} ({e.strerror})"
         ) from None
     if got != nbytes:
         raise OnnxImportError(
-            f"tensor '{t.name}': external data '{location}' gave {got} bytes, needs {nbytes}"
+            f"tensor {_q(t.name)}: external data {_q(location)} gave {got} bytes, needs {nbytes}"
         )
     return array
 
@@ -377,8 +394,10 @@ class _Importer:
     # ------------------------------------------------------------------ graph
     def run(self, name: str | None) -> Graph:
         g = self.model.graph
-        graph = Graph(name or (g.name or "model"))
+        # the graph's outputs are named after their tensors at the end: automatic names avoid them
+        graph = Graph(name or (g.name or "model"), reserved={vi.name for vi in g.output})
         self.graph = graph
+        _check_producers(g, self.label)
         self._check_ops(g)
         inits = {t.name for t in g.initializer}
         for t in g.initializer:
@@ -396,7 +415,7 @@ class _Importer:
                 x = placeholder(vi.name, self._input_shape(vi), self._value_dtype(vi))
                 if x.type.nbytes > MAX_VALUE_BYTES:
                     raise OnnxImportError(
-                        f"input '{vi.name}' ({x.type}) would take {x.type.nbytes} bytes, more than any "
+                        f"input {_q(vi.name)} ({x.type}) would take {x.type.nbytes} bytes, more than any "
                         f"machine addresses ({MAX_VALUE_BYTES}): its size overflows"
                     )
                 self.env[vi.name] = x
@@ -410,7 +429,7 @@ class _Importer:
             for vi in g.output:
                 if vi.name not in self.env:
                     raise OnnxImportError(
-                        f"{self.label}: graph output '{vi.name}' is not produced by any node"
+                        f"{self.label}: graph output {_q(vi.name)} is not produced by any node"
                     )
                 v = self.env[vi.name]
                 if isinstance(v, np.ndarray):
@@ -446,7 +465,7 @@ class _Importer:
                 names.append(t.name)
             elif wanted is not None:
                 raise OnnxImportError(
-                    f"{self.label}: initializer '{t.name}' ({a.dtype}{list(a.shape)}) cannot be trainable: "
+                    f"{self.label}: initializer {_q(t.name)} ({a.dtype}{list(a.shape)}) cannot be trainable: "
                     "only float arrays of at least one dimension read as data are"
                 )
         if wanted is not None and wanted - set(names):
@@ -455,20 +474,32 @@ class _Importer:
         return names
 
     def _check_ops(self, g) -> None:
+        """Refuse every op flowc has no converter for at once, with counts and the first
+        (named) ONNX node of each."""
         missing: Counter = Counter()
+        first: dict[tuple, str] = {}
         for node in _all_nodes(g):
             domain = "" if node.domain in ("", "ai.onnx") else node.domain
             opset = self.opsets.get(node.domain or "ai.onnx", 0)
             if _lookup(domain, node.op_type, opset) is None:
-                missing[(node.domain or "ai.onnx", node.op_type, opset)] += 1
+                key = (node.domain or "ai.onnx", node.op_type, opset)
+                missing[key] += 1
+                if node.name:
+                    first.setdefault(key, node.name)
+
+        def part(key, n):
+            dom, op, v = key
+            named = "" if key not in first else f", node {_q(first[key])}" + (" ..." if n > 1 else "")
+            return f"{printable(op, NAME_LIMIT)} x{n} ({printable(dom, NAME_LIMIT)} opset {v}{named})"
+
         if missing:
-            parts = ", ".join(f"{op} x{n} ({dom} opset {v})" for (dom, op, v), n in sorted(missing.items()))
+            parts = ", ".join(part(k, n) for k, n in sorted(missing.items()))
             raise UnsupportedError(f"{self.label}: unsupported ops: {parts}")
 
     def _value_dtype(self, vi) -> str:
         if not vi.type.HasField("tensor_type"):
-            raise UnsupportedError(f"input '{vi.name}' is a {vi.type.WhichOneof('value')}, not a tensor")
-        return onnx_dtype(vi.type.tensor_type.elem_type, f"input '{vi.name}'")
+            raise UnsupportedError(f"input {_q(vi.name)} is a {vi.type.WhichOneof('value')}, not a tensor")
+        return onnx_dtype(vi.type.tensor_type.elem_type, f"input {_q(vi.name)}")
 
     def _input_shape(self, vi) -> tuple[int, ...]:
         tt = vi.type.tensor_type
@@ -483,12 +514,13 @@ class _Importer:
                         d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims
                     ]
                     raise OnnxImportError(
-                        f"input '{vi.name}': --shape {list(given)} does not fit declared {declared}"
+                        f"input {_q(vi.name)}: --shape {list(given)} does not fit declared {declared}"
                     )
             return given
         if not tt.HasField("shape"):
             raise OnnxImportError(
-                f"input '{vi.name}' has no shape; give one with --shape {vi.name}=D0xD1x..."
+                f"input {_q(vi.name)} has no shape; give one with "
+                f"--shape {printable(vi.name, NAME_LIMIT)}=D0xD1x..."
             )
         out = []
         for axis, d in enumerate(tt.shape.dim):
@@ -499,8 +531,8 @@ class _Importer:
             else:
                 sym = d.dim_param or "?"
                 raise OnnxImportError(
-                    f"input '{vi.name}' has symbolic dimension '{sym}' at axis {axis}; fix it with "
-                    f"--shape {vi.name}=" + "x".join("N" for _ in tt.shape.dim)
+                    f"input {_q(vi.name)} has symbolic dimension {_q(sym)} at axis {axis}; fix it with "
+                    f"--shape {printable(vi.name, NAME_LIMIT)}=" + "x".join("N" for _ in tt.shape.dim)
                 )
         return tuple(out)
 
@@ -510,7 +542,7 @@ class _Importer:
             for name in node.input:
                 if name and name not in self.env:
                     raise OnnxImportError(
-                        f"{self.label}: node '{node.name or index}' ({node.op_type}) reads '{name}', "
+                        f"{self.label}: {_node_label(node, index)} reads {_q(name)}, "
                         "which no earlier node or input defines (unsorted or cyclic graph)"
                     )
             self._convert(node, index)
@@ -525,9 +557,11 @@ class _Importer:
         opset = self.opsets.get(node.domain or "ai.onnx", 0)
         fn = _lookup(domain, node.op_type, opset)
         inputs = [self.env[n] if n else None for n in node.input]
-        ctx = OnnxNode(
-            node.op_type, node.name or f"{node.op_type}_{index}", opset, {}, inputs, len(node.output), self
-        )
+        # the ONNX node's name (or op and index): in messages, and the scope of the graph nodes
+        # it becomes ("<ONNX name>/<op>"), so later stages and `flowc inspect` still name it
+        label = printable(node.name or f"{node.op_type}_{index}", NAME_LIMIT)
+        ctx = OnnxNode(node.op_type, label, opset, {}, inputs, len(node.output), self)
+        _check_arity(ctx, node, domain)
         # a node with subgraphs also reads names of this scope that are not among its inputs:
         # its converter runs in place, and the subgraph's own nodes fold what is known
         known = (
@@ -537,11 +571,12 @@ class _Importer:
         )
         try:
             ctx.attrs = {a.name: _attr_value(a) for a in node.attribute}
-            outs = self._evaluate(fn, ctx) if known else None
-            if outs is None:  # not all known, or too large to compute now: graph nodes
-                outs = fn(ctx)
-                if known:
-                    self._mark_unfolded(ctx, outs)
+            with source_scope(label):
+                outs = self._evaluate(fn, ctx) if known else None
+                if outs is None:  # not all known, or too large to compute now: graph nodes
+                    outs = fn(ctx)
+                    if known:
+                        self._mark_unfolded(ctx, outs)
             outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
             for i, v in enumerate(outs):
                 if isinstance(v, Tensor) and v.type.nbytes > MAX_VALUE_BYTES:
@@ -554,6 +589,11 @@ class _Importer:
             raise type(e)(msg if ctx.where() in msg else f"{ctx.where()}: {msg}") from None
         except RecursionError:
             raise
+        except IndexError:  # a converter reading an input or output the node does not have
+            raise OnnxImportError(
+                f"{ctx.where()} has {_count(len(node.input), 'input')} and "
+                f"{_count(len(node.output), 'output')}, fewer than its converter reads for {ctx.op}"
+            ) from None
         except Exception as e:  # a converter failing on input it did not expect: name the node
             raise OnnxImportError(f"{ctx.where()}: cannot be imported ({type(e).__name__}: {e})") from None
         for name, value in zip(node.output, outs):
@@ -591,7 +631,7 @@ class _Importer:
         """
         if len(values) != len(g.input):
             raise OnnxImportError(
-                f"{where}: subgraph '{g.name}' declares {len(g.input)} input(s), {len(values)} given"
+                f"{where}: subgraph {_q(g.name)} declares {len(g.input)} input(s), {len(values)} given"
             )
         outer = self.env
         scope: dict[str, Value] = {}
@@ -603,9 +643,11 @@ class _Importer:
             self._convert_nodes(g.node)
             for vi in g.output:
                 if vi.name not in self.env:
-                    raise OnnxImportError(f"subgraph output '{vi.name}' is not produced by any node")
+                    raise OnnxImportError(f"subgraph output {_q(vi.name)} is not produced by any node")
                 if self.env[vi.name] is None:
-                    raise UnsupportedError(f"subgraph output '{vi.name}' is an empty optional, not a tensor")
+                    raise UnsupportedError(
+                        f"subgraph output {_q(vi.name)} is an empty optional, not a tensor"
+                    )
             return [self.env[vi.name] for vi in g.output]
         except FlowcError as e:
             raise type(e)(f"{where}: {e}") from None
@@ -658,6 +700,165 @@ def _all_nodes(g):
             yield from _all_nodes(sub)
 
 
+def _q(name) -> str:
+    """A name from the file, quoted for a message: escaped and bounded."""
+    return f"'{printable(name, NAME_LIMIT)}'"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _node_label(node, index: int) -> str:
+    """``node 'name' (Op)``, or ``node 3 (Op)`` (its index in its graph) when it has no name."""
+    op = printable(node.op_type, NAME_LIMIT)
+    return f"node {_q(node.name)} ({op})" if node.name else f"node {index} ({op})"
+
+
+def _graph_attrs(node):
+    """(attribute name, graph) for the graphs a node holds (If's branches, a Loop's body)."""
+    for a in node.attribute:
+        name = printable(a.name, NAME_LIMIT)
+        if a.HasField("g"):
+            yield name, a.g
+        for k, sub in enumerate(a.graphs):
+            yield f"{name}[{k}]", sub
+
+
+def _check_producers(g, label: str, outer: dict | None = None, where: str = "") -> None:
+    """Every tensor of ``g`` has one producer (ONNX's single static assignment, which
+    onnxruntime enforces): a graph input listed once, and no node output that repeats an input,
+    an initializer, an earlier node's output or, in a subgraph (If, Loop, Scan), a name of an
+    enclosing graph. Otherwise the importer would let the last one win; refused, naming both."""
+    outer = outer or {}
+    defined: dict[str, str] = {}
+    for vi in g.input:
+        if vi.name in defined:
+            raise OnnxImportError(f"{label}: {where}graph input {_q(vi.name)} is listed twice")
+        defined[vi.name] = f"graph input {_q(vi.name)}"
+    for t in g.initializer:  # an initializer may also be listed as an input (IR < 4): one tensor
+        defined.setdefault(t.name, f"initializer {_q(t.name)}")
+    for index, node in enumerate(g.node):
+        this = _node_label(node, index)
+        for attr, sub in _graph_attrs(node):
+            _check_producers(sub, label, {**outer, **defined}, f"{where}{this} attribute '{attr}': ")
+        for name in node.output:
+            if not name:
+                continue
+            first = defined.get(name) or (f"{outer[name]} of an enclosing graph" if name in outer else None)
+            if first is not None:
+                raise OnnxImportError(
+                    f"{label}: {where}tensor {_q(name)} has two producers, {first} and {this}; "
+                    "ONNX allows one per tensor"
+                )
+            defined[name] = this
+
+
+def _check_utf8(model, label: str) -> None:
+    """Every name the importer reads is text: protobuf hands a name that is not valid UTF-8 over
+    as bytes (or with surrogates), which would fail later as something else."""
+
+    def check(value, where: str) -> None:
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+                return
+            except UnicodeEncodeError:
+                value = value.encode(
+                    "utf-8", "surrogateescape" if _escapes_only(value) else "backslashreplace"
+                )
+        shown = repr(bytes(value[:60])) + ("..." if len(value) > 60 else "")
+        raise OnnxImportError(f"{label}: {where} is not valid UTF-8 ({shown})")
+
+    def tensors(ts, where: str) -> None:
+        for k, t in enumerate(ts):
+            check(t.name, f"{where} {k} name")
+            for e in t.external_data:
+                check(e.key, f"{where} {k} external data key")
+                check(e.value, f"{where} {k} external data value")
+
+    def graph(g, where: str) -> None:
+        check(g.name, f"{where}graph name")
+        for kind, vis in (("graph input", g.input), ("graph output", g.output)):
+            for k, vi in enumerate(vis):
+                check(vi.name, f"{where}{kind} {k} name")
+        tensors(g.initializer, f"{where}initializer")
+        for index, node in enumerate(g.node):
+            check(node.op_type, f"{where}node {index} op type")
+            check(node.domain, f"{where}node {index} ({node.op_type}) domain")
+            check(node.name, f"{where}node {index} ({node.op_type}) name")
+            this = _node_label(node, index)
+            for kind, names in (("input", node.input), ("output", node.output)):
+                for k, name in enumerate(names):
+                    check(name, f"{where}{this} {kind} {k}")
+            for k, a in enumerate(node.attribute):
+                check(a.name, f"{where}{this} attribute {k} name")
+                if a.HasField("t"):
+                    tensors([a.t], f"{where}{this} attribute {_q(a.name)} tensor")
+            for attr, sub in _graph_attrs(node):
+                graph(sub, f"{where}{this} attribute '{attr}': ")
+
+    for k, o in enumerate(model.opset_import):
+        check(o.domain, f"opset import {k} domain")
+    graph(model.graph, "")
+
+
+def _escapes_only(text: str) -> bool:
+    """Whether the only characters UTF-8 cannot encode are surrogateescape's (U+DC80..U+DCFF)."""
+    return all(0xDC80 <= ord(c) <= 0xDCFF for c in text if 0xD800 <= ord(c) <= 0xDFFF)
+
+
+def _check_opset(model, label: str) -> None:
+    """The default domain's opset is one flowc reads: 7 to the newest the installed onnx knows."""
+    import onnx.defs
+
+    newest = onnx.defs.onnx_opset_version()
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx") and not MIN_OPSET <= o.version <= newest:
+            raise OnnxImportError(
+                f"{label}: opset {o.version} of the default ONNX domain is not supported; "
+                f"flowc reads opsets {MIN_OPSET} to {newest}"
+            )
+
+
+@functools.cache
+def _schema(op_type: str, opset: int, domain: str):
+    """ONNX's schema of ``op_type`` at ``opset`` (its inputs: names, which are optional), or None
+    for an op the installed onnx does not describe (another domain's)."""
+    import onnx.defs
+
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain)
+    except Exception:  # onnx.defs.SchemaError: not an op of this domain and opset
+        return None
+
+
+def _check_arity(ctx: OnnxNode, node, domain: str) -> None:
+    """The node has the inputs its op's ONNX schema requires, and no more than it takes: a
+    converter reads ``inputs[k]`` of every required input."""
+    schema = _schema(node.op_type, ctx.opset, domain)
+    if schema is None:
+        return
+    from onnx.defs import OpSchema
+
+    have = len(node.input)
+    formal = list(schema.inputs)
+    required = [f.name for f in formal if f.option == OpSchema.FormalParameterOption.Single]
+    if have < schema.min_input:
+        needs = ", ".join(required) or ", ".join(f.name for f in formal)
+        raise OnnxImportError(
+            f"{ctx.where()} has {_count(have, 'input')}; {ctx.op} needs {schema.min_input} ({needs})"
+        )
+    if have > schema.max_input:
+        takes = ", ".join(f.name for f in formal)
+        raise OnnxImportError(
+            f"{ctx.where()} has {_count(have, 'input')}; {ctx.op} takes at most {schema.max_input} ({takes})"
+        )
+    for i, f in enumerate(formal[:have]):
+        if f.option == OpSchema.FormalParameterOption.Single and not node.input[i]:
+            raise OnnxImportError(f"{ctx.where()}: input {i} ({f.name}) is empty, but {ctx.op} needs it")
+
+
 def load_onnx(
     path,
     shapes: dict | None = None,
@@ -704,6 +905,8 @@ def load_onnx(
     if not model.HasField("graph") or not model.graph.output or model.ir_version <= 0:
         raise OnnxImportError(f"{label}: not an ONNX model (no graph, outputs or IR version)")
     try:
+        _check_utf8(model, label)
+        _check_opset(model, label)
         graph = _Importer(
             model, path.parent, shapes or {}, label, values, fold_limit, const_limit, trainable
         ).run(name)

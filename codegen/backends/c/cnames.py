@@ -13,8 +13,116 @@ import numpy as np
 C_KEYWORDS = frozenset(
     "auto break case char const continue default do double else enum extern float for goto if inline "
     "int long register restrict return short signed sizeof static struct switch typedef union "
-    "unsigned void volatile while _Bool _Complex _Imaginary asm".split()
+    "unsigned void volatile while _Bool _Complex _Imaginary asm "
+    # C11 and C23
+    "_Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert _Thread_local _BitInt _Decimal32 "
+    "_Decimal64 _Decimal128 alignas alignof bool constexpr false nullptr static_assert thread_local "
+    "true typeof typeof_unqual "
+    # C++, which the CUDA build compiles the model's sources as
+    "catch class const_cast delete dynamic_cast explicit export friend mutable namespace new noexcept "
+    "operator private protected public reinterpret_cast static_cast template this throw try typeid "
+    "typename using virtual wchar_t char8_t char16_t char32_t concept consteval constinit co_await "
+    "co_return co_yield decltype requires".split()
 )
+
+# ----------------------------------------------------------------------------- model names
+# A model NAME becomes the files NAME.h, NAME.c (or NAME.cu) and the binary NAME beside main.c,
+# the Makefile and runtime/ in the output folder, the output folder is first on the include path,
+# and NAME_run, NAME_inputs, ... and NAME_H, NAME_OK, ... sit beside the C library's symbols and
+# flowc's runtime (fc_*, FC_*, FLOWC_*_H) in one program. model_name_problem says which names
+# meet one, and how (codegen.compiled.check_name refuses them).
+
+C_LIBRARY = frozenset(
+    # C99/C11 functions, objects, macros and types of the headers below (and main)
+    "main abort abs acos acosh asctime asin asinh assert atan atan2 atanh atexit atof atoi atol "
+    "atoll bsearch btowc cabs cacos calloc cbrt ceil clearerr clock copysign cos cosh ctime "
+    "difftime div erf erfc errno exit exp exp2 expm1 fabs fclose fdim feof ferror fflush fgetc "
+    "fgetpos fgets floor fma fmax fmin fmod fopen fprintf fputc fputs fread free freopen frexp "
+    "fscanf fseek fsetpos ftell fwrite getc getchar getenv gets gmtime hypot ilogb imaxabs "
+    "isalnum isalpha isblank iscntrl isdigit isfinite isgraph isinf islower isnan isnormal "
+    "isprint ispunct isspace isupper isxdigit jmp_buf labs ldexp ldiv lgamma llabs llrint "
+    "llround localeconv localtime log log10 log1p log2 logb longjmp lrint lround malloc mblen "
+    "memchr memcmp memcpy memmove memset mktime modf nan nearbyint nextafter offsetof perror pow "
+    "printf putc putchar puts qsort raise rand realloc remainder remove rename rewind rint round "
+    "scalbn scanf setbuf setjmp setlocale setvbuf signal signbit sin sinh snprintf sprintf sqrt "
+    "srand sscanf stderr stdin stdout strcat strchr strcmp strcoll strcpy strcspn strerror "
+    "strftime strlen strncat strncmp strncpy strpbrk strrchr strspn strstr strtod strtof strtok "
+    "strtol strtold strtoll strtoul strtoull system tan tanh tgamma time tmpfile tmpnam tolower "
+    "toupper trunc ungetc va_arg va_copy va_end va_list va_start vfprintf vprintf vsnprintf "
+    "vsprintf aligned_alloc quick_exit at_quick_exit FILE EOF NULL "
+    "size_t ptrdiff_t intptr_t uintptr_t intmax_t uintmax_t int8_t int16_t int32_t int64_t "
+    "uint8_t uint16_t uint32_t uint64_t max_align_t wchar_t fpos_t clock_t time_t div_t ldiv_t "
+    # POSIX and the system calls flowc's runtime and drivers use
+    "access alarm chdir clock_gettime close dup dup2 execv execvp fcntl fdopen fileno fork fstat "
+    "fsync ftruncate getcontext getpid isatty kill lseek makecontext mkdir mkstemp mmap munmap "
+    "nanosleep open pipe posix_memalign pthread_create pthread_join read rmdir sched_yield "
+    "sigaction sleep stat swapcontext sysconf unlink usleep waitpid write environ optarg optind".split()
+)
+
+C_HEADERS = frozenset(
+    # C's, POSIX's and the compilers' headers that generated code, main.c and runtime_c include:
+    # NAME.h in the output folder (first on the include path) would hide one
+    "assert complex ctype errno fenv float inttypes iso646 limits locale math setjmp signal stdalign "
+    "stdarg stdatomic stdbool stddef stdint stdio stdlib stdnoreturn string tgmath threads time uchar "
+    "wchar wctype fcntl pthread sched semaphore ucontext unistd dirent poll "
+    "immintrin x86intrin xmmintrin emmintrin arm_neon arm_sve omp mpi mpio cuda cuda_runtime "
+    "cuda_fp16 cuda_bf16 mma cublas cufft".split()
+)
+
+OUTPUT_FILES = frozenset(
+    # what flowc writes beside NAME.h, NAME.c and the binary NAME in an output folder
+    "main firmware firmware_data train bundle state_vars Makefile runtime mpi".split()
+)
+
+RUNTIME_PREFIXES = ("FC", "FLOWC", "MPI", "PMPI")
+"""Name spaces of flowc's runtime (fc_*, FC_*, FLOWC_*_H) and of MPI (MPI_*, PMPI_*): a model
+name that is one, or starts with one and '_', generates symbols in them (fc_npy: FC_NPY_H)."""
+
+GENERATED = (
+    "run run_host run_staged inputs outputs tensor_info weights state_init status_string "
+    "pool_bytes pool_start pool_stop profile_us profile_steps profile_count ctx model init free "
+    "alloc error fail wait enqueue probe use_graph mpi_bytes mpi_start mpi_stop arena_bytes "
+    "train_main r".split()
+)
+"""What NAME_ is followed by in generated C (NAME_run, ...); NAME.upper()_ is followed by
+macros (NAME_H, NAME_OK, NAME_ARENA_BYTES, ...), which meet nothing outside RUNTIME_PREFIXES."""
+
+
+def model_name_problem(name: str) -> str | None:
+    """Why ``name`` (already a C identifier) cannot name a model, or None: the rest of the
+    message "model name 'NAME' ...; choose another".
+
+    >>> model_name_problem("net") is None, model_name_problem("main")
+    (True, 'collides with the C symbol main')
+    """
+    if name in C_KEYWORDS:
+        return f"is a C or C++ keyword ({name})"
+    if name.startswith("_"):
+        return f"starts with '_', which C reserves (its header guard would be {name.upper()}_H)"
+    upper = name.upper()
+    for prefix in RUNTIME_PREFIXES:
+        if upper == prefix or upper.startswith(prefix + "_"):
+            owner = "MPI" if "MPI" in prefix else "flowc's runtime"
+            return (
+                f"collides with {owner}, which owns the names {prefix.lower()}_* and {prefix}_* "
+                f"(this one would generate {upper}_H)"
+            )
+    if name in C_LIBRARY:
+        return f"collides with the C symbol {name}"
+    folded = name.casefold()
+    for header in C_HEADERS:
+        if folded == header.casefold():
+            return f"would write {name}.h, which hides the C header <{header}.h>"
+    for file in OUTPUT_FILES:
+        if folded == file.casefold():
+            kind = "folder" if file in ("runtime", "mpi") else "file"
+            shown = f"{file}/" if kind == "folder" else file if file == "Makefile" else f"{file}.c"
+            return f"collides with the {kind} {shown} that flowc writes beside the model"
+    for suffix in GENERATED:
+        if f"{name}_{suffix}" in C_LIBRARY:
+            return f"collides with the C symbol {name}_{suffix} (its generated {name}_{suffix})"
+    return None
+
 
 STORAGE = {
     "float16": "fc_f16",

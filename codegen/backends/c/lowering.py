@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 import graphdef as gd
-from graphdef.builder import Tensor, control_dependencies, default_graph_scope, device
+from graphdef.builder import Tensor
 from graphdef.ir import Attrs, Graph, Node, ValueRef
 from graphdef.ops.fused import program_of
 from graphdef.registry import get_op
@@ -95,7 +95,7 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
         if "parts" not in attrs and threads > 1:
             if get_op(op_name).flops(ins, node.outputs, Attrs(attrs)) >= PARALLEL_FLOPS:
                 attrs["parts"] = threads
-        with default_graph_scope(rb.new), device(node.device), control_dependencies(rb.controls(node)):
+        with rb.building(node):
             inputs = [_operand(rb, r) for r in operands]
             out = gd.apply(op_name, inputs, None, **attrs)
         rb.bind(node, [out.ref])

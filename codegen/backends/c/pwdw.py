@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 import graphdef as gd
-from graphdef.builder import Tensor, control_dependencies, default_graph_scope, device
+from graphdef.builder import Tensor
 from graphdef.errors import ShapeError
 from graphdef.ir import Graph, TensorType
 from graphdef.ops._util import check_dtype
@@ -82,7 +82,7 @@ def fuse(graph: Graph, isa: str, threads: int = 1) -> Graph:
 
     def make(rb, node, merged):
         e, mean, operands, attrs = merged
-        with default_graph_scope(rb.new), device(node.device), control_dependencies(rb.controls(node)):
+        with rb.building(node):
             x = Tensor(rb.new, rb.refs[e.inputs[0]])
             out = gd.apply("pwdw", [x, *(gd.constant(v) for v in operands)], None, **attrs)
         if mean is None:

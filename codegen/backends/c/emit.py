@@ -9,6 +9,7 @@ entry points (api.py), the weights (C arrays or one blob), where each value live
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -42,7 +43,11 @@ THREADPOOL = "runtime/threadpool.c"
 DRIVER_C = ("runtime/files.c", "runtime/npy.c", "runtime/npz.c", "runtime/checkpoint.c")
 
 
+@functools.cache
 def environment() -> jinja2.Environment:
+    """The Jinja environment of every backend's templates, built once per process: Jinja
+    compiles each template on first use and keeps it (most of a render's time otherwise).
+    Renders only read it (no globals or filters are set per render)."""
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,

@@ -7,6 +7,7 @@ library from the cache (~/.cache/flowc, or $FLOWC_CACHE) instead of compiling ag
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -519,23 +520,18 @@ def _build_cached(graph: Graph, options: pipeline.Options, key: str, cache: bool
 
 
 def _key_options(options: pipeline.Options) -> dict:
-    """The options as plain data for the cache key."""
-    return {
-        "name": options.name,
-        "cc": options.cc,
-        "flags": list(options.flags),
-        "planner": options.planner,
-        "kind": options.product,
-        "target": options.target.key(),
-        "backend": options.backend,
-        "weights": options.weights,
-        **({"sm": list(options.sm), "precision": options.precision} if options.backend == "cuda" else {}),
-        **(
-            {}
-            if options.ranks is None
-            else {"ranks": options.ranks, "placement": options.placement, "compress": options.compress}
-        ),
-    }
+    """Every option as plain data for the cache key (the outputs: graph_key hashes them
+    resolved), and the C flags the target's build passes (they follow the machine's CPU)."""
+    key = {}
+    for f in dataclasses.fields(options):
+        if f.name == "outputs":
+            continue
+        value = getattr(options, f.name)
+        if isinstance(value, Target):
+            value = value.key()
+        key[f.name] = list(value) if isinstance(value, tuple) else value
+    key["cflags"] = list(options.target.cflags())
+    return key
 
 
 def export(
@@ -694,14 +690,23 @@ def check_limits(name: str, target: Target, limits: dict, ram: dict, flash: dict
 
 
 def compile_many(
-    graphs, cc: str | None = None, flags=(), planner: str = "best", portable: bool = False, threads: int = 1
+    graphs,
+    cc: str | None = None,
+    flags=(),
+    planner: str = "best",
+    portable: bool = False,
+    threads: int = 1,
+    opt: str | None = "-O1",
 ) -> list[CompiledModel]:
     """Compile several graphs into ONE shared library (one compiler call), for bulk testing.
 
     ``graphs`` is a list of ``(name, graph)`` or ``(name, graph, outputs)``; names must differ.
     Each goes through the pipeline up to "render" (weights as C arrays); the generated model
-    sources are included into a single translation unit.
+    sources are included into a single translation unit. A bundle checks results, not speed:
+    ``opt`` (default -O1, about half the compile time of the -O3 every other build uses; None:
+    the target's own flags) comes after the target's flags, the same instruction set kept.
     """
+    flags = (*((opt,) if opt else ()), *flags)
     cc = toolchain.find_cc(cc)
     items = [(g[0], g[1], g[2] if len(g) > 2 else None) for g in graphs]
     names = [check_name(n) for n, _, _ in items]

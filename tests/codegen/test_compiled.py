@@ -137,3 +137,27 @@ def test_missing_compiler_and_failing_build_name_the_command(monkeypatch):
 def test_model_names_must_be_c_identifiers():
     with pytest.raises(gd.FlowcError, match="must be a C identifier"):
         codegen.compile(_mlp(), name="my-model")
+
+
+def test_the_cache_key_changes_with_every_option():
+    """Every field of pipeline.Options reaches the build cache key (outputs through graph_key):
+    a changed option is never answered with a build made under another."""
+    import dataclasses
+
+    from codegen import pipeline
+    from codegen.compiled import _key_options
+    from codegen.target import Target
+
+    base = pipeline.Options()
+    changed = {
+        "target": Target("host", portable=True), "backend": "cuda", "planner": "greedy_by_size",
+        "time_limit": 1.0, "schedule": "topological", "cc": "clang", "flags": ("-O1",), "name": "other",
+        "weights": "blob", "product": "program", "fold_limit": 1, "ranks": 2, "placement": "greedy",
+        "compress": "fp16", "max_ram": 1024, "alpha": 1e-3, "beta": 1e3, "allreduce": "float16",
+        "freeze": False, "sm": (80,), "precision": "fp16",
+    }  # fmt: skip
+    fields = {f.name for f in dataclasses.fields(pipeline.Options)} - {"outputs"}
+    assert set(changed) == fields, "a new option: add it here with a changed value"
+    key = _key_options(base)
+    for name, value in changed.items():
+        assert _key_options(base.with_(**{name: value})) != key, name

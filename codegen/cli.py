@@ -48,7 +48,7 @@ from collections import Counter
 from pathlib import Path
 
 import graphdef as gd
-from graphdef.errors import FlowcError, printable
+from graphdef.errors import FlowcError, UnsupportedError, printable
 from graphdef.ir import Graph
 
 from . import backends, compiled, memory, outdir, partition, pipeline, schedule
@@ -292,7 +292,17 @@ def cmd_inspect(args) -> int:
     if args.stage is not None and args.stage not in shown:
         raise FlowcError(f"--stage {args.stage!r} is not a stage; stages: {', '.join(shown)}")
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
-    c = pipeline.run(graph, options, until="render" if args.stage == "render" else "plan")
+    try:
+        c = pipeline.run(graph, options, until="render" if args.stage == "render" else "plan")
+    except UnsupportedError:
+        # list every op without code in the backend, not only the first the stages met
+        lowered = pipeline.run(graph, options, until="lower").results["lower"]
+        missing = unsupported_ops(lowered, options.backend)
+        if not missing:
+            raise
+        print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; target {args.target}")
+        print("unsupported ops: " + ", ".join(missing))
+        raise without_code(missing, args.target) from None
     if args.stage:
         print(c.describe(args.stage))
         return 0
@@ -300,10 +310,9 @@ def cmd_inspect(args) -> int:
         return inspect_ranks(args, graph, c)
     where = f"target {args.target} on {args.arch}"
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {where}")
-    supported = set(gd.all_ops())
     ops = Counter(n.op for n in graph.nodes)
     print("ops: " + ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())))
-    missing = sorted(set(ops) - supported)
+    missing = unsupported_ops(c.lowered, options.backend)
     print("unsupported ops: " + (", ".join(missing) if missing else "none"))
     print("stages: " + " -> ".join(f"{name} ({len(g.nodes)})" for name, g in c.graphs()))
     lowered = c.lowered
@@ -331,7 +340,25 @@ def cmd_inspect(args) -> int:
 
         write_text(args.svg, memory.draw_svg(program.buffers, program.plan))
         print(f"wrote {args.svg}")
+    if missing:  # the report is shown; compile would stop at these ops
+        raise without_code(missing, args.target)
     return 0
+
+
+def unsupported_ops(graph: Graph, backend: str) -> list[str]:
+    """The steps of ``graph`` (after the backend's lowering) its backend has no code for, as
+    "op (first node)", from the backend's own op table."""
+    supports = backends.get(backend).supports
+    first: dict[str, str] = {}
+    for n in graph.nodes:
+        if schedule.is_step(n) and not supports(n.op):
+            first.setdefault(n.op, n.name)
+    return [f"{op} (node '{printable(name, 80)}')" for op, name in sorted(first.items())]
+
+
+def without_code(missing: list[str], target: str) -> UnsupportedError:
+    ops = f"{len(missing)} op{'s' if len(missing) > 1 else ''}"
+    return UnsupportedError(f"{ops} without {target} code: {', '.join(missing)}")
 
 
 def inspect_ranks(args, graph: Graph, c: pipeline.Compilation) -> int:

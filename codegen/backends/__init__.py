@@ -6,6 +6,8 @@ A backend is a module with:
 - ``LEGALIZE``: op -> rewrite into the forms its kernels take (applied by the shared
   ``decompose`` pass);
 - ``lower(graph, options) -> Graph``: its own graph passes (the pipeline's "lower" stage);
+- ``supports(op) -> bool``: whether it has code for a step of ``op`` (what ``flowc inspect``
+  lists as unsupported);
 - ``scratch_bytes(node, in_types, options) -> int``: step-local memory its kernel for a node
   needs (the storage stage plans it into the arena);
 - ``render(program, options) -> Sources`` and ``build(sources, folder, options) -> Built``;

@@ -123,6 +123,40 @@ def test_inspect_shows_what_compile_builds(tmp_path, threads):
     assert res.returncode == 0 and res.stdout.startswith("schedule (memory)"), res.stderr
 
 
+UNSUPPORTED_MODEL = """
+import graphdef as gd
+from graphdef.registry import KERNEL, NOT_DIFFERENTIABLE, defop
+
+for op in ("frob_a", "frob_b"):  # ops this file registers, with no code in any backend
+    defop(op, ("x",), lambda types, attrs: tuple(types), lambda xs, attrs: xs[0].copy(), NOT_DIFFERENTIABLE,
+          kind=KERNEL)
+
+def build():
+    with gd.Graph("frob") as g:
+        x = gd.relu(gd.placeholder("x", (4,)))
+        y = gd.apply("frob_b", [gd.apply("frob_a", [x], "first")], "second")
+        gd.apply("frob_a", [y], "third")
+    return g
+"""
+
+
+@pytest.mark.parametrize("target", ["c", "cuda"])
+def test_inspect_lists_the_ops_the_backend_has_no_code_for(tmp_path, target):
+    """The unsupported-ops line reads the backend's op table: every op without code, with its
+    first node, then one error line and exit 1 (the registry knows these ops; the C and CUDA
+    backends do not)."""
+    model = tmp_path / "frob.py"
+    model.write_text(UNSUPPORTED_MODEL)
+    res = flowc("inspect", f"{model}:build", "--target", target)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "unsupported ops: frob_a (node 'first'), frob_b (node 'second')" in res.stdout, res.stdout
+    assert res.stderr.strip().splitlines() == [
+        f"flowc: error: 2 ops without {target} code: frob_a (node 'first'), frob_b (node 'second')"
+    ], res.stderr
+    res = flowc("inspect", DIGITS, "--target", target)
+    assert res.returncode == 0 and "unsupported ops: none" in res.stdout, res.stderr
+
+
 @pytest.mark.parametrize(
     "args,message",
     [

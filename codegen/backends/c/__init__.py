@@ -18,7 +18,7 @@ from graphdef.ir import Graph
 from . import emit, gemm_ops, ops, table, toolchain  # noqa: F401  (fill the op table)
 from .emit import Sources
 from .lowering import lower_products
-from .table import LEGALIZE  # noqa: F401
+from .table import LEGALIZE, supports  # noqa: F401  (supports: the backend's op table)
 
 NAME = "c"
 MULTI_RANK = True  # renders partitions: one SPMD program over MPI ranks (spmd.py)

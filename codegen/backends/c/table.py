@@ -228,6 +228,12 @@ def expr_of(op: str) -> Expr:
     return Expr(call(f"fc_{op}", *opdef.attrs))
 
 
+def supports(op: str) -> bool:
+    """Whether the C backend has code for a step of ``op``: an elementwise op (its expression
+    or scalar function in the shared loop) or an op with a kernel lowering in KERNELS."""
+    return op in EXPRS or op in KERNELS or get_op(op).kind == ELEMENTWISE
+
+
 def kernel_of(op: str) -> Kernel:
     try:
         return KERNELS[op]

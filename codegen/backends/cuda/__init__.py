@@ -36,6 +36,12 @@ def lower(graph: Graph, options) -> Graph:
     return precision.to_half(graph) if options.precision == "fp16" else graph
 
 
+def supports(op: str) -> bool:
+    """Ops with a CUDA kernel (kernels.py) or a C body run as a one-thread kernel: every op
+    the C backend has code for (its communication steps run on the host)."""
+    return ctable.supports(op)
+
+
 def scratch_bytes(node, ins, options) -> int:
     """Step-local memory of the C bodies that need it (they run on one thread)."""
     return ctable.scratch_bytes(node, ins, "scalar", 1)

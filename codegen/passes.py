@@ -575,24 +575,3 @@ def pipeline(
         ("fuse_elementwise", fuse_elementwise),
         ("prune_inlined", prune),
     )
-
-
-PIPELINE = pipeline()
-
-
-def run(graph: Graph, outputs=None, check: bool = True, trace: list | None = None, rules=None) -> Graph:
-    """Declare the outputs, then run every pass of ``pipeline(rules)`` in order (verifying each
-    result when ``check``); ``trace`` collects (stage, graph) pairs. The whole compilation,
-    backend lowering included, is codegen.pipeline."""
-    graph = select_outputs(graph, outputs)
-    if check:
-        gd.verify(graph)
-    if trace is not None:
-        trace.append(("outputs", graph))
-    for name, step in pipeline(rules):
-        graph = step(graph)
-        if check:
-            gd.verify(graph)
-        if trace is not None:
-            trace.append((name, graph))
-    return graph

@@ -221,6 +221,19 @@ def stages(options: Options) -> list[Stage]:
     return out
 
 
+NEUTRAL = "prune_inlined"  # the last target-neutral pass: what every backend's lowering starts from
+
+
+def optimize(graph: Graph, outputs=None, options: Options | None = None, check: bool = True) -> Graph:
+    """The graph after the target-neutral passes of ``run`` (outputs selected, folded,
+    decomposed with the backend's legalizations, fused), each result verified when ``check``:
+    the one pass runner, for callers that stop before the backend's lowering."""
+    if outputs is not None:
+        outputs = (outputs,) if isinstance(outputs, str) else tuple(outputs)
+        options = (options or Options()).with_(outputs=outputs)
+    return run(graph, options or Options(), until=NEUTRAL, check=check).results[NEUTRAL]
+
+
 @dataclass
 class Compilation:
     """The outputs of the stages run so far, by name, in order."""

@@ -9,7 +9,7 @@ import pytest
 
 import codegen
 import graphdef as gd
-from codegen import passes, pipeline
+from codegen import pipeline
 from codegen.backends.c import table
 from codegen.backends.c.lowering import lower_products
 from codegen.target import Target
@@ -53,7 +53,7 @@ def dw_net(tail, batch=1, mult=1, stride=1):
 
 
 def lowered(g, outputs=None, threads=1):
-    return lower_products(passes.run(g, outputs), "avx512", threads)
+    return lower_products(pipeline.optimize(g, outputs), "avx512", threads)
 
 
 def steps(g, outputs=None, threads=1):

@@ -9,7 +9,7 @@ import pytest
 
 import codegen
 import graphdef as gd
-from codegen import passes
+from codegen import pipeline
 from codegen.backends.c.lowering import lower_products
 from codegen.backends.c.sgemm import SgemmPlan
 
@@ -46,7 +46,7 @@ def attention(batch=2, heads=3, seq=7, dim=8):
 
 def optimized(g, outputs=None, threads=1):
     """The graph after the target-neutral passes and the C backend's lowering for AVX-512."""
-    return lower_products(passes.run(g, outputs), "avx512", threads)
+    return lower_products(pipeline.optimize(g, outputs), "avx512", threads)
 
 
 def test_pass_merges_bias_activation_and_residual():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import graphdef as gd
-from codegen import passes, schedule
+from codegen import passes, pipeline, schedule
 
 
 def test_levels_and_critical_path_on_a_diamond():
@@ -46,7 +46,7 @@ def test_memory_aware_order_beats_graph_order_on_a_fan_out():
 
 
 def test_every_schedule_respects_dependencies(zoo):
-    g = passes.run(zoo, ["logp", "loss", "step", "gap"])
+    g = pipeline.optimize(zoo, ["logp", "loss", "step", "gap"])
     for name in schedule.ALGORITHMS:
         order = schedule.schedule(g, name)
         assert sorted(n.name for n in order) == sorted(n.name for n in g.nodes)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import graphdef as gd
-from codegen import memory, passes, program, schedule, storage
+from codegen import memory, passes, pipeline, program, schedule, storage
 
 
 def _program(g, outputs=None, optimize=False):
-    g = passes.run(g, outputs) if optimize else passes.select_outputs(g, outputs)
+    g = pipeline.optimize(g, outputs) if optimize else passes.select_outputs(g, outputs)
     st = storage.assign(schedule.make(g), [str(r) for r in g.declared_outputs])
     return program.place(st)
 

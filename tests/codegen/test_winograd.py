@@ -20,7 +20,7 @@ import pytest
 
 import codegen
 import graphdef as gd
-from codegen import passes
+from codegen import pipeline
 from codegen.backends.c import winograd as W
 from codegen.backends.c.lowering import lower_products
 from codegen.target import Target
@@ -59,7 +59,7 @@ def close(got, want, algorithm):
 
 
 def lowered(g, threads=1, isa="avx512"):
-    return lower_products(passes.run(g, None), isa, threads)
+    return lower_products(pipeline.optimize(g, None), isa, threads)
 
 
 def convs(graph):

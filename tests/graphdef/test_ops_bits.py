@@ -136,12 +136,13 @@ def test_gradients_stop_at_a_bitcast():
 
 
 def test_constant_folding_keeps_the_bits():
-    from codegen import passes
 
     g = gd.Graph("t")
     with g:
         c = gd.constant(np.array([np.nan, -0.0], np.float32))
         gd.bitcast(c, "uint32", name="y")
-    folded = passes.run(g)
+    from codegen import pipeline
+
+    folded = pipeline.optimize(g)
     (y,) = gd.run(folded, {}, ["y"])
     assert y.tolist() == [0x7FC00000, 0x80000000]

@@ -101,7 +101,7 @@ def test_a_wide_elementwise_dag_is_split_into_bounded_groups():
     """A fusable DAG four times the cap (not a chain): groups of at most CAP ops, each a valid
     step (the graph verifies), computing what the unsplit graph computes (numpy)."""
     g = wide(2 * CAP // 3)  # tanh, mul, sub per branch and the adds: about 4 * CAP / 2 ops
-    fused = passes.run(g)
+    fused = pipeline.optimize(g)
     sizes = [ops_of(n) for n in fused.nodes if n.op == "fused"]
     assert len(sizes) > 1 and max(sizes) <= CAP, sizes
     x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
@@ -114,7 +114,7 @@ def test_normal_groups_are_untouched():
         x = gd.placeholder("x", (4, 32))
         h = gd.gelu(x * 1.5 + 0.25, approximate="tanh")
         gd.identity(gd.relu(h) * 0.5 + gd.sigmoid(h), name="y")
-    fused = [n for n in passes.run(g).nodes if n.op == "fused"]
+    fused = [n for n in pipeline.optimize(g).nodes if n.op == "fused"]
     assert len(fused) == 1 and ops_of(fused[0]) < CAP
 
 

@@ -27,6 +27,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import graphdef as gd  # noqa: E402
+from codegen import pipeline  # noqa: E402
 from graphdef.errors import FlowcError  # noqa: E402
 
 ELEM = {np.dtype(k): v for k, v in (
@@ -355,9 +356,8 @@ def test_compiled_matches_reference(key, cases, compiled):
 def test_quantize_is_one_fused_loop(cases):
     """Divide, round, add, clip and cast of x fuse into a single elementwise step in C (the
     per-channel zero point is converted once, on its own)."""
-    from codegen import passes
 
-    g = passes.run(cases["quantize_per_axis_int8"].graph)
+    g = pipeline.optimize(cases["quantize_per_axis_int8"].graph)
     full = [n.op for n in g.nodes
             if n.op not in ("placeholder", "identity") and n.outputs[0].shape == (2, 3, 4)]
     assert full == ["fused"], full

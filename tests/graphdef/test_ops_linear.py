@@ -9,10 +9,6 @@ import graphdef as gd
 from codegen.backends.c import sgemm as SP
 
 
-def _plan_tuple(plan):
-    return tuple(getattr(plan, f) for f in SP.FIELDS)
-
-
 @pytest.mark.parametrize("isa", ["scalar", "avx512", "avx2", "v128"])
 @pytest.mark.parametrize(
     "m,n,k,a_form,b_form",
@@ -31,7 +27,7 @@ def test_sgemm_matches_a_plain_product(isa, m, n, k, a_form, b_form, rng, run_op
     stored_a = {"row": a, "trans": a.T.copy(), "packed": SP.pack_a(a, plan)}[a_form]
     stored_b = {"row": b, "trans": b.T.copy(), "packed": SP.pack_b(b, plan)}[b_form]
     got = run_op(
-        lambda x, y, z: gd.apply("sgemm", [x, y, z], plan=_plan_tuple(plan), isa=isa, shape=(m, n)),
+        lambda x, y, z: gd.apply("sgemm", [x, y, z], plan=SP.plan_tuple(plan), isa=isa, shape=(m, n)),
         stored_a,
         stored_b,
         bias,
@@ -47,7 +43,7 @@ def test_sgemm_batches_with_broadcast_steps(rng, run_op):
     batch = ((3, 20, 30, 24), (2, 60, 0, 72))  # innermost first: (size, a step, b step, c step)
     got = run_op(
         lambda x, y: gd.apply(
-            "sgemm", [x, y], plan=_plan_tuple(plan), isa="avx512", batch=batch, shape=(2, 3, 4, 6)
+            "sgemm", [x, y], plan=SP.plan_tuple(plan), isa="avx512", batch=batch, shape=(2, 3, 4, 6)
         ),
         a,
         b,
@@ -74,7 +70,7 @@ def test_conv_gemm_matches_a_direct_convolution(xs, ws, group, strides, pads, di
         lambda t, p, c: gd.apply(
             "conv_gemm",
             [t, p, c],
-            plan=_plan_tuple(plan),
+            plan=SP.plan_tuple(plan),
             isa="avx512",
             kernel=ws[2:],
             out=out,

@@ -30,7 +30,7 @@ C_KEYWORDS = frozenset(
 # the Makefile and runtime/ in the output folder, the output folder is first on the include path,
 # and NAME_run, NAME_inputs, ... and NAME_H, NAME_OK, ... sit beside the C library's symbols and
 # flowc's runtime (fc_*, FC_*, FLOWC_*_H) in one program. model_name_problem says which names
-# meet one, and how (codegen.compiled.check_name refuses them).
+# meet one, and how (codegen.loaded.check_name refuses them).
 
 C_LIBRARY = frozenset(
     # C99/C11 functions, objects, macros and types of the headers below (and main)

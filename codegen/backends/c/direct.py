@@ -32,13 +32,13 @@ from graphdef.ops._util import check_dtype
 from graphdef.ops.nn import conv_ref
 from graphdef.registry import KERNEL, Attr, Example, Sample, defop
 
+from .epilogue import epilogue_context
 from .gemm_ops import (
     _INTERNAL,
     PRODUCT_ATTRS,
     _check_epilogue,
     _epilogue,
     _fixed,
-    epilogue_context,
     item_parts,
     run_parts,
 )

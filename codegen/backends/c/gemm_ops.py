@@ -36,16 +36,12 @@ from graphdef.ops.fused import run_program
 from graphdef.ops.nn import conv_ref
 from graphdef.registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop, get_op
 
-from .ops.elementwise import program_locals
+from .epilogue import epilogue_context
 from .ops.nn import dw_split, geom
-from .sgemm import FIELDS, SgemmPlan, make_plan, pack_a, pack_b, unpack_a, unpack_b
+from .sgemm import SgemmPlan, make_plan, pack_a, pack_b, plan_of, plan_tuple, unpack_a, unpack_b
 from .table import Call, kernel
 
 _INTERNAL = NotDifferentiable("compiler-internal op: differentiate the graph before compiling", error=True)
-
-
-def plan_of(attrs) -> SgemmPlan:
-    return SgemmPlan(*attrs["plan"])
 
 
 def _logical(flat, plan: SgemmPlan, which: str, offset: int) -> np.ndarray:
@@ -164,10 +160,6 @@ PRODUCT_ATTRS = {"plan": Attr("any"), "isa": Attr("str"), **EPILOGUE_ATTRS}
 _EXAMPLE_ISA = "avx512"
 
 
-def _plan_tuple(plan: SgemmPlan) -> tuple:
-    return tuple(getattr(plan, f) for f in FIELDS)
-
-
 def _fixed(*shape, seed: int) -> np.ndarray:
     """Logical constant operands of the examples: fixed values in [-1, 1)."""
     return np.random.default_rng(seed).uniform(-1.0, 1.0, shape).astype(np.float32)
@@ -184,20 +176,20 @@ def _sgemm_examples() -> tuple[Example, ...]:
     return (
         Example(
             (Sample((2, 3, 20)), pack_b(_fixed(20, 5, seed=1), dense)),
-            {"plan": _plan_tuple(dense), "isa": _EXAMPLE_ISA, "shape": (2, 3, 5)},
+            {"plan": plan_tuple(dense), "isa": _EXAMPLE_ISA, "shape": (2, 3, 5)},
             lambda a, b: np.matmul(a, unpack_b(b, dense)),
             grad=False,
         ),
         Example(
             (Sample((6, 4)), pack_b(_fixed(6, 3, seed=2), gemm), Sample((3,))),
-            {"plan": _plan_tuple(gemm), "isa": _EXAMPLE_ISA, "shape": (4, 3)},
+            {"plan": plan_tuple(gemm), "isa": _EXAMPLE_ISA, "shape": (4, 3)},
             lambda a, b, bias: 0.5 * (a.T @ unpack_b(b, gemm)) + bias,
             grad=False,
         ),
         Example(
             (Sample((2, 1, 3, 4)), Sample((1, 2, 4, 5))),
             {
-                "plan": _plan_tuple(batched),
+                "plan": plan_tuple(batched),
                 "isa": _EXAMPLE_ISA,
                 "batch": ((2, 0, 20, 15), (2, 12, 0, 30)),
                 "shape": (2, 2, 3, 5),
@@ -331,7 +323,7 @@ def _conv_gemm_example(x_shape, w, out, *, pads, strides=(1, 1), group=1, bias=F
     rows = np.split(w.reshape(m, -1), group)
     packed = np.concatenate([pack_a(r, plan) for r in rows])
     attrs = {
-        "plan": _plan_tuple(plan),
+        "plan": plan_tuple(plan),
         "isa": _EXAMPLE_ISA,
         "kernel": kernel,
         "out": out,
@@ -412,7 +404,7 @@ def _conv_t_gemm_example(x_shape, w_shape, out, bias=False, **attrs):
     attrs = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "output_padding": (0, 0), **attrs}
     cog = w_shape[1]
     plan = conv_t_plan(x_shape, w_shape, g, _EXAMPLE_ISA)
-    full = {"plan": _plan_tuple(plan), "isa": _EXAMPLE_ISA, "out": out, "parts": 1, **attrs}
+    full = {"plan": plan_tuple(plan), "isa": _EXAMPLE_ISA, "out": out, "parts": 1, **attrs}
     inputs = (Sample(x_shape), Sample(w_shape)) + ((Sample((cog * g,)),) if bias else ())
     return Example(inputs, full, None, grad=False)
 
@@ -659,41 +651,6 @@ defop(
 
 
 # ----------------------------------------------------------------------------- C lowering
-def epilogue_context(node, ins, first: int | None = None) -> dict | None:
-    """The per-element code of a product's epilogue: the product's value is ``cr[j]`` in a tile
-    row, epilogue input q is read through pointer ``e<q>`` (templates/c/ops/epilogue.c.j2);
-    ``first``: the node's first epilogue input (default: after the operands and the plan's bias)."""
-    if not node.attrs["epilogue"]:
-        return None
-    if first is None:
-        first = 3 if plan_of(node.attrs).bias else 2
-    return program_context(node.attrs["epilogue"], list(ins[first:]), node.outputs[0], first)
-
-
-def program_context(epilogue, extra_types, out, first: int = 0) -> dict:
-    """``epilogue_context`` of an epilogue ``(program, slot, layouts)`` whose extra inputs have
-    ``extra_types`` (starting at the node's input ``first``), on a product of type ``out``."""
-    program, slot, layouts = epilogue
-    extras = []
-    for q, (rs, cs, strides) in enumerate(layouts):
-        load = f"e{q}[j]" if cs == 1 else f"e{q}[j * {cs}]" if cs else f"e{q}[0]"
-        extras.append({"i": q, "rs": rs, "cs": cs, "strides": strides, "load": load})
-    loads = [e["load"] for e in extras]
-    loads.insert(slot, "cr[j]")
-    types = list(extra_types)
-    types.insert(slot, out)
-    values = [{"ctype": "float", "name": f"a{j}", "expr": load} for j, load in enumerate(loads)]
-    program_locals(program, types, values)
-    return {
-        "extras": extras,
-        "locals": values,
-        "may_fail": any("&err" in v["expr"] for v in values),
-        "store": values[-1]["name"],
-        "first": first,
-        "unused": [] if extras else ["arg", "i0", "j0"],
-    }
-
-
 def item_parts(items: int, parts: int) -> dict:
     """How ``parts`` threads share a step's ``items`` work items (im2col slices, Winograd
     chunks): each part a contiguous run of whole items (the rows the step before left in its own

@@ -21,8 +21,10 @@ from . import layout as L
 from . import pwdw
 from . import sgemm as SP
 from .direct import lower as lower_direct
-from .gemm_ops import conv_t_plan, plan_of
+from .gemm_ops import conv_t_plan
 from .ops.nn import depthwise_geom
+from .sgemm import plan_of
+from .table import PARALLEL_FLOPS
 from .winograd import lower_winograd
 
 
@@ -34,10 +36,6 @@ def lower_products(graph: Graph, isa: str, threads: int = 1) -> Graph:
 
 
 # ----------------------------------------------------------------------------- fast float32 products
-PARALLEL_FLOPS = 200_000
-"""A product is split over the model's threads from this many floating-point operations on
-(handing work to the pool costs about a microsecond)."""
-
 
 def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
     """Put float32 matmul, gemm and conv on the fast GEMM of ``isa`` (runtime_c/kernels/sgemm.h).
@@ -235,7 +233,7 @@ def _lower_matmul(graph, node, ins, isa):
         k, n = b_t.shape
         m = a_t.size // k
         plan = SP.make_plan(m, n, k, isa=isa, b="packed")
-        attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
+        attrs = {"plan": SP.plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
         return "sgemm", [node.inputs[0], SP.pack_b(b_const.astype(np.float32), plan)], attrs
     # raw operands, batched over the broadcast leading axes
     ash = (1,) + a_t.shape if a_t.rank == 1 else a_t.shape
@@ -249,7 +247,7 @@ def _lower_matmul(graph, node, ins, isa):
     # one batch axis per leading output axis (not merged: an epilogue input may broadcast
     # along some of them), innermost first
     axes = tuple((d, sa, sb, sc) for d, sa, sb, sc in zip(batch, a_st, b_st, c_st) if d > 1)[::-1]
-    attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": axes, "shape": node.outputs[0].shape}
+    attrs = {"plan": SP.plan_tuple(plan), "isa": isa, "batch": axes, "shape": node.outputs[0].shape}
     return "sgemm", list(node.inputs), attrs
 
 
@@ -277,7 +275,7 @@ def _lower_gemm(graph, node, ins, isa):
         alpha=a["alpha"],
         bias="col" if bias is not None else "none",
     )
-    attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
+    attrs = {"plan": SP.plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
     operands = [node.inputs[0], SP.pack_b(logical_b.astype(np.float32), plan)]
     return "sgemm", operands + ([bias] if bias is not None else []), attrs
 
@@ -291,7 +289,7 @@ def _lower_conv_transpose(node, ins, isa):
     g = a["group"]
     plan = conv_t_plan(x_t.shape, w_t.shape, g, isa)
     attrs = {
-        "plan": _plan_tuple(plan),
+        "plan": SP.plan_tuple(plan),
         "isa": isa,
         "out": tuple(node.outputs[0].shape[2:]),
         **{k: a[k] for k in ("strides", "pads", "dilations", "group", "output_padding")},
@@ -333,7 +331,7 @@ def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
         and tuple(out_sp) == tuple(x_t.shape[2:])
     )
     attrs = {
-        "plan": _plan_tuple(plan),
+        "plan": SP.plan_tuple(plan),
         "isa": isa,
         "kernel": kernel,
         "out": out_sp,
@@ -364,12 +362,8 @@ def _lower_conv_dense(graph, node, ins, isa):
     w = passes.constant_value(graph, node.inputs[1]).astype(np.float32).reshape(w_t.shape[0], k)
     bias = len(node.inputs) == 3
     plan = SP.make_plan(m, w_t.shape[0], k, isa=isa, b="packed", bias="col" if bias else "none")
-    attrs = {"plan": _plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
+    attrs = {"plan": SP.plan_tuple(plan), "isa": isa, "batch": (), "shape": node.outputs[0].shape}
     operands = [node.inputs[0], SP.pack_b(w.T, plan)]
     if bias:
         operands.append(passes.constant_value(graph, node.inputs[2]).astype(np.float32))
     return "sgemm", operands, attrs
-
-
-def _plan_tuple(plan) -> tuple:
-    return tuple(getattr(plan, f) for f in SP.FIELDS)

@@ -31,9 +31,10 @@ from graphdef.ops.nn import conv_ref
 from graphdef.registry import KERNEL, Attr, Example, Sample, defop, get_op
 
 from ... import passes
-from .gemm_ops import _INTERNAL, _fixed, plan_of, program_context
+from .epilogue import program_context
+from .gemm_ops import _INTERNAL, _fixed
 from .ops.nn import depthwise_geom, dw_split
-from .sgemm import unpack_a
+from .sgemm import plan_of, unpack_a
 from .table import TRANSCENDENTAL, Call, Split, kernel, work
 
 LANES, CELLS, WHOLE = 32, 8, 16384

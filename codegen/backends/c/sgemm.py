@@ -341,3 +341,13 @@ def unpack_b(packed, plan: SgemmPlan) -> np.ndarray:
         )
         off += size
     return full[:, : plan.n]
+
+
+def plan_of(attrs) -> SgemmPlan:
+    """The plan a node's ``plan`` attribute holds (the fields in FIELDS order)."""
+    return SgemmPlan(*attrs["plan"])
+
+
+def plan_tuple(plan: SgemmPlan) -> tuple:
+    """A plan as a node attribute: its fields in FIELDS order."""
+    return tuple(getattr(plan, f) for f in FIELDS)

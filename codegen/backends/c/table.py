@@ -66,6 +66,11 @@ class Call:
     comm: bool = False
 
 
+PARALLEL_FLOPS = 200_000
+"""A product is split over the model's threads from this many floating-point operations on
+(handing work to the pool costs about a microsecond)."""
+
+
 @dataclass(frozen=True)
 class Split:
     """A step's work as ``units`` independent pieces along its outer range (elements, rows,

@@ -52,14 +52,12 @@ from .gemm_ops import (
     _check_epilogue,
     _epilogue,
     _fixed,
-    _plan_tuple,
     _product,
     item_parts,
-    plan_of,
     split_inputs,
 )
-from .sgemm import CACHES, make_plan, pack_a, tile, unpack_a, with_fields
-from .table import Call, kernel
+from .sgemm import CACHES, make_plan, pack_a, plan_of, plan_tuple, tile, unpack_a, with_fields
+from .table import PARALLEL_FLOPS, Call, kernel
 
 # ----------------------------------------------------------------------------- the transforms
 # F(m x m, 3 x 3): (B^T, G, A^T), Lavin & Gray; F(4x4) interpolates at 0, +-1, +-2 and infinity.
@@ -293,8 +291,6 @@ def lower_winograd(node, ins, w, bias, isa: str, threads: int = 1):
     constant weights ``w`` (and ``bias``, or None; ``lower_linear`` reads both from the graph):
     the triple where the cost model prefers Winograd to im2col, else None (``lower_linear``
     then makes a ``conv_gemm`` carrying the estimates, () where Winograd does not apply)."""
-    from .lowering import PARALLEL_FLOPS
-
     x_t, w_t = ins[:2]
     out = node.outputs[0].shape[2:]
     if not eligible(x_t.shape, w_t.shape, node.attrs) or min(out) < 1:
@@ -310,7 +306,7 @@ def lower_winograd(node, ins, w, bias, isa: str, threads: int = 1):
     plan = chunk_plan(k, c, rows * tiles(out, m)[1], isa, bias is not None)
     u = transform_weights(w, m)
     attrs = {
-        "plan": _plan_tuple(plan),
+        "plan": plan_tuple(plan),
         "isa": isa,
         "algorithm": algorithm,
         "rows": rows,
@@ -412,7 +408,7 @@ def _example(x_shape, w, pads, algorithm, bias=False, rows=None):
     plan = chunk_plan(w.shape[0], w.shape[1], rows * tiles(out, m)[1], _EXAMPLE_ISA, bias)
     u = np.concatenate([pack_a(ux, plan) for ux in transform_weights(w, m)])
     attrs = {
-        "plan": _plan_tuple(plan),
+        "plan": plan_tuple(plan),
         "isa": _EXAMPLE_ISA,
         "algorithm": algorithm,
         "rows": rows,

@@ -19,6 +19,7 @@ from graphdef.ops.nn import gemm_dims, matmul, matmul_shapes
 from graphdef.ops.shape import expand, transpose
 
 from .. import layout as L
+from ..epilogue import epilogue_context
 from ..table import TRANSCENDENTAL, Call, Split, kernel, legalize, work
 
 GEMM_H = ("kernels/gemm.h",)
@@ -245,7 +246,6 @@ def _dwconv_split(ins, outs, attrs):
 def _dwconv(s):
     """A depthwise conv with an elementwise epilogue (gemm_ops.py's ``dwconv``): the direct
     kernel applies it to each output plane's rows while they are in L1 (templates/c/ops/dwconv*)."""
-    from ..gemm_ops import epilogue_context  # gemm_ops builds on this module
 
     first = len(dw_split(s.ins, s.attrs)[0])
     dw = depthwise_geom(s.ins[:first], s.outs, s.attrs)

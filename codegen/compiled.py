@@ -7,15 +7,11 @@ library from the cache (~/.cache/flowc, or $FLOWC_CACHE) instead of compiling ag
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
-import re
 import shutil
 import threading
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,73 +20,16 @@ from graphdef import dtypes
 from graphdef.errors import ExecutionError, FeedError, FlowcError
 from graphdef.interpret import feed_value
 from graphdef.ir import Graph, TensorType
-from graphdef.serialize import to_json
 
 from . import outdir, pipeline
 from .backends.c import toolchain
 from .backends.c.api import EntryPoints
-from .backends.c.cnames import C_KEYWORDS
-from .backends.c.emit import RUNTIME, TEMPLATES, THREADPOOL, VERSION
+from .backends.c.emit import THREADPOOL
+from .cache import build_cached, cache_root, graph_key, key_options
+from .loaded import Guarded, TensorSpec, check_name, with_train
 from .program import Program
 from .storage import ALIGN
 from .target import Target, parse_bytes
-
-_loaded: dict[str, tuple] = {}
-_source_hash: list[str] = []
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-
-def check_name(name: str) -> str:
-    """``name`` when it can name a model's files and C symbols: a C identifier that meets no C
-    keyword, C library symbol or header, flowc runtime or MPI symbol, and no file of the output
-    folder, through itself or what it generates (NAME_run, NAME_H, NAME.h, ...). Checked before
-    any work, since each of these would fail only in the C compiler or linker."""
-    from .backends.c.cnames import model_name_problem
-
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name):
-        shown = repr(name) if not isinstance(name, str) or len(name) <= 80 else repr(name[:60]) + "..."
-        raise FlowcError(f"model name {shown} must be a C identifier (letters, digits, '_'; at most 63)")
-    problem = f"is a C or C++ keyword ({name})" if name in C_KEYWORDS else model_name_problem(name)
-    if problem:
-        raise FlowcError(f"model name '{name}' {problem}; choose another")
-    return name
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("FLOWC_CACHE") or Path.home() / ".cache" / "flowc")
-
-
-def _flowc_sources_hash() -> str:
-    if not _source_hash:
-        h = hashlib.sha256(VERSION.encode())
-        for folder in (TEMPLATES, RUNTIME, Path(__file__).parent):
-            for path in sorted(folder.rglob("*")):
-                if path.is_file() and path.suffix in (".j2", ".h", ".c", ".inc", ".py", ".cuh"):
-                    h.update(str(path.relative_to(folder)).encode())
-                    h.update(path.read_bytes())
-        _source_hash.append(h.hexdigest())
-    return _source_hash[0]
-
-
-def graph_key(graph: Graph, outputs, options: dict) -> str:
-    """Content hash of everything a compiled library depends on."""
-    h = hashlib.sha256()
-    h.update(json.dumps(to_json(graph), sort_keys=True, default=str).encode())
-    for store in (graph.constants, graph.variables):
-        for name in sorted(store):
-            a = store[name]
-            h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-            h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # no copy
-    h.update(json.dumps([str(o) for o in outputs], sort_keys=True).encode())
-    h.update(json.dumps(options, sort_keys=True).encode())
-    h.update(_flowc_sources_hash().encode())
-    return h.hexdigest()[:32]
 
 
 def program_for(
@@ -109,59 +48,6 @@ def program_for(
         flags=tuple(flags),
     )  # fmt: skip
     return pipeline.run(graph, options, until="plan").program
-
-
-class Guarded:
-    """Calls on one loaded model from any number of Python threads, and ``close``.
-
-    A model whose calls share something (a thread pool, state variables, a device context) runs
-    them one at a time (``serial``: a lock per model); a model whose calls share nothing but
-    constants runs them in parallel, each calling thread with its own arena. ``close()`` waits
-    for the calls under way, frees what the model holds (threads, memory, the library's handle)
-    and makes every later call an ``ExecutionError``; ``with`` closes on leaving.
-    """
-
-    def _guard_init(self, serial: bool) -> None:
-        self._guard = threading.Condition()
-        self._busy = 0
-        self._closed = False
-        self._serial = threading.RLock() if serial else None
-
-    @contextmanager
-    def _use(self):
-        with self._guard:
-            if self._closed:
-                raise ExecutionError(f"model '{self.name}' is closed")
-            self._busy += 1
-        try:
-            if self._serial is None:
-                yield
-            else:
-                with self._serial:
-                    yield
-        finally:
-            with self._guard:
-                self._busy -= 1
-                self._guard.notify_all()
-
-    def close(self) -> None:
-        """Wait for the calls under way, then free the model; later calls raise. Idempotent."""
-        with self._guard:
-            if self._closed:
-                return
-            self._closed = True
-            while self._busy:
-                self._guard.wait()
-        self._release()
-
-    def _release(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class CompiledModel(Guarded):
@@ -453,33 +339,20 @@ def compile(
         placement=placement,
         compress=compress,
     )
-    key = graph_key(graph, outputs or graph.outputs, _key_options(options))
+    key = graph_key(graph, outputs or graph.outputs, key_options(options))
     if ranks is None:
-        return CompiledModel(*_build_cached(graph, options, key, cache))
+        return CompiledModel(*build_cached(graph, options, key, cache))
     comm = _communicator(comm, ranks)
     error = None
     if comm.Get_rank() == 0:
         try:
-            _build_cached(graph, options, key, cache)
+            build_cached(graph, options, key, cache)
         except FlowcError as e:
             error = str(e)
     error = comm.bcast(error, root=0)
     if error is not None:  # every rank raises rank 0's error
         raise FlowcError(error)
-    return RankModel(*_build_cached(graph, options, key, True), comm, gather)
-
-
-def with_train(graph: Graph, outputs, train):
-    """``outputs`` (default: the graph's) plus the train op ``train`` (a Tensor or a name), so
-    that every call runs it; ``outputs`` itself without one."""
-    if train is None:
-        return outputs
-    from graphdef.builder import Tensor
-
-    ref = train.ref if isinstance(train, Tensor) else graph.resolve(train)
-    listed = list(outputs) if outputs is not None else list(graph.outputs)
-    refs = [o.ref if isinstance(o, Tensor) else graph.resolve(o) for o in listed]
-    return tuple(listed) if ref in refs else (*listed, Tensor(graph, ref))
+    return RankModel(*build_cached(graph, options, key, True), comm, gather)
 
 
 def _communicator(comm, ranks: int):
@@ -497,41 +370,6 @@ def _communicator(comm, ranks: int):
             f"this one has {comm.Get_size()}"
         )
     return comm
-
-
-def _build_cached(graph: Graph, options: pipeline.Options, key: str, cache: bool) -> tuple[Path, dict]:
-    """(library, metadata) of the build under ``key`` in the cache, built when missing."""
-    if key in _loaded:
-        return _loaded[key]
-    folder = cache_root() / key
-    library, meta_path = folder / f"lib{options.name}.so", folder / "metadata.json"
-    if not (cache and library.is_file() and meta_path.is_file()):
-        tmp = toolchain.temp_dir_beside(folder)
-        try:
-            pipeline.run(graph, options, until="build", folder=tmp)
-            if folder.exists():
-                shutil.rmtree(folder, ignore_errors=True)
-            os.replace(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    metadata = json.loads(meta_path.read_text())
-    _loaded[key] = (library, metadata)
-    return library, metadata
-
-
-def _key_options(options: pipeline.Options) -> dict:
-    """Every option as plain data for the cache key (the outputs: graph_key hashes them
-    resolved), and the C flags the target's build passes (they follow the machine's CPU)."""
-    key = {}
-    for f in dataclasses.fields(options):
-        if f.name == "outputs":
-            continue
-        value = getattr(options, f.name)
-        if isinstance(value, Target):
-            value = value.key()
-        key[f.name] = list(value) if isinstance(value, tuple) else value
-    key["cflags"] = list(options.target.cflags())
-    return key
 
 
 def export(
@@ -717,7 +555,7 @@ def compile_many(
         target=target, planner=planner, cc=cc, flags=tuple(flags), weights="c", product="bundle"
     )
     key = hashlib.sha256(
-        "".join(graph_key(g, o or g.outputs, _key_options(base.with_(name=n))) for n, g, o in items).encode()
+        "".join(graph_key(g, o or g.outputs, key_options(base.with_(name=n))) for n, g, o in items).encode()
     ).hexdigest()[:32]
     folder = cache_root() / key
     library = folder / "libbundle.so"

@@ -24,16 +24,8 @@ from . import outdir, pipeline
 from .backends.c import layout as L
 from .backends.c import toolchain as ctool
 from .backends.cuda import toolchain
-from .compiled import (
-    Guarded,
-    TensorSpec,
-    _build_cached,
-    _key_options,
-    cache_root,
-    check_name,
-    graph_key,
-    with_train,
-)
+from .cache import build_cached, cache_root, graph_key, key_options
+from .loaded import Guarded, TensorSpec, check_name, with_train
 
 
 class CudaModel(Guarded):
@@ -272,8 +264,8 @@ def compile(  # noqa: A001
     """``codegen.compile(graph, target="cuda", ...)``: see codegen.compile."""
     check_name(name)
     o = options(name, cc, sm, planner, with_train(graph, outputs, train), precision)
-    key = graph_key(graph, o.outputs or graph.outputs, _key_options(o))
-    return CudaModel(*_build_cached(graph, o, key, cache))
+    key = graph_key(graph, o.outputs or graph.outputs, key_options(o))
+    return CudaModel(*build_cached(graph, o, key, cache))
 
 
 def compile_many(graphs, cc=None, sm=(80, 90), precision="fp32") -> list[CudaModel]:
@@ -288,7 +280,7 @@ def compile_many(graphs, cc=None, sm=(80, 90), precision="fp32") -> list[CudaMod
         return options(name, cc, sm, outputs=outputs, precision=precision)
 
     key = hashlib.sha256(
-        "".join(graph_key(g, o or g.outputs, _key_options(made(n, o))) for n, g, o in items).encode()
+        "".join(graph_key(g, o or g.outputs, key_options(made(n, o))) for n, g, o in items).encode()
     ).hexdigest()[:32]
     folder = cache_root() / f"cuda-{key}"
     library = folder / "libbundle.so"

@@ -145,7 +145,7 @@ def test_the_cache_key_changes_with_every_option():
     import dataclasses
 
     from codegen import pipeline
-    from codegen.compiled import _key_options
+    from codegen.cache import key_options
     from codegen.target import Target
 
     base = pipeline.Options()
@@ -158,6 +158,6 @@ def test_the_cache_key_changes_with_every_option():
     }  # fmt: skip
     fields = {f.name for f in dataclasses.fields(pipeline.Options)} - {"outputs"}
     assert set(changed) == fields, "a new option: add it here with a changed value"
-    key = _key_options(base)
+    key = key_options(base)
     for name, value in changed.items():
-        assert _key_options(base.with_(**{name: value})) != key, name
+        assert key_options(base.with_(**{name: value})) != key, name

@@ -19,7 +19,7 @@ import pytest
 
 import graphdef as gd
 from codegen import cli, pipeline
-from codegen.compiled import check_name
+from codegen.loaded import check_name
 from graphdef.errors import FlowcError
 from graphdef.onnx import OnnxImportError
 

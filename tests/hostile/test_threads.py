@@ -1,4 +1,4 @@
-"""One loaded model called from many Python threads (codegen.compiled.Guarded): a model with a
+"""One loaded model called from many Python threads (codegen.loaded.Guarded): a model with a
 thread pool or with state runs its calls one at a time, so every output is the serial one and a
 training step applied from several threads ends where the same steps applied serially end;
 ``close`` waits for the calls under way and makes later calls a clean error."""

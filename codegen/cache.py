@@ -1,0 +1,93 @@
+"""The build cache: compiled libraries under ~/.cache/flowc (or $FLOWC_CACHE), keyed by the
+content of everything a build depends on (the graph's nodes, arrays and outputs, every
+option, the target's C flags, and flowc's own templates, runtime and Python sources), so an
+unchanged graph loads its library instead of compiling again. Every backend's compile uses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from graphdef.ir import Graph
+from graphdef.serialize import to_json
+
+from . import pipeline
+from .backends.c import toolchain
+from .backends.c.emit import RUNTIME, TEMPLATES, VERSION
+from .target import Target
+
+_loaded: dict[str, tuple] = {}
+_source_hash: list[str] = []
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FLOWC_CACHE") or Path.home() / ".cache" / "flowc")
+
+
+def _flowc_sources_hash() -> str:
+    if not _source_hash:
+        h = hashlib.sha256(VERSION.encode())
+        for folder in (TEMPLATES, RUNTIME, Path(__file__).parent):
+            for path in sorted(folder.rglob("*")):
+                if path.is_file() and path.suffix in (".j2", ".h", ".c", ".inc", ".py", ".cuh"):
+                    h.update(str(path.relative_to(folder)).encode())
+                    h.update(path.read_bytes())
+        _source_hash.append(h.hexdigest())
+    return _source_hash[0]
+
+
+def graph_key(graph: Graph, outputs, options: dict) -> str:
+    """Content hash of everything a compiled library depends on."""
+    h = hashlib.sha256()
+    h.update(json.dumps(to_json(graph), sort_keys=True, default=str).encode())
+    for store in (graph.constants, graph.variables):
+        for name in sorted(store):
+            a = store[name]
+            h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # no copy
+    h.update(json.dumps([str(o) for o in outputs], sort_keys=True).encode())
+    h.update(json.dumps(options, sort_keys=True).encode())
+    h.update(_flowc_sources_hash().encode())
+    return h.hexdigest()[:32]
+
+
+def build_cached(graph: Graph, options: pipeline.Options, key: str, cache: bool) -> tuple[Path, dict]:
+    """(library, metadata) of the build under ``key`` in the cache, built when missing."""
+    if key in _loaded:
+        return _loaded[key]
+    folder = cache_root() / key
+    library, meta_path = folder / f"lib{options.name}.so", folder / "metadata.json"
+    if not (cache and library.is_file() and meta_path.is_file()):
+        tmp = toolchain.temp_dir_beside(folder)
+        try:
+            pipeline.run(graph, options, until="build", folder=tmp)
+            if folder.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    metadata = json.loads(meta_path.read_text())
+    _loaded[key] = (library, metadata)
+    return library, metadata
+
+
+def key_options(options: pipeline.Options) -> dict:
+    """Every option as plain data for the cache key (the outputs: graph_key hashes them
+    resolved), and the C flags the target's build passes (they follow the machine's CPU)."""
+    key = {}
+    for f in dataclasses.fields(options):
+        if f.name == "outputs":
+            continue
+        value = getattr(options, f.name)
+        if isinstance(value, Target):
+            value = value.key()
+        key[f.name] = list(value) if isinstance(value, tuple) else value
+    key["cflags"] = list(options.target.cflags())
+    return key

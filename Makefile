@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint clean conformance bench bench-compile bench-cuda footprint
+.PHONY: demo test test-fast lint clean conformance bench bench-compile bench-cuda footprint
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,20 @@ demo: $(STAMP)
 	$(PY) samples/pipeline.py
 	$(PY) samples/finetune.py
 
+# the whole suite, a worker per core; a test file stays on one worker (its shared builds once)
+PYTEST := $(PY) -m pytest -n auto --dist loadfile
 test: $(STAMP)
-	$(PY) -m pytest graphdef codegen tests
+	$(PYTEST) graphdef codegen tests
+
+# the loop to run while working (under 2 minutes here): the graph library, the passes, the
+# schedule and memory plan, ONNX import and hostile input in pure Python, and one small
+# compiled model per backend (tests/codegen/test_smoke.py); `make test` before a commit
+FAST := graphdef codegen tests/graphdef tests/codegen/test_passes.py tests/codegen/test_schedule.py \
+	tests/codegen/test_memory.py tests/codegen/test_storage.py tests/codegen/test_pipeline.py \
+	tests/codegen/test_smoke.py tests/mpi/test_partition.py tests/onnx/test_import.py \
+	tests/hostile/test_import.py tests/hostile/test_limits.py
+test-fast: $(STAMP)
+	$(PYTEST) $(FAST)
 
 # speed: the GEMM kernel against numpy and the FMA peak, the vector math's accuracy and speed,
 # the memory bandwidth and the memory-bound steps, then the model sets (small, and the zoo of

@@ -39,10 +39,13 @@ sends the gradients between ranks as float16.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
 import json
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -152,6 +155,51 @@ def _same_file(name: str, path: Path) -> bool:
         return False
 
 
+class Progress:
+    """One line on a terminal while a compile runs past ``after`` seconds: the stage under way
+    and the time so far, redrawn in place every ``every`` seconds and erased at the end; nothing
+    where ``stream`` is not a terminal (logs and pipes get the summary line only)."""
+
+    def __init__(self, what: str, stream=None, after: float = 2.0, every: float = 0.5):
+        self.what, self.stream, self.after, self.every = what, stream or sys.stderr, after, every
+        self.stage = "starting"
+        self.shown = False
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self):
+        if self.stream.isatty():
+            self._t0 = time.perf_counter()
+            self._thread = threading.Thread(target=self._draw, daemon=True)
+            self._thread.start()
+        self._observing = pipeline.observe(self._saw)
+        self._observing.__enter__()
+        return self
+
+    def _saw(self, stage: str) -> None:
+        self.stage = stage
+
+    def _draw(self) -> None:
+        if self._stop.wait(self.after):
+            return
+        while True:
+            line = f"flowc: {self.what}: {self.stage} ({time.perf_counter() - self._t0:.0f} s)"
+            self.stream.write("\r" + line + "\x1b[K")
+            self.stream.flush()
+            self.shown = True
+            if self._stop.wait(self.every):
+                return
+
+    def __exit__(self, *exc) -> None:
+        self._observing.__exit__(*exc)
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            if self.shown:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+
+
 def cmd_compile(args) -> int:
     backends.get(args.target)  # an unknown target fails before the model loads
     check_ranks(args)
@@ -169,7 +217,14 @@ def cmd_compile(args) -> int:
         if limit is not None:
             parse_bytes(limit, "max-ram" if limit is args.max_ram else "max-flash")
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
-    t0 = time.perf_counter()
+    summary = io.StringIO()  # printed once the progress line is gone
+    with Progress(f"compiling {args.name}"), contextlib.redirect_stdout(summary):
+        code = _compile(args, graph, time.perf_counter())
+    sys.stdout.write(summary.getvalue())
+    return code
+
+
+def _compile(args, graph: Graph, t0: float) -> int:
     if args.train is not None:
         return compile_trainer(args, graph, t0)
     if args.target == "cuda":

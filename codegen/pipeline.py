@@ -29,6 +29,7 @@ compile builds.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -221,6 +222,20 @@ def stages(options: Options) -> list[Stage]:
     return out
 
 
+_observers: list[Callable[[str], None]] = []
+
+
+@contextlib.contextmanager
+def observe(fn: Callable[[str], None]):
+    """Inside, ``fn(stage name)`` is called as each stage of any ``run`` starts (the CLI's
+    progress line)."""
+    _observers.append(fn)
+    try:
+        yield
+    finally:
+        _observers.remove(fn)
+
+
 NEUTRAL = "prune_inlined"  # the last target-neutral pass: what every backend's lowering starts from
 
 
@@ -312,6 +327,8 @@ def run(
         gd.verify(graph)
     value = graph
     for stage in stages(options):
+        for observer in list(_observers):
+            observer(stage.name)
         value = stage.run(value, c)
         if check:
             for g in [value] if isinstance(value, Graph) else getattr(value, "graphs", []):

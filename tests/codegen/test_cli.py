@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +186,33 @@ def test_errors_are_one_line_and_exit_non_zero(tmp_path, args, message):
     assert res.stderr.startswith("flowc: error: ") and len(res.stderr.strip().splitlines()) == 1
     assert message in res.stderr
     assert not (tmp_path / "OUT").exists()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_long_compile_shows_its_stage_on_a_terminal_and_erases_it():
+    """cli.Progress: past ``after`` seconds, one line redrawn in place with the stage under way
+    (seen through pipeline.observe) and the time; erased at the end; nothing off a terminal."""
+    from codegen import cli, pipeline
+
+    term = _Terminal()
+    with cli.Progress("compiling net", stream=term, after=0.0, every=0.01) as p:
+        with pipeline.observe(lambda stage: None):
+            pipeline.run(_relu_graph(), pipeline.Options(), until="plan")
+        time.sleep(0.05)
+    text = term.getvalue()
+    assert p.shown and "\rflowc: compiling net: plan (0 s)" in text, text
+    assert text.endswith("\r\x1b[K") and "\n" not in text
+    pipe = io.StringIO()
+    with cli.Progress("compiling net", stream=pipe, after=0.0, every=0.01):
+        time.sleep(0.05)
+    assert pipe.getvalue() == ""
+
+
+def _relu_graph():
+    with gd.Graph("g") as g:
+        gd.relu(gd.placeholder("x", (4,)), name="y")
+    return g

@@ -24,6 +24,7 @@ from .backends.c.emit import RUNTIME, TEMPLATES, VERSION
 from .target import Target
 
 _loaded: dict[str, tuple] = {}
+COMPLETE = ".flowc-complete"  # written last into a stored export
 _source_hash: list[str] = []
 
 
@@ -91,3 +92,37 @@ def key_options(options: pipeline.Options) -> dict:
         key[f.name] = list(value) if isinstance(value, tuple) else value
     key["cflags"] = list(options.target.cflags())
     return key
+
+
+def _export_folder(key: str) -> Path:
+    return cache_root() / "exports" / key
+
+
+def restore_export(key: str, into: Path) -> bool:
+    """Copy the project folder an earlier export stored under ``key`` into the empty folder
+    ``into`` (files with their modes); False when there is none."""
+    folder = _export_folder(key)
+    if not (folder / COMPLETE).is_file():
+        return False
+    shutil.copytree(folder, into, dirs_exist_ok=True, ignore=shutil.ignore_patterns(COMPLETE))
+    return True
+
+
+def store_export(key: str, folder: Path) -> None:
+    """Keep a copy of the built project ``folder`` under ``key`` (written beside, renamed into
+    place, marked complete last); a cache that cannot be written is skipped, not an error."""
+    dest = _export_folder(key)
+    if (dest / COMPLETE).is_file():
+        return
+    try:
+        tmp = toolchain.temp_dir_beside(dest)
+        try:
+            shutil.copytree(folder, tmp, dirs_exist_ok=True)
+            (tmp / COMPLETE).write_text("")
+            if dest.exists():
+                shutil.rmtree(dest, ignore_errors=True)
+            os.replace(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        pass

@@ -242,6 +242,7 @@ def _compile(args, graph: Graph, t0: float) -> int:
         ranks=args.ranks,
         placement=args.placement,
         compress=args.compress,
+        cache=not args.no_cache,
     )
     m = json.loads((out / "metadata.json").read_text())
     if args.no_build:
@@ -445,6 +446,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--precision", default="fp32", help="--target cuda: fp32, tf32, bf16 or fp16")
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--no-build", action="store_true")
+    c.add_argument("--no-cache", action="store_true", help="build anew (no cached copy)")
     c.add_argument("--portable", action="store_true", help="no -march=native: runs on any CPU of the arch")
     c.add_argument("--max-ram", metavar="BYTES", help="refuse a model needing more RAM (e.g. 64K)")
     c.add_argument("--max-flash", metavar="BYTES", help="refuse a model needing more flash (e.g. 256K)")

@@ -25,7 +25,7 @@ from . import outdir, pipeline
 from .backends.c import toolchain
 from .backends.c.api import EntryPoints
 from .backends.c.emit import THREADPOOL
-from .cache import build_cached, cache_root, graph_key, key_options
+from .cache import build_cached, cache_root, graph_key, key_options, restore_export, store_export
 from .loaded import Guarded, TensorSpec, check_name, with_train
 from .program import Program
 from .storage import ALIGN
@@ -390,6 +390,7 @@ def export(
     placement: str = "auto",
     compress: str | None = None,
     train=None,
+    cache: bool = True,
 ) -> Path:
     """Write a project folder (header, sources, Makefile, CMakeLists.txt, metadata.json) and,
     unless ``build_binary`` is False, build it:
@@ -412,6 +413,8 @@ def export(
     ``train``: a train op, run by every call as compile()'s (its value, the loss, is an output).
 
     The folder appears complete or not at all: it is written beside and renamed into place.
+    A repeated export of the same graph with the same options (limits included) is answered
+    from the build cache (cache.py) without running the compiler; ``cache=False``: build anew.
     """
     check_name(name)
     outputs = with_train(graph, outputs, train)
@@ -430,8 +433,12 @@ def export(
         product=None if build_binary else "none", ranks=ranks, placement=placement, compress=compress,
         max_ram=None if ranks is None else limits["max_ram"],
     )  # fmt: skip
+    key = graph_key(graph, outputs or graph.outputs, {**key_options(options), "export": limits})
     tmp = outdir.prepare(out_dir)
     try:
+        if cache and restore_export(key, tmp):
+            outdir.publish(tmp, out_dir, name)
+            return out_dir
         c = pipeline.run(graph, options, until="render")
         for program in c.program if ranks is not None else [c.program]:
             ram = {"arena": program.arena_bytes, "state": program.state_bytes}
@@ -448,6 +455,8 @@ def export(
             )
             c.sources.metadata["footprint"] = fp.to_json()
             (tmp / "metadata.json").write_text(json.dumps(c.sources.metadata, indent=1) + "\n")
+        if cache:
+            store_export(key, tmp)
         outdir.publish(tmp, out_dir, name)
     finally:
         outdir.discard(tmp)

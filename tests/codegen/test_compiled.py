@@ -161,3 +161,30 @@ def test_the_cache_key_changes_with_every_option():
     key = key_options(base)
     for name, value in changed.items():
         assert key_options(base.with_(**{name: value})) != key, name
+
+
+def test_a_repeated_export_is_answered_from_the_cache(tmp_path, monkeypatch):
+    """The second export of the same graph and options copies the stored project (binary
+    included, byte for byte and executable) without running the compiler; another option or
+    ``cache=False`` builds anew."""
+    import os
+
+    from codegen.backends.c import toolchain
+
+    first = codegen.export(_mlp(5), tmp_path / "a", name="net")
+    calls = []
+    real = toolchain.run
+    monkeypatch.setattr(toolchain, "run", lambda *a, **k: calls.append(a) or real(*a, **k))
+    second = codegen.export(_mlp(5), tmp_path / "b", name="net")
+    assert calls == []
+    files = sorted(str(p.relative_to(first)) for p in first.rglob("*") if p.is_file())
+    assert files == sorted(str(p.relative_to(second)) for p in second.rglob("*") if p.is_file())
+    assert "net" in files and "runtime/flowc_rt.h" in files
+    for f in files:
+        assert (first / f).read_bytes() == (second / f).read_bytes(), f
+    assert os.access(second / "net", os.X_OK)
+    codegen.export(_mlp(5), tmp_path / "c", name="net", threads=2)
+    assert calls, "another option must build"
+    calls.clear()
+    codegen.export(_mlp(5), tmp_path / "d", name="net", cache=False)
+    assert calls, "cache=False must build"

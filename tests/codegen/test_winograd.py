@@ -270,7 +270,7 @@ def test_aarch64_binary_under_qemu(tmp_path, algorithm, force):
     force(algorithm, rows=2)
     g = conv_graph(2, 5, 7, 11, 9, (1, 1, 1, 1), relu=True)
     feeds = feeds_of(g)
-    out = codegen.export(g, tmp_path / "out", name="net", arch="aarch64-linux")
+    out = codegen.export(g, tmp_path / "out", name="net", arch="aarch64-linux", cache=False)
     np.save(tmp_path / "x.npy", feeds["x"])
     args = ["--in", f"x={tmp_path / 'x.npy'}", "--out-dir", str(tmp_path / "r")]
     res = subprocess.run([target.spec.qemu, str(out / "net"), *args], capture_output=True, text=True)
@@ -303,7 +303,7 @@ def test_sources_are_deterministic(tmp_path, force):
     g = conv_graph(1, 6, 9, 11, 10, (1, 1, 1, 1), relu=True)
     texts = []
     for i in range(2):
-        out = codegen.export(g, tmp_path / f"o{i}", name="net", build_binary=False)
+        out = codegen.export(g, tmp_path / f"o{i}", name="net", build_binary=False, cache=False)
         texts.append((out / "net.c").read_text())
     assert texts[0] == texts[1] and "fc_wino4_in" in texts[0]
 

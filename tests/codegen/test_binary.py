@@ -117,7 +117,7 @@ def test_samples_run_clean_under_address_and_undefined_sanitizers(sample, zoo, z
         feeds, names = {"x": mod.load_data()[2][:3].reshape(3, 64)[:1]}, ["probs"]
     else:
         g, feeds, names = zoo, zoo_feeds, ZOO_OUTPUTS
-    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g1", "-O1"]
     out = codegen.export(g, tmp_path / "san", name="san", outputs=names, flags=flags)
     res = run_binary(out / "san", feeds, tmp_path / "res")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -165,7 +165,7 @@ def fast_paths_cnn():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fast_paths_run_clean_under_address_and_undefined_sanitizers(threads, tmp_path):
     g = fast_paths_cnn()
-    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g1", "-O1"]
     out = codegen.export(g, tmp_path / "san", name="san", flags=flags, threads=threads)
     source = (out / "san.c").read_text()
     assert "conv_winograd" in source and "fc_dwconv_epi_f32" in source and "fc_reduce_mean_rows_f32" in source

@@ -197,7 +197,7 @@ def test_binary_runs_clean_under_sanitizers(tmp_path):
         gd.identity(v, name="values")
         gd.identity(k, name="indices")
         gd.identity(gn, name="picked")
-    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g1", "-O1"]
     out = codegen.export(
         g, tmp_path / "san", name="san", outputs=["values", "indices", "picked"], flags=flags
     )

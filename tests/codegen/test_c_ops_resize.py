@@ -138,7 +138,7 @@ def test_binary_runs_clean_under_sanitizers(tmp_path):
         )
         gd.identity(b, name="b")
         gd.identity(c, name="c")
-    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g1", "-O1"]
     out = codegen.export(g, tmp_path / "san", name="san", outputs=["b", "c"], flags=flags)
     np.save(tmp_path / "x.npy", d)
     res = subprocess.run(

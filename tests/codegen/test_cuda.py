@@ -229,7 +229,7 @@ def test_simulator_build_runs_clean_under_sanitizers(model, zoo, zoo_feeds, tmp_
     SAN=...`): an out-of-bounds read or write of a kernel, in the arena or an input, stops it."""
     g, feeds, outputs = (zoo, zoo_feeds, ZOO_OUTPUTS) if model == "zoo" else (*MODELS[model](), None)
     out = compiled_cuda.export(g, tmp_path / "net", name="net", build_binary=False, outputs=outputs)
-    san = "SAN=-fsanitize=address,undefined -fno-sanitize-recover=all"
+    san = "SAN=-fsanitize=address,undefined -fno-sanitize-recover=all -g1"  # line tables only: half the build
     subprocess.run(["make", "-C", str(out), "sim", "CXX=g++", san], check=True, capture_output=True)
     res = run_binary(out / "net", feeds, tmp_path / "res")
     assert res.returncode == 0, res.stderr[-3000:]

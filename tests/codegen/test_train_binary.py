@@ -276,7 +276,7 @@ def test_makefile_build_runs_clean_under_sanitizers(trainer, data_file, tmp_path
     folder = tmp_path / "san"
     shutil.copytree(trainer.parent, folder)
     (folder / "net").unlink()
-    flags = "-std=c99 -O1 -g -march=native -Wall -Wextra -Werror"
+    flags = "-std=c99 -O1 -g1 -march=native -Wall -Wextra -Werror"
     flags += " -fsanitize=address,undefined -fno-sanitize-recover=all"
     subprocess.run(["make", "-s", f"CFLAGS={flags}"], cwd=folder, check=True, capture_output=True)
     exe, ck = folder / "net", tmp_path / "ck.npz"

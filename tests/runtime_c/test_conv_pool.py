@@ -382,7 +382,7 @@ def sanitized_program(cases) -> str:
 
 
 def test_sanitizers(tmp_path):
-    flags = ["-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-fno-omit-frame-pointer"]
+    flags = ["-std=c99", "-O1", "-g1", "-Wall", "-Wextra", "-Werror", "-fno-omit-frame-pointer"]
     flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
     probe = tmp_path / "probe.c"
     probe.write_text("int main(void) { return 0; }\n")

@@ -23,7 +23,7 @@ import pytest
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 CC = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
-SANITIZE = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+SANITIZE = ["-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 # a sanitizer report exits 99: never confused with the harness's own 1
 SAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:exitcode=99", "UBSAN_OPTIONS": "print_stacktrace=1:exitcode=99"}
 

@@ -692,7 +692,7 @@ def build_and_run(cc: str, flags: list[str], tmp: Path, env=None) -> subprocess.
     return subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=120)
 
 
-SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+SANITIZE = ["-O1", "-g1", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
             "-fno-sanitize-recover=all"]  # fmt: skip
 TARGETS = {"native": ["-march=native"], "scalar": ["-DFC_NO_VECTOR"], "default": []}
 

@@ -55,7 +55,7 @@ class Call:
     hands parts of its work to the thread pool itself (products; the step function then takes
     ``pool``; a step split by its ``Kernel.split`` is run on the pool by emit.py instead);
     ``comm``: the step talks to other ranks (it then takes the run's MPI context ``mpi`` and
-    its own request ``req``). A template with a folder (``mpi/step``) is found from
+    its own request ``req``). A template with a folder (``mpi/ops/send``) is found from
     templates/ rather than templates/c/ops/."""
 
     template: str

@@ -100,7 +100,7 @@ COMM = ("send", "recv", "recv_wait")
 
 
 def _transfer(env, node, g, xs, ys, stages: list, request: dict, name: str) -> str:
-    """The host lines of a transfer between ranks (templates/cuda/ops/transfer.cu.j2): through
+    """The host lines of a transfer between ranks (templates/cuda/ops/<op>.cu.j2): through
     a pinned host buffer of its own (``stages``), with an MPI request (``request``, by the
     send's or receive's node; a wait uses its receive's)."""
     a = node.attrs
@@ -112,7 +112,7 @@ def _transfer(env, node, g, xs, ys, stages: list, request: dict, name: str) -> s
         k.update(stage=len(stages), req=len(request), nbytes=t.nbytes, x=xs[0] if xs else None)
         request[node.name] = {"stage": k["stage"], "req": k["req"], "nbytes": t.nbytes}
         stages.append(t.nbytes)
-    return env.get_template("cuda/ops/transfer.cu.j2").render(k=k, m_name=name, m_NAME=name.upper())
+    return env.get_template(f"cuda/ops/{node.op}.cu.j2").render(k=k, m_name=name, m_NAME=name.upper())
 
 
 def emit_rank(program, options, name: str, rank: int) -> cemit.Sources:

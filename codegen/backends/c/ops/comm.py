@@ -1,6 +1,7 @@
 """The C of the communication steps of a partitioned graph (graphdef/ops/comm.py): calls
 into the MPI layer (mpi/fc_mpi.h) with the step's own request. A send and a receive are
 posted (nonblocking); the receive's wait completes it; the run waits for its sends at its end.
+Each op's body is its own template, templates/mpi/ops/<op>.c.j2.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def _comm(step) -> Call:
         k.update(buf=step.y[0], nbytes=step.outs[0].nbytes)
     else:  # the wait: the buffer is the value, in place
         k["unused"] = [step.x[0], step.y[0]]
-    return Call("mpi/step", k, headers=("fc_mpi.h",), comm=True)
+    return Call(f"mpi/ops/{op}", k, headers=("fc_mpi.h",), comm=True)
 
 
 def _allreduce(step) -> Call:
@@ -46,7 +47,7 @@ def _allreduce(step) -> Call:
         "unused": [],
     }  # fmt: skip
     headers = ("fc_mpi.h", "kernels/allreduce.h") if k["f16"] else ("fc_mpi.h",)
-    return Call("mpi/step", k, headers=headers, comm=True)
+    return Call(f"mpi/ops/{step.node.op}", k, headers=headers, comm=True)
 
 
 @kernel("cross_rank_mean")

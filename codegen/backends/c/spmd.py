@@ -28,7 +28,6 @@ from .api import entry_points
 from .cnames import Names, c_comment
 from .emit import DRIVER_C, VERSION, Sources, emit, environment, io_metadata, io_tensors
 
-MPI_FILES = ("fc_mpi.c", "fc_mpi.h")
 MPI_C = "mpi/fc_mpi.c"
 
 

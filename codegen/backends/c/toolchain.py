@@ -79,9 +79,10 @@ MPI_LAYER = Path(__file__).resolve().parents[3] / "mpi"
 
 
 def copy_mpi(dest: Path) -> None:
-    """The MPI communication layer (mpi/fc_mpi.c, .h) into dest/mpi, for a multi-rank build."""
+    """The MPI communication layer (mpi/fc_mpi.c, .h, and fc_allreduce.h, the float16 sum of
+    gradient buckets) into dest/mpi, for a multi-rank or data-parallel build."""
     (dest / "mpi").mkdir(parents=True, exist_ok=True)
-    for name in ("fc_mpi.c", "fc_mpi.h"):
+    for name in ("fc_mpi.c", "fc_mpi.h", "fc_allreduce.h"):
         shutil.copyfile(MPI_LAYER / name, dest / "mpi" / name)
 
 

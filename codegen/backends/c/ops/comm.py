@@ -46,7 +46,7 @@ def _allreduce(step) -> Call:
         "buf": step.y[0] if step.node.op == "allreduce_start" else step.x[0],
         "unused": [],
     }  # fmt: skip
-    headers = ("fc_mpi.h", "kernels/allreduce.h") if k["f16"] else ("fc_mpi.h",)
+    headers = ("fc_mpi.h", "fc_allreduce.h") if k["f16"] else ("fc_mpi.h",)
     return Call(f"mpi/ops/{step.node.op}", k, headers=headers, comm=True)
 
 

@@ -1,9 +1,9 @@
 /* The float16 sum of a data-parallel training step's compressed gradient buckets
- * (templates/mpi/step.c.j2, allreduce_start with wire float16): an MPI user operation on
+ * (templates/mpi/ops/allreduce_start.c.j2 with wire float16): an MPI user operation on
  * uint16 bits, each pair added in float32 and rounded to the nearest half. Commutative, so
  * every rank gets the same sum. Needs MPI and mpi/fc_mpi.h. */
-#ifndef FC_KERNELS_ALLREDUCE_H
-#define FC_KERNELS_ALLREDUCE_H
+#ifndef FC_MPI_ALLREDUCE_H
+#define FC_MPI_ALLREDUCE_H
 
 #include <mpi.h>
 
@@ -28,4 +28,4 @@ FC_INLINE int fc_iallreduce_f16(fc_mpi *m, fc_f16 *buf, long count, MPI_Request 
     return 0;
 }
 
-#endif /* FC_KERNELS_ALLREDUCE_H */
+#endif /* FC_MPI_ALLREDUCE_H */

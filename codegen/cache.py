@@ -104,7 +104,15 @@ def restore_export(key: str, into: Path) -> bool:
     folder = _export_folder(key)
     if not (folder / COMPLETE).is_file():
         return False
-    shutil.copytree(folder, into, dirs_exist_ok=True, ignore=shutil.ignore_patterns(COMPLETE))
+    for src in sorted(folder.rglob("*")):
+        dest = into / src.relative_to(folder)
+        if src.is_dir():
+            os.mkdir(dest)  # 0777 less the umask, as a new build's folders
+        elif src.name != COMPLETE:
+            executable = os.stat(src).st_mode & 0o111
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if executable else 0o666)
+            with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
     return True
 
 

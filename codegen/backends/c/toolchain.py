@@ -6,6 +6,8 @@ of its error output.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import os
 import shlex
 import shutil
@@ -111,6 +113,23 @@ def libraries(target: Target) -> list[str]:
     return ["-pthread", "-lm"] if target.threads > 1 else ["-lm"]
 
 
+@contextlib.contextmanager
+def objects(cmd: list[str], files: list[str], folder: Path):
+    """Compile each of ``files`` (relative to ``folder``) with ``cmd -c``, as many at once as
+    this machine has cores (a model's step files, its weights and the drivers), into a
+    temporary folder removed after the link; yields the object paths, relative to ``folder``."""
+    tmp = Path(tempfile.mkdtemp(prefix=".objects-", dir=folder))
+    try:
+        objs = [str((tmp / (f.replace("/", "_")[: -len(".c")] + ".o")).relative_to(folder)) for f in files]
+        jobs = [([*cmd, "-c", f, "-o", o], folder) for f, o in zip(files, objs)]
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+            for done in [pool.submit(run, *job) for job in jobs]:
+                done.result()  # the first failure, in file order
+        yield objs
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def build_binary(
     folder: Path, name: str, sources: Sources, cc: str | None = None, flags=(), target: Target | None = None
 ) -> Path:
@@ -118,8 +137,8 @@ def build_binary(
     statically linked for a cross-compiled Linux arch."""
     target = target or Target()
     cmd = compile_command(find_cc(cc, target), target, flags)
-    files = ["main.c", *DRIVER_C, *sources.c_files]
-    run([*cmd, "-o", name, *files, *target.ldflags(), *libraries(target)], cwd=folder)
+    with objects(cmd, ["main.c", *DRIVER_C, *sources.c_files], folder) as objs:
+        run([*cmd, "-o", name, *objs, *target.ldflags(), *libraries(target)], cwd=folder)
     return folder / name
 
 
@@ -128,8 +147,9 @@ def build_shared(
 ) -> Path:
     """Compile folder/lib<name>.so for in-process use through cffi."""
     target = target or Target()
-    cmd = compile_command(find_cc(cc, target), target, flags)
-    run([*cmd, "-fPIC", "-shared", "-o", f"lib{name}.so", *sources.c_files, *libraries(target)], cwd=folder)
+    cmd = [*compile_command(find_cc(cc, target), target, flags), "-fPIC"]
+    with objects(cmd, sources.c_files, folder) as objs:
+        run([*cmd, "-shared", "-o", f"lib{name}.so", *objs, *libraries(target)], cwd=folder)
     return folder / f"lib{name}.so"
 
 

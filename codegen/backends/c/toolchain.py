@@ -102,9 +102,17 @@ def temp_dir_beside(dest: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
 
 
+INCLUDES = ("-I.", "-Iruntime", "-Wa,-I.")  # headers, and .incbin weight files for the assembler
+
+
 def compile_command(cc: str, target: Target, flags=()) -> list[str]:
     """The compiler and every flag a build of generated C passes, before its files."""
-    return [*shlex.split(cc), *STRICT, *target.cflags(), *flags, "-I.", "-Iruntime", "-Wa,-I."]
+    return [*shlex.split(cc), *STRICT, *target.cflags(), *flags, *INCLUDES]
+
+
+def link_command(cmd: list[str]) -> list[str]:
+    """``cmd`` without the flags only a compile reads (clang -Werror rejects an unused -Wa,)."""
+    return [a for a in cmd if a not in INCLUDES]
 
 
 def libraries(target: Target) -> list[str]:
@@ -138,7 +146,7 @@ def build_binary(
     target = target or Target()
     cmd = compile_command(find_cc(cc, target), target, flags)
     with objects(cmd, ["main.c", *DRIVER_C, *sources.c_files], folder) as objs:
-        run([*cmd, "-o", name, *objs, *target.ldflags(), *libraries(target)], cwd=folder)
+        run([*link_command(cmd), "-o", name, *objs, *target.ldflags(), *libraries(target)], cwd=folder)
     return folder / name
 
 
@@ -149,7 +157,7 @@ def build_shared(
     target = target or Target()
     cmd = [*compile_command(find_cc(cc, target), target, flags), "-fPIC"]
     with objects(cmd, sources.c_files, folder) as objs:
-        run([*cmd, "-shared", "-o", f"lib{name}.so", *objs, *libraries(target)], cwd=folder)
+        run([*link_command(cmd), "-shared", "-o", f"lib{name}.so", *objs, *libraries(target)], cwd=folder)
     return folder / f"lib{name}.so"
 
 

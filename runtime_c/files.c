@@ -49,6 +49,22 @@ static void on_signal(int sig) {
     raise(sig);
 }
 
+/* The signals whose handler removes temporaries are held while a set of outputs is put in place,
+ * rolled back or finished: a run stopped then ends with the set whole (old or new, never a mix) and
+ * its kept previous files, named in pending once the set is in place, removed. */
+static sigset_t held_before;
+
+static void hold_signals(void) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGTERM);
+    sigaddset(&s, SIGHUP);
+    sigprocmask(SIG_BLOCK, &s, &held_before);
+}
+
+static void release_signals(void) { sigprocmask(SIG_SETMASK, &held_before, NULL); }
+
 void fc_file_cleanup_on_signals(void) {
     static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
     struct sigaction sa, old;
@@ -144,10 +160,13 @@ static int new_beside(const char *path, const char *tag, char **name, char *err,
 }
 
 int fc_file_temp(const char *path, char **tmp, FILE **fp, char *err, size_t errlen) {
-    int fd = new_beside(path, "", tmp, err, errlen), saved;
+    int fd, saved;
+    hold_signals(); /* a run stopped between the file's creation and pending naming it leaves none */
+    fd = new_beside(path, "", tmp, err, errlen);
     *fp = NULL;
+    if (fd >= 0) remember(*tmp);
+    release_signals();
     if (fd < 0) return -1;
-    remember(*tmp);
     *fp = fdopen(fd, "wb");
     if (!*fp) {
         saved = errno;
@@ -235,7 +254,10 @@ static void restore(fc_file_set *s) {
     } else if (s->had == 1) {
         unlink(s->kept); /* a second name of the file still at path */
     }
-    if (s->kept) free(s->kept);
+    if (s->kept) {
+        forget(s->kept);
+        free(s->kept);
+    }
     s->kept = NULL;
     s->had = 0;
     s->done = 0;
@@ -244,6 +266,7 @@ static void restore(fc_file_set *s) {
 int fc_files_commit(fc_file_set *set, int n, char *err, size_t errlen) {
     struct stat st;
     int i, j;
+    hold_signals();
     for (i = 0; i < n; ++i) {
         set[i].kept = NULL;
         set[i].had = set[i].done = 0;
@@ -254,6 +277,7 @@ int fc_files_commit(fc_file_set *set, int n, char *err, size_t errlen) {
                     fc_file_drop(set[j].tmp, NULL);
                     set[j].tmp = NULL;
                 }
+            release_signals();
             return -1;
         }
     }
@@ -269,26 +293,36 @@ int fc_files_commit(fc_file_set *set, int n, char *err, size_t errlen) {
         set[i].tmp = NULL;
         set[i].done = 1;
     }
-    if (i == n) return 0;
+    if (i == n) {
+        for (j = 0; j < n; ++j)
+            if (set[j].kept) remember(set[j].kept); /* the set stands: a stopped run drops them */
+        release_signals();
+        return 0;
+    }
     for (j = i; j >= 0; --j) restore(&set[j]);
     for (j = 0; j < n; ++j)
         if (set[j].tmp) {
             fc_file_drop(set[j].tmp, NULL);
             set[j].tmp = NULL;
         }
+    release_signals();
     return -1;
 }
 
 void fc_files_rollback(fc_file_set *set, int n) {
     int j;
+    hold_signals();
     for (j = n - 1; j >= 0; --j) restore(&set[j]);
+    release_signals();
 }
 
 void fc_files_finish(fc_file_set *set, int n) {
     int j;
+    hold_signals();
     for (j = 0; j < n; ++j) {
         if (set[j].kept) {
             if (set[j].had == 1 || set[j].done) unlink(set[j].kept);
+            forget(set[j].kept);
             free(set[j].kept);
             set[j].kept = NULL;
         }
@@ -296,6 +330,7 @@ void fc_files_finish(fc_file_set *set, int n) {
         set[j].tmp = NULL;
         set[j].had = set[j].done = 0;
     }
+    release_signals();
 }
 
 /* ---------------------------------------------------------------- checks */

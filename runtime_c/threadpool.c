@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "threadpool.h"
 
+#include <signal.h>
 #include <string.h>
 
 /* Waking a sleeping thread costs tens of microseconds, longer than many steps take, so with
@@ -76,16 +77,22 @@ static void *worker(void *arg) {
 }
 
 int fc_pool_start(fc_pool *p, int threads) {
+    sigset_t all, before;
     int i;
     memset(p, 0, sizeof *p);
     p->threads = 1;
     if (threads < 1 || threads > FC_POOL_MAX_THREADS) return -1;
     if (pthread_mutex_init(&p->mu, NULL) || pthread_cond_init(&p->wake, NULL) || pthread_cond_init(&p->done, NULL))
         return -1;
+    /* workers start with every signal blocked: a signal is handled by the thread that runs the
+     * driver (runtime/files.c holds them there while outputs are put in place) */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &before);
     for (i = 0; i < threads - 1; ++i) {
         if (pthread_create(&p->workers[i], NULL, worker, p) != 0) break;
         p->started++;
     }
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
     p->threads = p->started + 1;
     return p->started == threads - 1 ? 0 : -1;
 }

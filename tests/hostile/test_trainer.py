@@ -193,7 +193,9 @@ def test_an_output_never_replaces_an_input_file(net, tmp_path):
 
 
 def test_a_signal_while_outputs_are_written_leaves_no_temporary(tmp_path):
-    """SIGTERM at random moments of a run that writes a large output: never a temporary left."""
+    """SIGTERM at moments spread over a run that writes a large output over an earlier one (the
+    previous file is kept aside while the new one is put in place): never a temporary or a kept
+    file left, and the output whole (the previous one or the new one)."""
     with gd.Graph("g") as g:
         gd.tile(gd.placeholder("x", (1000,)), (4000,), name="y")  # 16 MB
     from codegen import export
@@ -202,18 +204,20 @@ def test_a_signal_while_outputs_are_written_leaves_no_temporary(tmp_path):
     x = tmp_path / "x.npy"
     np.save(x, np.ones(1000, np.float32))
     res_dir = tmp_path / "res"
+    argv = [str(exe), "--in", f"x={x}", "--out-dir", str(res_dir)]
+    start = time.perf_counter()
+    subprocess.run(argv, check=True)
+    whole = time.perf_counter() - start
     killed = 0
-    for k in range(8):
-        proc = subprocess.Popen(
-            [str(exe), "--in", f"x={x}", "--out-dir", str(res_dir)], stderr=subprocess.PIPE
-        )
-        timer = threading.Timer(0.002 * k, proc.send_signal, (signal.SIGTERM,))
+    for k in range(24):
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+        timer = threading.Timer(whole * k / 16, proc.send_signal, (signal.SIGTERM,))
         timer.start()
         proc.wait(timeout=60)
         timer.join()
         killed += proc.returncode == -signal.SIGTERM
-        if res_dir.exists():
-            assert temporaries(res_dir) == [], (k, temporaries(res_dir))
+        assert temporaries(res_dir) == [], (k, temporaries(res_dir))
+        assert np.load(res_dir / "y.npy").shape == (4_000_000,)
     assert killed >= 1
 
 

@@ -20,7 +20,7 @@ from graphdef.serialize import to_json
 
 from . import pipeline
 from .backends.c import toolchain
-from .backends.c.emit import RUNTIME, TEMPLATES, VERSION
+from .backends.contract import RUNTIME, TEMPLATES, VERSION
 from .target import Target
 
 _loaded: dict[str, tuple] = {}

@@ -1,18 +1,9 @@
 """Backends: how a Program becomes sources and built code for one kind of target.
 
-A backend is a module with:
-
-- ``NAME``;
-- ``LEGALIZE``: op -> rewrite into the forms its kernels take (applied by the shared
-  ``decompose`` pass);
-- ``lower(graph, options) -> Graph``: its own graph passes (the pipeline's "lower" stage);
-- ``supports(op) -> bool``: whether it has code for a step of ``op`` (what ``flowc inspect``
-  lists as unsupported);
-- ``scratch_bytes(node, in_types, options) -> int``: step-local memory its kernel for a node
-  needs (the storage stage plans it into the arena);
-- ``render(program, options) -> Sources`` and ``build(sources, folder, options) -> Built``;
-- ``MULTI_RANK``: whether it renders partitions, with ``render_ranks(programs, partition,
-  output_names, options) -> Sources`` (one SPMD program over MPI ranks).
+A backend is a module with the members of ``contract.Backend`` (NAME, LEGALIZE, lower,
+supports, scratch_bytes, render, render_ranks, build, MULTI_RANK, and BORROWS: the modules of
+another backend it imports); ``contract.py`` also holds what they share: ``Sources``,
+``Built`` and the template environment.
 
 Passes, partition, schedule and memory planning are shared (codegen/*.py); each backend
 keeps its op table, templates (templates/<name>/) and runtime. Today: ``c`` and ``cuda``.

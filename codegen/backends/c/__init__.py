@@ -10,18 +10,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphdef.ir import Graph
 
+from ..contract import Built, Sources
 from . import emit, gemm_ops, ops, table, toolchain  # noqa: F401  (fill the op table)
-from .emit import Sources
 from .lowering import lower_products
 from .table import LEGALIZE, supports  # noqa: F401  (supports: the backend's op table)
 
 NAME = "c"
 MULTI_RANK = True  # renders partitions: one SPMD program over MPI ranks (spmd.py)
+BORROWS: dict[str, tuple[str, ...]] = {}  # no other backend's modules
 
 
 def build_isa(options) -> str:
@@ -52,22 +52,6 @@ def render_ranks(programs, partition, output_names, options) -> Sources:
     from . import spmd
 
     return spmd.render_ranks(programs, partition, output_names, options, build_isa(options))
-
-
-@dataclass
-class Built:
-    """What the build stage made in its folder: ``product`` (shared, program, library or
-    none), the file, and for a microcontroller library its footprint."""
-
-    folder: Path
-    product: str
-    path: Path | None = None
-    footprint: object | None = None
-    extra: dict = field(default_factory=dict)
-
-    def describe(self) -> str:
-        what = f"{self.product} {self.path}" if self.path else "sources only"
-        return f"build: {what}" + (f"\n  {self.footprint.line()}" if self.footprint else "")
 
 
 def build(sources: Sources, folder: Path, options) -> Built:

@@ -9,11 +9,9 @@ entry points (api.py), the weights (C arrays or one blob), where each value live
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import jinja2
 import numpy as np
@@ -26,52 +24,18 @@ from ... import schedule
 from ...program import Program
 from ...storage import ALIGN, Loc
 from ...target import Target
+from ..contract import RUNTIME, VERSION, Sources, environment  # noqa: F401  (re-read by tests)
 from .api import EntryPoints, entry_points
 from .cnames import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
 from .ops.elementwise import elementwise_step
 from .sgemm import ISA_IDS
 from .table import Call, Step, TensorCtx, kernel_of, part_bounds, part_scratch, parts_of, split_of
 
-VERSION = "0.1.0"
-ROOT = Path(__file__).resolve().parents[3]
-TEMPLATES = ROOT / "templates"
-RUNTIME = ROOT / "runtime_c"
 BLOB_THRESHOLD = 64 * 1024  # weights above this go into a binary blob pulled in by the assembler
 THREADPOOL = "runtime/threadpool.c"
 # what a standalone program's driver (main.c, train.c) links besides the model: file handling
 # (files.c: every open, temporary and rename), .npy / .npz I/O and checkpoints
 DRIVER_C = ("runtime/files.c", "runtime/npy.c", "runtime/npz.c", "runtime/checkpoint.c")
-
-
-@functools.cache
-def environment() -> jinja2.Environment:
-    """The Jinja environment of every backend's templates, built once per process: Jinja
-    compiles each template on first use and keeps it (most of a render's time otherwise).
-    Renders only read it (no globals or filters are set per render)."""
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-
-
-@dataclass
-class Sources:
-    """Generated files (name -> text or bytes) and the metadata written as metadata.json."""
-
-    files: dict[str, str | bytes] = field(default_factory=dict)
-    metadata: dict = field(default_factory=dict)
-    c_files: list[str] = field(default_factory=list)  # what the model's build compiles (not main.c)
-    cu_files: list[str] = field(default_factory=list)  # CUDA sources of the build (nvcc)
-    api: EntryPoints | None = None
-    context: dict = field(default_factory=dict)  # what the templates saw (main.c's ``m``)
-
-    def describe(self) -> str:
-        sizes = ", ".join(f"{n} ({len(c)} B)" for n, c in self.files.items())
-        return f"sources: {sizes}"
 
 
 # ----------------------------------------------------------------------------- interface

@@ -18,7 +18,8 @@ from pathlib import Path
 from graphdef.errors import ToolchainError
 
 from ...target import Target
-from .emit import DRIVER_C, RUNTIME, Sources
+from ..contract import RUNTIME, Sources
+from .emit import DRIVER_C
 from .sgemm import isa_from_macros
 
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")

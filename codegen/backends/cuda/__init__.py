@@ -15,18 +15,25 @@ backend's, since the steps without a kernel here run its bodies.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from graphdef.ir import Graph
 
-from ..c import Built
+from .. import contract
 from ..c import table as ctable
 from ..c import toolchain as ctool
 from ..c.table import LEGALIZE  # noqa: F401  (the C bodies' forms)
+from ..contract import Built
 from . import emit, precision, toolchain
 
 NAME = "cuda"
 MULTI_RANK = True  # one GPU per MPI rank: each rank's part in CUDA, the SPMD program of the C backend
+# what this backend takes from the C backend: its op table and legalizations (the steps without
+# a CUDA kernel run the C body, compiled for the device), the rendering of the interface, names
+# and entry points, the op plans its kernels share (geometry, product and pooling plans,
+# reduction views), the C compiler for the host files, and the SPMD program over MPI ranks
+BORROWS = {"c": ("api", "cnames", "emit", "layout", "ops.nn", "ops.reduce", "spmd", "table", "toolchain")}
 
 
 def lower(graph: Graph, options) -> Graph:
@@ -61,14 +68,14 @@ def render_ranks(programs, partition, output_names, options):
         return emit.emit_rank(program, options, name, rank)
 
     src = spmd.render_ranks(programs, partition, output_names, options, "scalar", emit_rank=rank_part)
-    env = emit.cemit.environment()
-    m = {**src.context, "name": options.name, "nranks": len(programs), "version": emit.cemit.VERSION}
+    env = contract.environment()
+    m = {**src.context, "name": options.name, "nranks": len(programs), "version": contract.VERSION}
     src.files["Makefile"] = env.get_template("cuda/Makefile.mpi.j2").render(
         m=m, sm=list(options.sm), c_files=src.c_files, cu_files=src.cu_files, driver=emit.cemit.DRIVER_C
     )
     src.files.pop("CMakeLists.txt", None)
     src.metadata.update(target="cuda", sm=list(options.sm), precision=options.precision)
-    src.files["metadata.json"] = emit.json.dumps(src.metadata, indent=1) + "\n"
+    src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
     return src
 
 

@@ -22,6 +22,7 @@ import re
 from graphdef.errors import UnsupportedError
 from graphdef.registry import ELEMENTWISE, get_op
 
+from .. import contract
 from ..c import emit as cemit
 from ..c.api import entry_points
 from ..c.cnames import Names, c_comment, c_string
@@ -115,7 +116,7 @@ def _transfer(env, node, g, xs, ys, stages: list, request: dict, name: str) -> s
     return env.get_template(f"cuda/ops/{node.op}.cu.j2").render(k=k, m_name=name, m_NAME=name.upper())
 
 
-def emit_rank(program, options, name: str, rank: int) -> cemit.Sources:
+def emit_rank(program, options, name: str, rank: int) -> contract.Sources:
     """One rank's part of an SPMD program over MPI ranks (codegen/backends/c/spmd.py renders
     the whole): the model on this rank's GPU (rank modulo the visible devices) behind the C
     backend's rank interface, ``<name>_run(inputs..., outputs..., arena, mpi)`` on host memory;
@@ -126,12 +127,12 @@ def emit_rank(program, options, name: str, rank: int) -> cemit.Sources:
 HOST_ARENA = 64  # bytes of a rank part's host arena: its context pointer
 
 
-def emit(program, options, rank: int | None = None) -> cemit.Sources:
+def emit(program, options, rank: int | None = None) -> contract.Sources:
     """All generated files of the model ``options.name`` for CUDA (``options.sm`` and
     ``options.precision``); ``rank``: the part of that rank of an SPMD program (emit_rank)."""
     name, sm, precision = options.name, options.sm, options.precision
     g = program.graph
-    env = cemit.environment()
+    env = contract.environment()
     reserved = {"mem", "st", "status", "ctx", "s", "dev", "dev_weights", "i", name}
     names = Names(reserved=reserved)
     ins, outs = cemit.io_tensors(program, name, names)
@@ -147,7 +148,7 @@ def emit(program, options, rank: int | None = None) -> cemit.Sources:
         "uses": {v: bool(re.search(rf"\b{v}\b", text)) for v in ("mem", "st", "dev_weights")}
         | {"status": bool(st["steps"]) or bool(re.search(r"\bstatus\b", text))},
         "NAME": name.upper(),
-        "version": cemit.VERSION,
+        "version": contract.VERSION,
         "source_comment": c_comment(repr(g.name)),
         "arena_bytes": program.arena_bytes,
         "lower_bound": program.lower_bound,
@@ -183,7 +184,7 @@ def emit(program, options, rank: int | None = None) -> cemit.Sources:
         + ")",  # fmt: skip
         "bench_call": f"{name}_run_staged(ctx)",
     }
-    src = cemit.Sources(context=m)
+    src = contract.Sources(context=m)
     src.files[f"{name}.h"] = env.get_template("cuda/header.h.j2").render(m=m)
     src.files[f"{name}.cu"] = env.get_template("cuda/model.cu.j2").render(m=m)
     src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
@@ -202,7 +203,7 @@ def emit(program, options, rank: int | None = None) -> cemit.Sources:
     for file, template in (("Makefile", "cuda/Makefile.j2"), ("CMakeLists.txt", "cuda/CMakeLists.txt.j2")):
         src.files[file] = env.get_template(template).render(m=m, sm=list(sm), driver=cemit.DRIVER_C)
     src.metadata = {
-        "flowc": cemit.VERSION,
+        "flowc": contract.VERSION,
         "name": name,
         "graph": g.name,
         "target": "cuda",

@@ -12,7 +12,7 @@ from pathlib import Path
 from graphdef.errors import ToolchainError
 
 from ..c import toolchain as ctool
-from ..c.emit import RUNTIME
+from ..contract import RUNTIME
 
 NVCC_FLAGS = ("-O3", "-std=c++17", "--Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror")
 SIM_FLAGS = (

@@ -24,7 +24,6 @@ from graphdef.ir import Graph, TensorType
 from . import outdir, pipeline
 from .backends.c import toolchain
 from .backends.c.api import EntryPoints
-from .backends.c.emit import THREADPOOL
 from .cache import build_cached, cache_root, graph_key, key_options, restore_export, store_export
 from .loaded import Guarded, TensorSpec, check_name, with_train
 from .program import Program
@@ -439,11 +438,16 @@ def export(
         if cache and restore_export(key, tmp):
             outdir.publish(tmp, out_dir, name)
             return out_dir
-        c = pipeline.run(graph, options, until="render")
-        for program in c.program if ranks is not None else [c.program]:
-            ram = {"arena": program.arena_bytes, "state": program.state_bytes}
-            check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
-        built = c.backend.build(c.sources, tmp, options.with_(product=options.product or target.spec.product))
+        ram = {}
+
+        def check_plan(stage, value):  # a model over the limits is refused before any build
+            if stage == "plan":
+                for program in value if ranks is not None else [value]:
+                    ram.update(arena=program.arena_bytes, state=program.state_bytes)
+                    check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
+
+        c = pipeline.run(graph, options, until="build", folder=tmp, trace=check_plan)
+        built = c.results["build"]
         if built.footprint is not None:
             fp = built.footprint
             check_limits(
@@ -571,16 +575,18 @@ def compile_many(
     if not library.is_file():
         tmp = toolchain.temp_dir_beside(folder)
         try:
-            bundle = []
+            bundle, kernels = [], []
             toolchain.copy_runtime(tmp)
             for n, g, o in items:
                 sources = pipeline.run(g, base.with_(name=n, outputs=o), until="render").sources
-                for f in (f"{n}.h", f"{n}.c"):
+                own = [f for f in sources.c_files if not f.startswith("runtime/")]  # model.c, its step files
+                for f in (f"{n}.h", *own):
                     (tmp / f).write_text(sources.files[f])
                 (tmp / f"{n}.metadata.json").write_text(sources.files["metadata.json"])
-                bundle.append(f'#include "{n}.c"\n')
+                bundle += [f'#include "{f}"\n' for f in own]
+                kernels += [f for f in sources.c_files if f.startswith("runtime/")]
             (tmp / "bundle.c").write_text("".join(bundle))
-            files = ["bundle.c"] + ([THREADPOOL] if target.threads > 1 else [])
+            files = ["bundle.c", *dict.fromkeys(kernels)]  # the kernel files and the thread pool
             cmd = [*toolchain.compile_command(cc, target, flags), "-fPIC", "-shared", "-o", "libbundle.so"]
             toolchain.run([*cmd, *files, *toolchain.libraries(target)], cwd=tmp)
             shutil.rmtree(folder, ignore_errors=True)

@@ -27,11 +27,13 @@
 #if defined(__GNUC__) || defined(__clang__)
 #define FC_INLINE static inline FC_DEVICE __attribute__((unused))
 #define FC_NOINLINE __attribute__((noinline))
+#define FC_HIDDEN __attribute__((visibility("hidden"))) /* shared by a model's files, not exported */
 #define FC_ALIGNED(n) __attribute__((aligned(n)))
 #define FC_RESTRICT __restrict__
 #else
 #define FC_INLINE static inline FC_DEVICE
 #define FC_NOINLINE
+#define FC_HIDDEN
 #define FC_ALIGNED(n)
 #define FC_RESTRICT
 #endif

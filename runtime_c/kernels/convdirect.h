@@ -135,25 +135,43 @@ typedef void (*fc_cd_tile_fn)(long s, long taps, const int *off, const float *x0
                               long pfs, float *t);
 
 /* Tile functions of R rows and U vectors for strides run-time (_s), 1 and 2. */
-#define FC_CD_INST_(r, u, name)                                                                   \
-    FC_SG_KERNEL void name##_1(long s, long taps, const int *off, const float *x0, const float *w, \
-                               const float *pf, long pfs, float *t) {                             \
-        fc_cd_body(r, u, 1, s, taps, off, x0, w, pf, pfs, t);                                     \
-    }                                                                                             \
-    FC_SG_KERNEL void name##_2(long s, long taps, const int *off, const float *x0, const float *w, \
-                               const float *pf, long pfs, float *t) {                             \
-        fc_cd_body(r, u, 2, s, taps, off, x0, w, pf, pfs, t);                                     \
-    }                                                                                             \
-    FC_SG_KERNEL void name##_s(long s, long taps, const int *off, const float *x0, const float *w, \
-                               const float *pf, long pfs, float *t) {                             \
-        fc_cd_body(r, u, 0, s, taps, off, x0, w, pf, pfs, t);                                     \
+/* Like sgemm.h's tile kernels: static here, or with FC_KERNELS_APART declared here and compiled
+ * once into kernels/convdirect.c (FC_CONVDIRECT_HERE). */
+#if !defined(FC_KERNELS_APART)
+#define FC_CD_DEFINE 1
+#define FC_CD_KERNEL FC_SG_KSTATIC
+#elif defined(FC_CONVDIRECT_HERE)
+#define FC_CD_DEFINE 1
+#define FC_CD_KERNEL FC_SG_KAPART
+#else
+#define FC_CD_DEFINE 0
+#endif
+#if FC_CD_DEFINE
+#define FC_CD_INST_(r, u, name)                                                                           \
+    FC_CD_KERNEL void FC_SG_K(name##_1)(long s, long taps, const int *off, const float *x0, const float *w, \
+                                        const float *pf, long pfs, float *t) {                            \
+        fc_cd_body(r, u, 1, s, taps, off, x0, w, pf, pfs, t);                                             \
+    }                                                                                                     \
+    FC_CD_KERNEL void FC_SG_K(name##_2)(long s, long taps, const int *off, const float *x0, const float *w, \
+                                        const float *pf, long pfs, float *t) {                            \
+        fc_cd_body(r, u, 2, s, taps, off, x0, w, pf, pfs, t);                                             \
+    }                                                                                                     \
+    FC_CD_KERNEL void FC_SG_K(name##_s)(long s, long taps, const int *off, const float *x0, const float *w, \
+                                        const float *pf, long pfs, float *t) {                            \
+        fc_cd_body(r, u, 0, s, taps, off, x0, w, pf, pfs, t);                                             \
     }
-#define FC_CD_INST(r) FC_CD_INST_(r, FC_SGEMM_NV, fc_cd_mk_##r) FC_CD_INST_(r, 1, fc_cd_mk1_##r)
+#else
+#define FC_CD_DECL_(name, sfx)                                                                                \
+    FC_SG_KDECL void FC_SG_K(name##sfx)(long s, long taps, const int *off, const float *x0, const float *w, \
+                                        const float *pf, long pfs, float *t);
+#define FC_CD_INST_(r, u, name) FC_CD_DECL_(name, _1) FC_CD_DECL_(name, _2) FC_CD_DECL_(name, _s)
+#endif
+#define FC_CD_INST(r) FC_CD_INST_(r, FC_SGEMM_NV, cd_mk_##r) FC_CD_INST_(r, 1, cd_mk1_##r)
 FC_CD_INST(1) FC_CD_INST(2) FC_CD_INST(3) FC_CD_INST(4) FC_CD_INST(5) FC_CD_INST(6) FC_CD_INST(7)
 FC_CD_INST(8) FC_CD_INST(9) FC_CD_INST(10) FC_CD_INST(11) FC_CD_INST(12) FC_CD_INST(13) FC_CD_INST(14)
 #define FC_CD_FNS(r)                                          \
-    {{fc_cd_mk_##r##_s, fc_cd_mk_##r##_1, fc_cd_mk_##r##_2},  \
-     {fc_cd_mk1_##r##_s, fc_cd_mk1_##r##_1, fc_cd_mk1_##r##_2}}
+    {{FC_SG_K(cd_mk_##r##_s), FC_SG_K(cd_mk_##r##_1), FC_SG_K(cd_mk_##r##_2)},  \
+     {FC_SG_K(cd_mk1_##r##_s), FC_SG_K(cd_mk1_##r##_1), FC_SG_K(cd_mk1_##r##_2)}}
 
 /* The tile t (R rows of positions, NR channels a row) into y[co * ldc + i] for its first
  * `rows` channels, plus their bias (or none). AVX-512: 16 x 16 blocks transposed in registers

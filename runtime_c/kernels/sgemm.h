@@ -89,6 +89,7 @@
 #define FC_SG_MR_DEFAULT 4
 #define FC_SGEMM_NV 4
 #define FC_SGEMM_ISA "scalar"
+#define FC_SG_ISA_NAME scalar
 #define FC_SGEMM_ISA_ID 1
 #elif defined(__AVX512F__)
 #include <immintrin.h>
@@ -96,6 +97,7 @@
 #define FC_SG_MR_DEFAULT 14
 #define FC_SGEMM_NV 2
 #define FC_SGEMM_ISA "avx512"
+#define FC_SG_ISA_NAME avx512
 #define FC_SGEMM_ISA_ID 2
 #elif defined(__AVX__)
 #include <immintrin.h>
@@ -103,6 +105,7 @@
 #define FC_SG_MR_DEFAULT 6
 #define FC_SGEMM_NV 2
 #define FC_SGEMM_ISA "avx2"
+#define FC_SG_ISA_NAME avx2
 #define FC_SGEMM_ISA_ID 3
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
@@ -110,18 +113,21 @@
 #define FC_SG_MR_DEFAULT 8
 #define FC_SGEMM_NV 3
 #define FC_SGEMM_ISA "aarch64"
+#define FC_SG_ISA_NAME aarch64
 #define FC_SGEMM_ISA_ID 4
 #elif defined(__SSE2__) || defined(__ARM_NEON) || defined(__ALTIVEC__) || defined(__wasm_simd128__)
 #define FC_SGEMM_VL 4
 #define FC_SG_MR_DEFAULT 4
 #define FC_SGEMM_NV 2
 #define FC_SGEMM_ISA "v128"
+#define FC_SG_ISA_NAME v128
 #define FC_SGEMM_ISA_ID 5
 #else
 #define FC_SGEMM_VL 1
 #define FC_SG_MR_DEFAULT 4
 #define FC_SGEMM_NV 4
 #define FC_SGEMM_ISA "scalar"
+#define FC_SG_ISA_NAME scalar
 #define FC_SGEMM_ISA_ID 1
 #endif
 #ifndef FC_SGEMM_MR /* -DFC_SGEMM_MR=r (1 <= r <= 14) picks another tile height */
@@ -140,15 +146,39 @@
 #define FC_SG_PREFETCH_L2(p) __builtin_prefetch(p, 0, 2)
 #define FC_SGEMM_DRIVER static inline __attribute__((always_inline, unused))
 #define FC_SG_BODY static inline __attribute__((always_inline, unused))
-#define FC_SG_KERNEL static __attribute__((noinline, unused))
+#define FC_SG_KSTATIC static __attribute__((noinline, unused))
+#define FC_SG_KAPART __attribute__((noinline, weak, visibility("hidden")))
+#define FC_SG_KDECL extern __attribute__((visibility("hidden")))
 #else
 #define FC_SG_PREFETCH(p) ((void)(p))
 #define FC_SG_PREFETCH_W(p) ((void)(p))
 #define FC_SG_PREFETCH_L2(p) ((void)(p))
 #define FC_SGEMM_DRIVER static inline
 #define FC_SG_BODY static inline
-#define FC_SG_KERNEL static inline
+#define FC_SG_KSTATIC static inline
+#define FC_SG_KAPART
+#define FC_SG_KDECL extern
 #endif
+
+/* The tile kernels (FC_SG_KERNEL: the functions a build spends most of its time compiling) are
+ * compiled into every file that includes this header, as static functions; or, with
+ * FC_KERNELS_APART defined, only declared here and compiled once into kernels/sgemm.c (which
+ * defines FC_SGEMM_HERE too), a file flowc builds once per ISA and flags and keeps in its cache.
+ * Their names carry the ISA and tile height (FC_SG_K(mk_1_1) is fc_sg_avx512_r14_mk_1_1), and
+ * they are weak and hidden: two models built alike may be linked into one program, and models
+ * built for other kernels never call each other's. */
+#if !defined(FC_KERNELS_APART)
+#define FC_SG_DEFINE 1
+#define FC_SG_KERNEL FC_SG_KSTATIC
+#elif defined(FC_SGEMM_HERE)
+#define FC_SG_DEFINE 1
+#define FC_SG_KERNEL FC_SG_KAPART
+#else
+#define FC_SG_DEFINE 0
+#endif
+#define FC_SG_TAG_(isa, mr) fc_sg_##isa##_r##mr
+#define FC_SG_TAG(isa, mr) FC_SG_TAG_(isa, mr)
+#define FC_SG_K(n) FC_CAT(FC_SG_TAG(FC_SG_ISA_NAME, FC_SGEMM_MR), n)
 
 /* ------------------------------------------------------------------ the vector type */
 /* vecf.h's float vector (the same width rule); on aarch64 the NEON type itself, which the
@@ -385,11 +415,15 @@ FC_SG_BODY void fc_sg_put1(const fc_sg_out *o, long i, long j, float t) {
 
 /* Elements j .. j+count-1 of row i, from t: the partial last vector of an edge tile. Kept out
  * of line so that the micro-kernels stay small. */
-FC_SG_KERNEL void fc_sg_put_tail(const fc_sg_out *o, long i, long j, const float *t, long count) {
+#if FC_SG_DEFINE
+FC_SG_KERNEL void FC_SG_K(put_tail)(const fc_sg_out *o, long i, long j, const float *t, long count) {
     long x;
     for (x = 0; x < count; x++)
         fc_sg_put1(o, i, j + x, t[x]);
 }
+#else
+FC_SG_KDECL void FC_SG_K(put_tail)(const fc_sg_out *o, long i, long j, const float *t, long count);
+#endif
 
 /* Row i, vector u of the tile. */
 FC_SG_BODY void fc_sg_put(const fc_sg_out *o, long i, long u, fc_sgemm_v t) {
@@ -410,7 +444,7 @@ FC_SG_BODY void fc_sg_put(const fc_sg_out *o, long i, long u, fc_sgemm_v t) {
     } else {
         float tmp[FC_SGEMM_VL];
         fc_sg_store(tmp, t);
-        fc_sg_put_tail(o, i, j, tmp, o->cols - j);
+        FC_SG_K(put_tail)(o, i, j, tmp, o->cols - j);
     }
 }
 
@@ -596,33 +630,62 @@ FC_SG_BODY void fc_sg_micro_thin(const int R, const int U, long kc, const float 
 typedef void (*fc_sg_kernel_fn)(long kc, const float *a, long ars, long acs, const float *b, long bs,
                                 const fc_sg_out *o);
 
-#define FC_SG_INST(r, u)                                                                      \
-    FC_SG_KERNEL void fc_sg_mk_##r##_##u(long kc, const float *a, long ars, long acs, const float *b, \
-                                         long bs, const fc_sg_out *o) {                       \
-        if (FC_SGEMM_VL > 1 && r <= 2 && r * u < 8 && 4 * r * u <= FC_SG_REGS - 4)            \
-            fc_sg_micro_thin(r, u, kc, a, ars, acs, b, bs, o);                                \
-        else                                                                                  \
-            fc_sg_micro_body(r, u, kc, a, ars, acs, b, bs, o, 0);                             \
+#if FC_SG_DEFINE
+#define FC_SG_INST(r, u)                                                                          \
+    FC_SG_KERNEL void FC_SG_K(mk_##r##_##u)(long kc, const float *a, long ars, long acs, const float *b, \
+                                            long bs, const fc_sg_out *o) {                        \
+        if (FC_SGEMM_VL > 1 && r <= 2 && r * u < 8 && 4 * r * u <= FC_SG_REGS - 4)                \
+            fc_sg_micro_thin(r, u, kc, a, ars, acs, b, bs, o);                                    \
+        else                                                                                      \
+            fc_sg_micro_body(r, u, kc, a, ars, acs, b, bs, o, 0);                                 \
     }
 /* The whole tile from a packed A: strides known, so loads use immediate offsets. */
-FC_SG_KERNEL void fc_sg_mk_full_packed(long kc, const float *a, const float *b, const fc_sg_out *o) {
+FC_SG_KERNEL void FC_SG_K(mk_full_packed)(long kc, const float *a, const float *b, const fc_sg_out *o) {
     fc_sg_micro_body(FC_SGEMM_MR, FC_SGEMM_NV, kc, a, 1, FC_SGEMM_MR, b, FC_SGEMM_NR, o, 1);
 }
 /* The same with raw B read in place, bs floats from one row to the next. */
-FC_SG_KERNEL void fc_sg_mk_full_raw_b(long kc, const float *a, const float *b, long bs, const fc_sg_out *o) {
+FC_SG_KERNEL void FC_SG_K(mk_full_raw_b)(long kc, const float *a, const float *b, long bs, const fc_sg_out *o) {
     fc_sg_micro_body(FC_SGEMM_MR, FC_SGEMM_NV, kc, a, 1, FC_SGEMM_MR, b, bs, o, 1);
 }
+#else
+#define FC_SG_INST(r, u)                                                                       \
+    FC_SG_KDECL void FC_SG_K(mk_##r##_##u)(long kc, const float *a, long ars, long acs, const float *b, \
+                                           long bs, const fc_sg_out *o);
+FC_SG_KDECL void FC_SG_K(mk_full_packed)(long kc, const float *a, const float *b, const fc_sg_out *o);
+FC_SG_KDECL void FC_SG_K(mk_full_raw_b)(long kc, const float *a, const float *b, long bs, const fc_sg_out *o);
+#endif
+/* the kernels of fc_sg_tile's table: rows 1 .. MR, vectors 1 .. NV */
+#if FC_SGEMM_NV == 2
+#define FC_SG_INST_R(r) FC_SG_INST(r, 1) FC_SG_INST(r, 2)
+#elif FC_SGEMM_NV == 3
+#define FC_SG_INST_R(r) FC_SG_INST(r, 1) FC_SG_INST(r, 2) FC_SG_INST(r, 3)
+#else
 #define FC_SG_INST_R(r) FC_SG_INST(r, 1) FC_SG_INST(r, 2) FC_SG_INST(r, 3) FC_SG_INST(r, 4)
-FC_SG_INST_R(1) FC_SG_INST_R(2) FC_SG_INST_R(3) FC_SG_INST_R(4) FC_SG_INST_R(5)
-FC_SG_INST_R(6) FC_SG_INST_R(7) FC_SG_INST_R(8) FC_SG_INST_R(9) FC_SG_INST_R(10)
-FC_SG_INST_R(11) FC_SG_INST_R(12) FC_SG_INST_R(13) FC_SG_INST_R(14)
+#endif
+#define FC_SG_INSTS1 FC_SG_INST_R(1)
+#define FC_SG_INSTS2 FC_SG_INSTS1 FC_SG_INST_R(2)
+#define FC_SG_INSTS3 FC_SG_INSTS2 FC_SG_INST_R(3)
+#define FC_SG_INSTS4 FC_SG_INSTS3 FC_SG_INST_R(4)
+#define FC_SG_INSTS5 FC_SG_INSTS4 FC_SG_INST_R(5)
+#define FC_SG_INSTS6 FC_SG_INSTS5 FC_SG_INST_R(6)
+#define FC_SG_INSTS7 FC_SG_INSTS6 FC_SG_INST_R(7)
+#define FC_SG_INSTS8 FC_SG_INSTS7 FC_SG_INST_R(8)
+#define FC_SG_INSTS9 FC_SG_INSTS8 FC_SG_INST_R(9)
+#define FC_SG_INSTS10 FC_SG_INSTS9 FC_SG_INST_R(10)
+#define FC_SG_INSTS11 FC_SG_INSTS10 FC_SG_INST_R(11)
+#define FC_SG_INSTS12 FC_SG_INSTS11 FC_SG_INST_R(12)
+#define FC_SG_INSTS13 FC_SG_INSTS12 FC_SG_INST_R(13)
+#define FC_SG_INSTS14 FC_SG_INSTS13 FC_SG_INST_R(14)
+#define FC_SG_INSTS_(n) FC_SG_INSTS##n
+#define FC_SG_INSTS(n) FC_SG_INSTS_(n)
+FC_SG_INSTS(FC_SGEMM_MR)
 
 #if FC_SGEMM_NV == 2
-#define FC_SG_ROWFNS(r) {fc_sg_mk_##r##_1, fc_sg_mk_##r##_2}
+#define FC_SG_ROWFNS(r) {FC_SG_K(mk_##r##_1), FC_SG_K(mk_##r##_2)}
 #elif FC_SGEMM_NV == 3
-#define FC_SG_ROWFNS(r) {fc_sg_mk_##r##_1, fc_sg_mk_##r##_2, fc_sg_mk_##r##_3}
+#define FC_SG_ROWFNS(r) {FC_SG_K(mk_##r##_1), FC_SG_K(mk_##r##_2), FC_SG_K(mk_##r##_3)}
 #else
-#define FC_SG_ROWFNS(r) {fc_sg_mk_##r##_1, fc_sg_mk_##r##_2, fc_sg_mk_##r##_3, fc_sg_mk_##r##_4}
+#define FC_SG_ROWFNS(r) {FC_SG_K(mk_##r##_1), FC_SG_K(mk_##r##_2), FC_SG_K(mk_##r##_3), FC_SG_K(mk_##r##_4)}
 #endif
 #define FC_SG_UPTO1 FC_SG_ROWFNS(1)
 #define FC_SG_UPTO2 FC_SG_UPTO1, FC_SG_ROWFNS(2)
@@ -653,6 +716,7 @@ FC_SG_INST_R(11) FC_SG_INST_R(12) FC_SG_INST_R(13) FC_SG_INST_R(14)
 #if FC_SGEMM_VL > 1 && FC_SGEMM_MR <= FC_SGEMM_VL
 #define FC_SG_NARROW 4 /* columns past the last whole vector that go here; 0: none */
 #define FC_SG_NB_(s, x, p, j) s = FC_SG_FMA(x, FC_SG_SPLAT(b[(p) * FC_SGEMM_NR + (j)]), s)
+#if FC_SG_DEFINE
 /* Column j of the tile: s (its sum over p < q = kc - 1) plus the last p, element by element. */
 FC_SG_BODY void fc_sg_narrow_put_(long rows, long j, fc_sgemm_v s, long q, const float *a, const float *b,
                                   const fc_sg_out *o) {
@@ -664,7 +728,7 @@ FC_SG_BODY void fc_sg_narrow_put_(long rows, long j, fc_sgemm_v s, long q, const
 }
 
 /* Columns [j, j + 4): one A load for the four, two chains a column (even and odd p). */
-FC_SG_KERNEL void fc_sg_narrow4(long rows, long j, long kc, const float *a, const float *b, const fc_sg_out *o) {
+FC_SG_KERNEL void FC_SG_K(narrow4)(long rows, long j, long kc, const float *a, const float *b, const fc_sg_out *o) {
     const fc_sgemm_v z = FC_SG_SPLAT(0.0f);
     const long q = kc - 1; /* p below q: whole vector loads */
     fc_sgemm_v e0 = z, e1 = z, e2 = z, e3 = z, d0 = z, d1 = z, d2 = z, d3 = z;
@@ -687,13 +751,13 @@ FC_SG_KERNEL void fc_sg_narrow4(long rows, long j, long kc, const float *a, cons
     fc_sg_narrow_put_(rows, j + 3, e3 + d3, q, a, b, o);
 }
 
-FC_SG_KERNEL void fc_sg_narrow(long rows, long j0, long cols, long kc, const float *a, const float *b,
+FC_SG_KERNEL void FC_SG_K(narrow)(long rows, long j0, long cols, long kc, const float *a, const float *b,
                                const fc_sg_out *o) {
     const fc_sgemm_v z = FC_SG_SPLAT(0.0f);
     const long q = kc - 1; /* p below q: whole vector loads */
     long j, p;
     for (j = j0; j + 4 <= cols; j += 4)
-        fc_sg_narrow4(rows, j, kc, a, b, o);
+        FC_SG_K(narrow4)(rows, j, kc, a, b, o);
     for (; j < cols; j++) {
         fc_sgemm_v s0 = z, s1 = z, s2 = z, s3 = z;
         for (p = 0; p + 4 <= q; p += 4) {
@@ -707,6 +771,10 @@ FC_SG_KERNEL void fc_sg_narrow(long rows, long j0, long cols, long kc, const flo
         fc_sg_narrow_put_(rows, j, (s0 + s1) + (s2 + s3), q, a, b, o);
     }
 }
+#else
+FC_SG_KDECL void FC_SG_K(narrow)(long rows, long j0, long cols, long kc, const float *a, const float *b,
+                                  const fc_sg_out *o);
+#endif
 #undef FC_SG_NB_
 #else
 #define FC_SG_NARROW 0
@@ -721,9 +789,9 @@ FC_INLINE void fc_sg_tile(long rows, long cols, long kc, const float *a, long ar
     const long u = (cols + FC_SGEMM_VL - 1) / FC_SGEMM_VL, rem = cols % FC_SGEMM_VL;
     if (rows == FC_SGEMM_MR && cols == FC_SGEMM_NR && ars == 1 && acs == FC_SGEMM_MR) {
         if (bs == FC_SGEMM_NR)
-            fc_sg_mk_full_packed(kc, a, b, o);
+            FC_SG_K(mk_full_packed)(kc, a, b, o);
         else
-            fc_sg_mk_full_raw_b(kc, a, b, bs, o);
+            FC_SG_K(mk_full_raw_b)(kc, a, b, bs, o);
     } else if (rem > 0 && rem <= FC_SG_NARROW && kc > 1 && ars == 1 && acs == FC_SGEMM_MR && bs == FC_SGEMM_NR) {
 #if FC_SG_NARROW
         if (u > 1) {
@@ -731,7 +799,7 @@ FC_INLINE void fc_sg_tile(long rows, long cols, long kc, const float *a, long ar
             w.cols = (u - 1) * FC_SGEMM_VL;
             table[rows - 1][u - 2](kc, a, 1, FC_SGEMM_MR, b, FC_SGEMM_NR, &w);
         }
-        fc_sg_narrow(rows, (u - 1) * FC_SGEMM_VL, cols, kc, a, b, o);
+        FC_SG_K(narrow)(rows, (u - 1) * FC_SGEMM_VL, cols, kc, a, b, o);
 #endif
     } else {
         table[rows - 1][u - 1](kc, a, ars, acs, b, bs, o);

@@ -90,7 +90,10 @@ def test_a_long_chain_renders_as_bounded_fused_groups(ops):
     assert sizes and max(sizes) <= CAP, max(sizes)
     assert sum(ops_of(s) for s in steps if s.op != "identity") == ops
     assert len(steps) <= -(-ops // CAP) + 1  # full groups, and the output's identity
-    functions = c_functions(c.sources.files["model.c"])
+    functions = {}  # the model's file and its step files
+    for f in c.sources.c_files:
+        if f in c.sources.files:
+            functions.update(c_functions(c.sources.files[f]))
     assert "model_run" in functions and len(functions) >= len(steps)
     # a step's loop body: a local per instruction (inline scalars too) and a few lines around it
     bound = 2 * CAP + 40
@@ -146,7 +149,10 @@ def test_a_long_run_is_split_into_bounded_functions():
     count = 2 * RUN_STEPS + 10
     c = pipeline.run(softmaxes(count), pipeline.Options(), until="render")
     assert len(c.program.steps) > 2 * RUN_STEPS
-    functions = c_functions(c.sources.files["model.c"])
+    functions = {}  # the model's file and its step files
+    for f in c.sources.c_files:
+        if f in c.sources.files:
+            functions.update(c_functions(c.sources.files[f]))
     parts = [f for f in functions if f.startswith("model_run_part_")]
     assert len(parts) == -(-len(c.program.steps) // RUN_STEPS)
     assert max(functions.values()) <= RUN_STEPS + 40, max(functions.items(), key=lambda kv: kv[1])

@@ -9,6 +9,7 @@ entry points (api.py), the weights (C arrays or one blob), where each value live
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -33,9 +34,58 @@ from .table import Call, Step, TensorCtx, kernel_of, part_bounds, part_scratch, 
 
 BLOB_THRESHOLD = 64 * 1024  # weights above this go into a binary blob pulled in by the assembler
 THREADPOOL = "runtime/threadpool.c"
+# a model's steps beyond about this much C (step functions and their plans) go into files of
+# their own, <name>_steps1.c, ..., so that the C compiler builds them on several cores at once
+STEP_FILE_BYTES = 48_000
+# the kernel headers whose tile kernels compile apart (FC_KERNELS_APART, kernels/sgemm.h): a model
+# that includes one (directly or through another header) builds its .c file beside its own
+KERNEL_SOURCES = {
+    "kernels/sgemm.h": "runtime/kernels/sgemm.c",
+    "kernels/convdirect.h": "runtime/kernels/convdirect.c",
+}
 # what a standalone program's driver (main.c, train.c) links besides the model: file handling
 # (files.c: every open, temporary and rename), .npy / .npz I/O and checkpoints
 DRIVER_C = ("runtime/files.c", "runtime/npy.c", "runtime/npz.c", "runtime/checkpoint.c")
+
+
+@functools.cache
+def _included(header: str) -> frozenset[str]:
+    """``header`` and every runtime_c header it includes, directly or not."""
+    out = {header}
+    if not (RUNTIME / header).is_file():  # another layer's (mpi/fc_mpi.h)
+        return frozenset(out)
+    for inc in re.findall(r'^#include "([^"]+)"', (RUNTIME / header).read_text(), re.M):
+        if (RUNTIME / inc).is_file() and inc not in out:
+            out |= _included(inc)
+    return frozenset(out)
+
+
+def kernel_sources(headers, target: Target) -> list[str]:
+    """The kernel files a model including ``headers`` builds beside its own (KERNEL_SOURCES);
+    none for a microcontroller, whose library keeps its kernels in the model's object."""
+    if target.spec.product == "library":
+        return []
+    used = set().union(*(_included(h) for h in headers)) if headers else set()
+    return [c for h, c in KERNEL_SOURCES.items() if h in used]
+
+
+def step_files(steps: list[dict], name: str, target: Target, rank) -> list[tuple[str, list[dict]]]:
+    """The steps in files of about STEP_FILE_BYTES of C each, in run order: [(file, steps)],
+    the model's own file first. One file for a microcontroller's library (its footprint and
+    stack bound read one object) and for a rank of an SPMD program."""
+    sizes = [len(s["body"]) + len(s["prelude"]) for s in steps]
+    count = -(-sum(sizes) // STEP_FILE_BYTES) if target.spec.product != "library" and rank is None else 1
+    if count <= 1:
+        return [(f"{name}.c", steps)]
+    out, group, filled, share = [], [], 0, sum(sizes) / count
+    for step, size in zip(steps, sizes):
+        if group and filled + size / 2 > share * (len(out) + 1) and len(out) < count - 1:
+            out.append(group)
+            group = []
+        group.append(step)
+        filled += size
+    out.append(group)
+    return [(f"{name}.c" if k == 0 else f"{name}_steps{k}.c", g) for k, g in enumerate(out)]
 
 
 # ----------------------------------------------------------------------------- interface
@@ -471,6 +521,7 @@ def emit(
             }
         ),
         "headers": sorted(st.headers),
+        "kernels_apart": bool(kernel_sources(st.headers, target)),
         # a rank's part of an SPMD program: its MPI requests, waited for at the end of a run
         "comm": {"requests": st.requests, "rank": rank} if st.requests else None,
         # products planned for the GEMM kernel of this build's flags: another kernel would need
@@ -483,6 +534,7 @@ def emit(
         "consts": w.consts,
         "blob": f"{name}_weights.bin" if w.blob is not None else None,
         "steps": st.steps,
+        "step_files": [],  # (file, steps) after the model's own (step_files)
         "calls": st.calls,
         "run_parts": run_parts(
             name, st.calls, run_params(ins, outs, uses_arena, has_state, st.uses_pool, bool(st.requests))
@@ -530,11 +582,16 @@ def emit(
     }
     src = Sources(api=api, context=m)
     src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
+    files = step_files(st.steps, name, target, rank)
+    m["steps"], m["step_files"] = files[0][1], [{"file": f, "steps": s} for f, s in files[1:]]
     src.files[f"{name}.c"] = env.get_template("c/model.c.j2").render(m=m)
+    for f in m["step_files"]:
+        src.files[f["file"]] = env.get_template("c/steps.c.j2").render(m=m, steps=f["steps"], file=f["file"])
     if w.blob is not None:
         src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
         src.files[f"{name}_weights.bin"] = w.blob
-    src.c_files = [f"{name}.c"] + ([f"{name}_weights.c"] if w.blob is not None else [])
+    src.c_files = [f for f, _ in files] + ([f"{name}_weights.c"] if w.blob is not None else [])
+    src.c_files += kernel_sources(st.headers, target)
     src.c_files += [THREADPOOL] if target.threads > 1 and rank is None else []
     if rank is not None:  # the SPMD program's drivers and build files come from spmd.py
         src.metadata = _metadata(program, name, ins, outs, w.blob is not None, api)

@@ -149,7 +149,7 @@ def render_ranks(
     }
     src.files[f"{name}.h"] = env.get_template("mpi/header.h.j2").render(m=m)
     src.files[f"{name}.c"] = env.get_template("mpi/model.c.j2").render(m=m)
-    src.c_files = [f"{name}.c", *src.c_files, MPI_C]
+    src.c_files = list(dict.fromkeys([f"{name}.c", *src.c_files, MPI_C]))  # kernel files once
     if target.threads > 1:
         src.c_files.append("runtime/threadpool.c")
     src.files["main.c"] = env.get_template("mpi/main.c.j2").render(m=m)

@@ -17,12 +17,20 @@ also the C compiler (default gcc) on the model's sources with the build's flags 
 -march=native ...), as the CPU seconds it used ("cc", and the seconds per 1000 nodes, which
 stay flat when the C compiler's time is linear in the graph: no C function grows with it).
 Peers are not involved: this measures flowc alone.
+
+Then a user's compile of a real model: torchvision ResNet-50 (exported to ONNX) to a standalone
+binary with ``flowc compile``, whole-process seconds, three ways: on an empty cache (the tile
+kernels compiled too), with the kernel objects cached (another model's compile: the model's
+own files compiled again), and repeated (the export answered from the cache). ``--no-zoo``
+leaves it out; it is skipped, saying so, without torchvision.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -144,6 +152,44 @@ def measure(kind: str, n: int, until: str, cc: str | None = None) -> dict:
     return {"nodes": len(g.nodes), "times": times}
 
 
+def user_compile(runs: int = 3) -> str | None:
+    """The ResNet-50 rows (seconds, the median of ``runs``), or None without torchvision."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import zoo
+
+    made = zoo.torchvision("resnet50")
+    if made is None:
+        print("ResNet-50 compile: skipped (no torchvision: pip install '.[bench]')", file=sys.stderr)
+        return None
+    module, example, desc = made
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model = zoo.export(module, example, tmp / "resnet50.onnx")
+        flowc = [sys.executable, "-m", "codegen.cli", "compile", str(model), "-o", str(tmp / "out")]
+
+        def timed(extra, cache):
+            env = {**os.environ, "FLOWC_CACHE": str(cache)}
+            shutil.rmtree(tmp / "out", ignore_errors=True)
+            t0 = time.perf_counter()
+            subprocess.run([*flowc, *extra], check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+            return time.perf_counter() - t0
+
+        cold, warm, again = [], [], []
+        for r in range(runs):
+            cache = tmp / f"cache{r}"
+            cold.append(timed(["--no-cache"], cache))  # nothing cached: kernels, drivers, model
+            warm.append(timed(["--no-cache"], cache))  # kernel and driver objects cached
+            timed([], cache)
+            again.append(timed([], cache))  # the same compile repeated: the export cache
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    rows = [
+        f"| {desc} to a binary, empty cache | {med(cold):.2f} |",
+        f"| the same, kernel objects cached (a new model's compile) | {med(warm):.2f} |",
+        f"| the same compile repeated (export cache) | {med(again):.2f} |",
+    ]
+    return "| flowc compile | seconds |\n|---|---:|\n" + "\n".join(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -151,6 +197,7 @@ def main(argv=None) -> int:
     ap.add_argument("--until", default="render")
     ap.add_argument("--cc", nargs="?", const="gcc", help="also time this C compiler on the sources (gcc)")
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--no-zoo", action="store_true", help="leave out the ResNet-50 compile")
     args = ap.parse_args(argv)
     rows = []
     for kind in args.kinds:
@@ -172,6 +219,9 @@ def main(argv=None) -> int:
         head += f" {args.cc} CPU seconds | per 1000 nodes |"
         rule += "---:|---:|"
     table = f"{head}\n{rule}\n" + "\n".join(rows)
+    if not args.no_zoo:
+        user = user_compile()
+        table += f"\n\n{user}" if user else ""
     print(table)
     if args.markdown:
         args.markdown.write_text(table + "\n")

@@ -21,15 +21,12 @@ from graphdef.serialize import to_json
 from . import pipeline
 from .backends.c import toolchain
 from .backends.contract import RUNTIME, TEMPLATES, VERSION
+from .cachedir import cache_root
 from .target import Target
 
 _loaded: dict[str, tuple] = {}
 COMPLETE = ".flowc-complete"  # written last into a stored export
 _source_hash: list[str] = []
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("FLOWC_CACHE") or Path.home() / ".cache" / "flowc")
 
 
 def _flowc_sources_hash() -> str:

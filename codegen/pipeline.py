@@ -325,6 +325,9 @@ def run(
         raise FlowcError(f"unknown stage '{until}'; stages: {', '.join(names)}")
     if check:
         gd.verify(graph)
+    prefetch = getattr(c.backend, "prefetch", None)  # optional: work a build can start early
+    if until == "build" and prefetch is not None:
+        prefetch(options)
     value = graph
     for stage in stages(options):
         for observer in list(_observers):

@@ -54,6 +54,20 @@ def render_ranks(programs, partition, output_names, options) -> Sources:
     return spmd.render_ranks(programs, partition, output_names, options, build_isa(options))
 
 
+def prefetch(options) -> None:
+    """Before the Python stages of a build: start compiling the tile kernels it will link
+    (emit.KERNEL_SOURCES) into the object cache on a core those stages leave idle. Only for
+    one-process programs and shared libraries of targets with the packed GEMM (whose models
+    use them); a model that turns out not to need them leaves them cached for the next."""
+    target = options.target
+    product = options.product or target.spec.product
+    if product not in ("program", "shared") or options.ranks is not None or not target.spec.packed_gemm:
+        return
+    cmd = toolchain.compile_command(toolchain.find_cc(options.cc, target), target, options.flags)
+    cmd += ["-fPIC"] if product == "shared" else []
+    toolchain.prefetch(cmd, list(emit.KERNEL_SOURCES.values()), target)
+
+
 def build(sources: Sources, folder: Path, options) -> Built:
     """Write ``sources`` (and the runtime) into ``folder`` and build ``options.product``:
     "shared" (lib<name>.so for cffi), "program" (the standalone binary), "library"

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import hashlib
+import json
 import os
 import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from graphdef.errors import ToolchainError
 
+from ...cachedir import cache_root
 from ...target import Target
 from ..contract import RUNTIME, Sources
 from .emit import DRIVER_C
@@ -70,7 +74,7 @@ def copy_runtime(dest: Path, target: Target | None = None) -> None:
     for name in ("flowc_rt.h",) if mcu else RUNTIME_FILES:
         shutil.copyfile(RUNTIME / name, dest / "runtime" / name)
     for path in sorted((RUNTIME / "kernels").iterdir()):
-        if path.suffix in (".h", ".inc"):
+        if path.suffix in (".h", ".inc", ".c"):
             shutil.copyfile(path, dest / "runtime" / "kernels" / path.name)
     if mcu:
         (dest / "runtime" / "mcu").mkdir(exist_ok=True)
@@ -125,18 +129,120 @@ def libraries(target: Target) -> list[str]:
 @contextlib.contextmanager
 def objects(cmd: list[str], files: list[str], folder: Path):
     """Compile each of ``files`` (relative to ``folder``) with ``cmd -c``, as many at once as
-    this machine has cores (a model's step files, its weights and the drivers), into a
-    temporary folder removed after the link; yields the object paths, relative to ``folder``."""
+    this machine has cores (a model's files, the kernel files and the drivers), into a
+    temporary folder removed after the link; yields the object paths, relative to ``folder``.
+    The files flowc copies in unchanged (runtime/, mpi/: the tile kernels, the drivers) come
+    from the object cache when built before with the same compiler and flags (or being built
+    by ``prefetch``)."""
     tmp = Path(tempfile.mkdtemp(prefix=".objects-", dir=folder))
     try:
         objs = [str((tmp / (f.replace("/", "_")[: -len(".c")] + ".o")).relative_to(folder)) for f in files]
-        jobs = [([*cmd, "-c", f, "-o", o], folder) for f, o in zip(files, objs)]
+        jobs = list(zip(files, objs))
+        with _inflight_lock:  # objects prefetch is building: taken once built, after the others
+            later = {f for f in files if _inflight.get(_object_key(cmd, f) or "") is not None}
+        # the tile kernels first (the longest compiles), then the largest files
+        order = sorted(
+            (j for j in jobs if j[0] not in later),
+            key=lambda j: (not j[0].startswith(KERNELS), -(folder / j[0]).stat().st_size),
+        )
         with concurrent.futures.ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-            for done in [pool.submit(run, *job) for job in jobs]:
-                done.result()  # the first failure, in file order
+            futures = {f: pool.submit(_compile_one, cmd, f, o, folder) for f, o in order}
+            for f, o in jobs:
+                if f in later:
+                    _compile_one(cmd, f, o, folder)  # waits for prefetch
+            for f, _ in jobs:
+                if f not in later:
+                    futures[f].result()  # the first failure, in file order
         yield objs
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+CACHED_FOLDERS = ("runtime/", "mpi/")  # copies of flowc's own C: the same for every model
+KERNELS = "runtime/kernels/"  # the tile kernels compiled apart (kernels/sgemm.h)
+_inflight: dict[str, concurrent.futures.Future] = {}
+_inflight_lock = threading.Lock()
+_prefetcher: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _compile_one(cmd: list[str], src: str, obj: str, folder: Path) -> None:
+    key = _object_key(cmd, src) if src.startswith(CACHED_FOLDERS) else None
+    if key is None:
+        run([*cmd, "-c", src, "-o", obj], folder)
+        return
+    with _inflight_lock:
+        pending = _inflight.get(key)
+    if pending is not None:
+        pending.result()  # prefetch is building this object: wait for it, then take it
+    cached = cache_root() / "objects" / f"{key}.o"
+    if cached.is_file():
+        shutil.copyfile(cached, folder / obj)
+        return
+    run([*cmd, "-c", src, "-o", obj], folder)
+    _store_object(folder / obj, cached)
+
+
+def _store_object(obj: Path, cached: Path) -> None:
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    fd, part = tempfile.mkstemp(prefix=f".{cached.stem}.", dir=cached.parent)
+    os.close(fd)
+    shutil.copyfile(obj, part)
+    os.replace(part, cached)  # whole or absent, whoever writes it last
+
+
+_sources: list[str] = []
+
+
+def _object_key(cmd: list[str], src: str) -> str | None:
+    """What an object of flowc's own C depends on: every file of runtime_c and the MPI layer (a
+    build folder holds copies of them), the compiler's identity (resolved path, size, time) and
+    the command. None when the compiler is not found (the build then reports it)."""
+    found = shutil.which(cmd[0])
+    if found is None:
+        return None
+    if not _sources:
+        h = hashlib.sha256()
+        for root in (RUNTIME, MPI_LAYER):
+            for path in sorted(root.rglob("*")):
+                if path.is_file():
+                    h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+        _sources.append(h.hexdigest())
+    real = os.path.realpath(found)
+    st = os.stat(real)
+    ident = [_sources[0], real, st.st_size, st.st_mtime_ns, cmd, src]
+    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:32]
+
+
+def prefetch(cmd: list[str], files: list[str], target: Target) -> None:
+    """Start compiling ``files`` (runtime/... objects a coming build will link) into the object
+    cache on a thread of their own, while the Python stages run on one core; a build that needs
+    one waits for it instead of compiling it again. Nothing for objects already cached."""
+    for src in files:
+        key = _object_key(cmd, src)
+        if key is None or (cache_root() / "objects" / f"{key}.o").is_file():
+            continue
+        with _inflight_lock:
+            if key in _inflight:
+                continue
+            if not _prefetcher:
+                _prefetcher.append(concurrent.futures.ThreadPoolExecutor(1, "flowc-kernels"))
+            _inflight[key] = _prefetcher[0].submit(_prefetch_one, cmd, src, key, target)
+
+
+def _prefetch_one(cmd: list[str], src: str, key: str, target: Target) -> None:
+    cached = cache_root() / "objects" / f"{key}.o"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".prefetch-", dir=cached.parent))
+    try:
+        copy_runtime(tmp, target)
+        run([*cmd, "-c", src, "-o", "out.o"], tmp)
+        _store_object(tmp / "out.o", cached)
+    except ToolchainError:
+        pass  # the build compiles it again and reports the error
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with _inflight_lock:
+            _inflight.pop(key, None)
 
 
 def build_binary(

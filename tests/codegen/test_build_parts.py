@@ -1,0 +1,144 @@
+"""How a C build is cut for compile time (issue: compile time for users): the tile kernels
+compiled apart (kernels/sgemm.c, kernels/convdirect.c, FC_KERNELS_APART) and kept in the object
+cache, a large model's steps in files of their own compiled on several cores, and the kernel
+objects started before the Python stages end (``prefetch``). Each way checked against numpy."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+import codegen
+import graphdef as gd
+from codegen import pipeline
+from codegen.backends.c import emit, toolchain
+from codegen.target import Target
+
+pytestmark = pytest.mark.c
+
+
+def mlp(layers: int = 6, width: int = 48, seed: int = 0) -> gd.Graph:
+    """Dense layers with biases and a tanh: every product a packed-GEMM step of its own."""
+    rng = np.random.default_rng(seed)
+    g = gd.Graph(f"mlp{seed}")
+    with g:
+        h = gd.placeholder("x", (8, width))
+        for _ in range(layers):
+            w = gd.constant((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32))
+            b = gd.constant(rng.standard_normal(width).astype(np.float32))
+            h = gd.tanh(gd.matmul(h, w) + b)
+        g.set_outputs(gd.identity(h, name="y"))
+    return g
+
+
+def feeds(width: int = 48):
+    return {"x": np.random.default_rng(7).standard_normal((8, width)).astype(np.float32)}
+
+
+def expect(g, f):
+    return gd.Session(g).run(f, ["y"])[0]
+
+
+def close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty build cache of this test's own."""
+    monkeypatch.setenv("FLOWC_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """The sources every C compile of this test runs on (``cc -c FILE``), in order."""
+    seen = []
+    run = toolchain.run
+
+    def recording(cmd, cwd=None, *args, **kwargs):
+        if "-c" in cmd:
+            seen.append(cmd[cmd.index("-c") + 1])
+        return run(cmd, cwd, *args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "run", recording)
+    return seen
+
+
+def test_a_model_with_products_declares_the_tile_kernels_and_links_them_apart():
+    src = pipeline.run(mlp(), pipeline.Options()).sources
+    if not pipeline.Options().target.spec.packed_gemm:
+        pytest.skip("this host's target has no packed GEMM")
+    assert "runtime/kernels/sgemm.c" in src.c_files
+    assert "#define FC_KERNELS_APART 1" in src.files["model.c"]
+    small = gd.Graph("small")
+    with small:
+        gd.relu(gd.placeholder("x", (4,)), name="y")
+    plain = pipeline.run(small, pipeline.Options()).sources
+    assert not any(f.startswith("runtime/kernels/") for f in plain.c_files)
+    assert "FC_KERNELS_APART" not in plain.files["model.c"]
+
+
+def test_a_microcontroller_library_keeps_its_kernels_in_the_model():
+    src = pipeline.run(mlp(), pipeline.Options(target=Target("cortex-m4"))).sources
+    assert not any(f.startswith("runtime/kernels/") for f in src.c_files)
+
+
+def test_the_kernel_objects_are_compiled_once_and_taken_from_the_cache(cache, compiles, tmp_path):
+    g1, g2 = mlp(seed=1), mlp(seed=2)
+    f = feeds()
+    close(codegen.compile(g1, cache=False)(**f)["y"], expect(g1, f))
+    first = list(compiles)
+    assert first.count("runtime/kernels/sgemm.c") == 1
+    close(codegen.compile(g2, cache=False)(**f)["y"], expect(g2, f))
+    second = compiles[len(first) :]
+    assert "model.c" in second and "runtime/kernels/sgemm.c" not in second
+    assert len(list((cache / "objects").glob("*.o"))) >= 1
+
+
+def test_a_large_model_is_split_into_step_files_built_apart(monkeypatch, cache, compiles, tmp_path):
+    monkeypatch.setattr(emit, "STEP_FILE_BYTES", 3000)  # a handful of steps a file
+    g = mlp(layers=10)
+    src = pipeline.run(g, pipeline.Options()).sources
+    parts = [f for f in src.c_files if f.startswith("model_steps")]
+    assert len(parts) >= 2, src.c_files
+    for part in parts:
+        assert part in src.files and "FC_HIDDEN FC_NOINLINE int model_step_" in src.files[part]
+    f = feeds()
+    model = codegen.compile(g, cache=False)
+    np.testing.assert_allclose(model(**f)["y"], expect(g, f), rtol=1e-5, atol=1e-5)
+    assert set(parts) <= set(compiles)
+    # the standalone program and the folder's own Makefile build the same files
+    out = codegen.export(g, tmp_path / "proj", cache=False)
+    np.save(tmp_path / "x.npy", f["x"])
+    argv = [str(out / "model"), "--in", f"x={tmp_path / 'x.npy'}", "--out-dir", str(tmp_path / "res")]
+    run = subprocess.run(argv)
+    assert run.returncode == 0
+    np.testing.assert_allclose(np.load(tmp_path / "res" / "y.npy"), expect(g, f), rtol=1e-5, atol=1e-5)
+    made = subprocess.run(["make", "-s", "-B", "model"], cwd=out, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+
+
+def test_models_split_into_step_files_share_one_bundle(monkeypatch, cache):
+    monkeypatch.setattr(emit, "STEP_FILE_BYTES", 3000)
+    graphs = [mlp(layers=8, seed=3), mlp(layers=8, seed=4)]
+    models = codegen.compile_many([(f"m{k}", g) for k, g in enumerate(graphs)])
+    f = feeds()
+    for g, model in zip(graphs, models):
+        np.testing.assert_allclose(model(**f)["y"], expect(g, f), rtol=1e-5, atol=1e-5)
+
+
+def test_the_kernels_are_built_while_the_python_stages_run_and_not_again(cache, compiles, tmp_path):
+    if not pipeline.Options().target.spec.packed_gemm:
+        pytest.skip("this host's target has no packed GEMM")
+    g = mlp(seed=5)
+    options = pipeline.Options(product="program")
+    c = pipeline.run(g, options, until="build", folder=tmp_path / "p")
+    assert c.results["build"].path.is_file()
+    assert compiles.count("runtime/kernels/sgemm.c") == 1  # by prefetch, taken by the build
+    for pending in list(toolchain._inflight.values()):  # convdirect.c, which this model does not use
+        pending.result()
+    assert not toolchain._inflight and compiles.count("runtime/kernels/convdirect.c") == 1
+    assert len(list((cache / "objects").glob("*.o"))) >= 2

@@ -131,3 +131,27 @@ def store_export(key: str, folder: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError:
         pass
+
+
+def bundle_cached(items, options_of) -> tuple[Path, list[dict]]:
+    """compile_many's build: each (name, graph, outputs) of ``items`` through the pipeline to
+    its sources (``options_of(name, outputs)``), all of them built by their backend's
+    ``bundle`` into one shared library, cached under the key of them all. (library, the
+    models' metadata, in order)."""
+    key = hashlib.sha256(
+        "".join(graph_key(g, o or g.outputs, key_options(options_of(n, o))) for n, g, o in items).encode()
+    ).hexdigest()[:32]
+    folder = cache_root() / key
+    library = folder / "libbundle.so"
+    if not library.is_file():
+        tmp = toolchain.temp_dir_beside(folder)
+        try:
+            runs = [pipeline.run(g, options_of(n, o), until="render") for n, g, o in items]
+            runs[0].backend.bundle([c.sources for c in runs], tmp, runs[0].options)
+            for (n, _, _), c in zip(items, runs):
+                (tmp / f"{n}.metadata.json").write_text(json.dumps(c.sources.metadata))
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return library, [json.loads((folder / f"{n}.metadata.json").read_text()) for n, _, _ in items]

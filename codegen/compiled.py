@@ -7,10 +7,7 @@ library from the cache (~/.cache/flowc, or $FLOWC_CACHE) instead of compiling ag
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import threading
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from graphdef.ir import Graph, TensorType
 from . import outdir, pipeline
 from .backends.c import toolchain
 from .backends.c.api import EntryPoints
-from .cache import build_cached, cache_root, graph_key, key_options, restore_export, store_export
+from .cache import build_cached, bundle_cached, graph_key, key_options, restore_export, store_export
 from .loaded import Guarded, TensorSpec, check_name, with_train
 from .program import Program
 from .storage import ALIGN
@@ -563,36 +560,9 @@ def compile_many(
     names = [check_name(n) for n, _, _ in items]
     if len(set(names)) != len(names):
         raise FlowcError("compile_many needs distinct model names")
-    target = Target("host", portable, threads)
     base = pipeline.Options(
-        target=target, planner=planner, cc=cc, flags=tuple(flags), weights="c", product="bundle"
-    )
-    key = hashlib.sha256(
-        "".join(graph_key(g, o or g.outputs, key_options(base.with_(name=n))) for n, g, o in items).encode()
-    ).hexdigest()[:32]
-    folder = cache_root() / key
-    library = folder / "libbundle.so"
-    if not library.is_file():
-        tmp = toolchain.temp_dir_beside(folder)
-        try:
-            bundle, kernels = [], []
-            toolchain.copy_runtime(tmp)
-            for n, g, o in items:
-                sources = pipeline.run(g, base.with_(name=n, outputs=o), until="render").sources
-                own = [f for f in sources.c_files if not f.startswith("runtime/")]  # model.c, its step files
-                for f in (f"{n}.h", *own):
-                    (tmp / f).write_text(sources.files[f])
-                (tmp / f"{n}.metadata.json").write_text(sources.files["metadata.json"])
-                bundle += [f'#include "{f}"\n' for f in own]
-                kernels += [f for f in sources.c_files if f.startswith("runtime/")]
-            (tmp / "bundle.c").write_text("".join(bundle))
-            files = ["bundle.c", *dict.fromkeys(kernels)]  # the kernel files and the thread pool
-            cmd = [*toolchain.compile_command(cc, target, flags), "-fPIC", "-shared", "-o", "libbundle.so"]
-            toolchain.run([*cmd, *files, *toolchain.libraries(target)], cwd=tmp)
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return [
-        CompiledModel(library, json.loads((folder / f"{n}.metadata.json").read_text())) for n, _, _ in items
-    ]
+        target=Target("host", portable, threads), planner=planner, cc=cc, flags=tuple(flags), weights="c",
+        product="bundle",
+    )  # fmt: skip
+    library, metadata = bundle_cached(items, lambda n, o: base.with_(name=n, outputs=o))
+    return [CompiledModel(library, meta) for meta in metadata]

@@ -7,10 +7,6 @@ generated code and the same calls, so tests check the CUDA path here without a G
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +18,7 @@ from graphdef.ir import Graph, TensorType
 
 from . import outdir, pipeline
 from .backends.c import layout as L
-from .backends.c import toolchain as ctool
-from .backends.cuda import toolchain
-from .cache import build_cached, cache_root, graph_key, key_options
+from .cache import build_cached, bundle_cached, graph_key, key_options
 from .loaded import Guarded, TensorSpec, check_name, with_train
 
 
@@ -279,30 +273,8 @@ def compile_many(graphs, cc=None, sm=(80, 90), precision="fp32") -> list[CudaMod
     def made(name, outputs):
         return options(name, cc, sm, outputs=outputs, precision=precision)
 
-    key = hashlib.sha256(
-        "".join(graph_key(g, o or g.outputs, key_options(made(n, o))) for n, g, o in items).encode()
-    ).hexdigest()[:32]
-    folder = cache_root() / f"cuda-{key}"
-    library = folder / "libbundle.so"
-    if not library.is_file():
-        tmp = ctool.temp_dir_beside(folder)
-        try:
-            bundle, c_files = [], []
-            for n, g, o in items:
-                sources = pipeline.run(g, made(n, o), until="render").sources
-                sources.files = {f: v for f, v in sources.files.items() if f.startswith(n)}
-                toolchain.write_sources(sources, tmp)
-                (tmp / f"{n}.metadata.json").write_text(json.dumps(sources.metadata))
-                bundle.append(f'#include "{n}.cu"\n')
-                c_files += sources.c_files
-            (tmp / "bundle.cu").write_text("".join(bundle))
-            sources.c_files = c_files
-            toolchain.build(tmp, "bundle", sources, cc, sm, shared=True)
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return [CudaModel(library, json.loads((folder / f"{n}.metadata.json").read_text())) for n, _, _ in items]
+    library, metadata = bundle_cached(items, made)
+    return [CudaModel(library, meta) for meta in metadata]
 
 
 def export(

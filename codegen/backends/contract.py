@@ -99,6 +99,10 @@ class Backend(Protocol):
     def build(self, sources: Sources, folder: Path, options) -> Built:
         """The sources written into ``folder`` and built as ``options.product``."""
 
+    def bundle(self, sources: list[Sources], folder: Path, options) -> Built:
+        """Several models' sources built into one shared library, folder/libbundle.so
+        (compile_many: bulk tests in one compiler call)."""
+
 
 def mismatches(module) -> list[str]:
     """How ``module`` differs from ``Backend``: missing members, and functions whose

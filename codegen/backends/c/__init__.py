@@ -54,6 +54,23 @@ def render_ranks(programs, partition, output_names, options) -> Sources:
     return spmd.render_ranks(programs, partition, output_names, options, build_isa(options))
 
 
+def bundle(sources: list[Sources], folder: Path, options) -> Built:
+    """Several models' sources as one shared library (compile_many): each model's own files
+    included into one bundle.c (one compiler call), the runtime files they use once."""
+    toolchain.copy_runtime(folder, options.target)
+    included, runtime = [], []
+    for src in sources:
+        own = [f for f in src.c_files if not f.startswith("runtime/")]  # model.c, its step files
+        for f in (f"{src.context['name']}.h", *own):
+            (folder / f).write_text(src.files[f])
+        included += [f'#include "{f}"\n' for f in own]
+        runtime += [f for f in src.c_files if f.startswith("runtime/")]  # kernels, thread pool
+    (folder / "bundle.c").write_text("".join(included))
+    cc = toolchain.find_cc(options.cc, options.target)
+    files = ["bundle.c", *dict.fromkeys(runtime)]
+    return Built(folder, "shared", toolchain.build_bundle(folder, files, cc, options.flags, options.target))
+
+
 def prefetch(options) -> None:
     """Before the Python stages of a build: start compiling the tile kernels it will link
     (emit.KERNEL_SOURCES) into the object cache on a core those stages leave idle. Only for

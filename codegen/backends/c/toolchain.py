@@ -268,6 +268,15 @@ def build_shared(
     return folder / f"lib{name}.so"
 
 
+def build_bundle(folder: Path, files: list[str], cc: str, flags=(), target: Target | None = None) -> Path:
+    """Compile ``files`` (a bundle.c including several models, and the runtime files they use)
+    into folder/libbundle.so in one compiler call."""
+    target = target or Target()
+    cmd = [*compile_command(cc, target, flags), "-fPIC", "-shared", "-o", "libbundle.so"]
+    run([*cmd, *files, *libraries(target)], cwd=folder)
+    return folder / "libbundle.so"
+
+
 def build_library(
     folder: Path, name: str, sources: Sources, cc: str | None = None, flags=(), target: Target | None = None
 ) -> Path:

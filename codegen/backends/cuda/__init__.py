@@ -79,6 +79,24 @@ def render_ranks(programs, partition, output_names, options):
     return src
 
 
+def bundle(sources: list, folder: Path, options) -> Built:
+    """Several models' sources as one shared library (compile_many): their .cu files included
+    into one bundle.cu (one nvcc call), their C files beside it."""
+    included, c_files = [], []
+    for src in sources:
+        name = src.context["name"]
+        own = contract.Sources(
+            files={f: v for f, v in src.files.items() if f.startswith(name)}, c_files=src.c_files
+        )
+        toolchain.write_sources(own, folder)
+        included.append(f'#include "{name}.cu"\n')
+        c_files += src.c_files
+    (folder / "bundle.cu").write_text("".join(included))
+    merged = contract.Sources(c_files=c_files)
+    path = toolchain.build(folder, "bundle", merged, options.cc, options.sm, shared=True)
+    return Built(folder, "shared", path)
+
+
 def build(sources, folder: Path, options) -> Built:
     """Write the sources and runtime into ``folder`` and build ``options.product``: "program"
     (the binary) or "shared" (lib<name>.so for CudaModel), with nvcc, or with a host C++

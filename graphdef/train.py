@@ -49,7 +49,7 @@ from .ops.comm import cross_rank_mean
 from .ops.elementwise import cast, equal, maximum, minimum, pow, rsqrt, sqrt, where  # noqa: A004
 from .ops.index import check_index
 from .ops.math import cos, floor, softplus
-from .ops.nn import log_softmax
+from .ops.norm import log_softmax
 from .ops.reduce import reduce_mean, reduce_sum
 from .ops.shape import identity, reshape, stop_gradient, unsqueeze
 from .ops.state import assign, assign_add

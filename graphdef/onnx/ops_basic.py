@@ -20,6 +20,7 @@ from ..ops import reduce as R
 from ..ops import resize as RS
 from ..ops import shape as S
 from ..ops.math import cumsum, softplus
+from ..ops.windows import same_pads
 from .importer import converter, onnx_dtype
 
 MAX_PARTS = 1 << 16  # Split / SplitToSequence: more parts than this are refused
@@ -560,7 +561,7 @@ def window_pads(node, in_spatial, kernel, strides, dilations):
     auto = node.attr("auto_pad", "NOTSET")
     n = len(kernel)
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        return N.same_pads(in_spatial, kernel, strides, dilations, upper=auto == "SAME_UPPER")
+        return same_pads(in_spatial, kernel, strides, dilations, upper=auto == "SAME_UPPER")
     if auto == "VALID":
         return (0,) * (2 * n)
     return tuple(node.attr("pads", [0] * (2 * n)))

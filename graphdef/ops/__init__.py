@@ -1,3 +1,20 @@
 """Every op record, one module per family. Importing this package registers them all."""
 
-from . import bits, comm, elementwise, fused, index, math, nn, reduce, resize, rnn, shape, state  # noqa: F401
+from . import (  # noqa: F401
+    bits,
+    comm,
+    conv,
+    elementwise,
+    fused,
+    index,
+    math,
+    nn,
+    norm,
+    pool,
+    products,
+    reduce,
+    resize,
+    rnn,
+    shape,
+    state,
+)

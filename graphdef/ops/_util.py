@@ -67,3 +67,8 @@ def spatial(attrs, key: str, n: int, fill: int) -> tuple[int, ...]:
 
 def ints(v) -> tuple[int, ...]:
     return tuple(int(x) for x in v)
+
+
+def widen_half(x: np.ndarray) -> np.ndarray:
+    """Compute float16 in float32, as the C kernels do."""
+    return x.astype(np.float32) if x.dtype == np.float16 else x

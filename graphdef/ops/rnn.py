@@ -34,7 +34,7 @@ from ..ir import TensorType
 from ..registry import KERNEL, Attr, Example, Sample, defop
 from ._util import same_dtype
 from .elementwise import add, mul, sigmoid, sub, tanh
-from .nn import gemm, matmul
+from .products import gemm, matmul
 from .reduce import reduce_sum
 from .shape import concat, split, transpose
 

@@ -24,7 +24,7 @@ from codegen import pipeline
 from codegen.backends.c import winograd as W
 from codegen.backends.c.lowering import lower_products
 from codegen.target import Target
-from graphdef.ops.nn import conv_ref
+from graphdef.ops.conv import conv_ref
 
 ROOT = Path(__file__).resolve().parents[2]
 RNG = np.random.default_rng(13)

@@ -1,4 +1,5 @@
-"""Every op of graphdef/ops/nn.py against an independent numpy oracle.
+"""Every op of graphdef/ops/products.py, conv.py, pool.py and norm.py against an independent
+numpy oracle.
 
 The oracles here follow the ONNX definitions directly: explicit loops over output positions
 and kernel offsets for windowed ops, per-element source coordinates for resize, einsum for

@@ -258,7 +258,7 @@ def test_conv_weight_grad_op_is_the_convolution_of_x_by_gy(dtype, x_shape, w_sha
     assert ("conv_weight_grad" in ops) == (dtype == "float32")
     (got,) = gd.run(g, {}, [dw])
     # numpy: d/dw of sum(conv(x, w) * r) is linear in r; build it from unit weights
-    from graphdef.ops.nn import conv_ref
+    from graphdef.ops.conv import conv_ref
 
     full = {"strides": (1,) * (len(x_shape) - 2), "pads": (0,) * (2 * (len(x_shape) - 2)),
             "dilations": (1,) * (len(x_shape) - 2), "group": 1, **attrs}  # fmt: skip

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import graphdef as gd
-from graphdef.ops.nn import window_out
+from graphdef.ops.windows import window_out
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 CC = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")  # as conftest.py picks it

@@ -29,7 +29,7 @@ import numpy as np
 from graphdef.errors import ShapeError
 from graphdef.ir import TensorType
 from graphdef.ops._util import check_dtype
-from graphdef.ops.nn import conv_ref
+from graphdef.ops.conv import conv_ref
 from graphdef.registry import KERNEL, Attr, Example, Sample, defop
 
 from .epilogue import epilogue_context

@@ -32,8 +32,8 @@ import numpy as np
 from graphdef.errors import ShapeError, UnsupportedError
 from graphdef.ir import TensorType
 from graphdef.ops._util import check_dtype
+from graphdef.ops.conv import conv_ref
 from graphdef.ops.fused import run_program
-from graphdef.ops.nn import conv_ref
 from graphdef.registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop, get_op
 
 from .epilogue import epilogue_context

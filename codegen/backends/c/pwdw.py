@@ -26,8 +26,8 @@ from graphdef.builder import Tensor
 from graphdef.errors import ShapeError
 from graphdef.ir import Graph, TensorType
 from graphdef.ops._util import check_dtype
+from graphdef.ops.conv import conv_ref
 from graphdef.ops.fused import run_program
-from graphdef.ops.nn import conv_ref
 from graphdef.registry import KERNEL, Attr, Example, Sample, defop, get_op
 
 from ... import passes

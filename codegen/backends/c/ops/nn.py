@@ -15,7 +15,7 @@ from graphdef.builder import apply
 from graphdef.errors import UnsupportedError
 from graphdef.ir import TensorType
 from graphdef.ops.elementwise import add, mul
-from graphdef.ops.nn import gemm_dims, matmul, matmul_shapes
+from graphdef.ops.products import gemm_dims, matmul, matmul_shapes
 from graphdef.ops.shape import expand, transpose
 
 from .. import layout as L

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import graphdef as gd
-from codegen.backends.c.table import lowering
+from codegen.backends.c.op_table import lowering
 from graphdef.examples import every_example, example_graph
 
 pytestmark = pytest.mark.c

@@ -1,4 +1,4 @@
-"""Direct convolution on register tiles (codegen/backends/c/direct.py, runtime_c/kernels/
+"""Direct convolution on register tiles (codegen/backends/c/conv_direct.py, runtime_c/kernels/
 convdirect.h): the weight packing, where the lowering chooses it, and the C kernel against the
 interpreter: partial channel blocks, rows split into several tiles, strides 1, 2 and 3 (the
 run-time stride tile), uneven pads, epilogues (ReLU, a residual add), two images, and 2
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import graphdef as gd
-from codegen.backends.c import direct as D
-from codegen.backends.c.lowering import lower_products
+from codegen.backends.c import conv_direct as D
+from codegen.backends.c.gemm_lowering import lower_products
 
 pytestmark = pytest.mark.c
 

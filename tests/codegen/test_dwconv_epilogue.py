@@ -10,8 +10,8 @@ import pytest
 import codegen
 import graphdef as gd
 from codegen import pipeline
-from codegen.backends.c import table
-from codegen.backends.c.lowering import lower_products
+from codegen.backends.c import op_table
+from codegen.backends.c.gemm_lowering import lower_products
 from codegen.target import Target
 
 RNG = np.random.default_rng(13)
@@ -119,7 +119,7 @@ def test_c_fused_matches_interpreter_and_unfused_build(tail, batch, mult, stride
     if threads > 1:
         opt = lowered(g, threads=threads)
         (node,) = [n for n in opt.nodes if n.op == "dwconv"]
-        assert table.parts_of(node, [opt.type_of(r) for r in node.inputs], threads) == threads
+        assert op_table.parts_of(node, [opt.type_of(r) for r in node.inputs], threads) == threads
     (want,) = gd.run(g, feeds, ["y"])
     got = codegen.compile(g, threads=threads)(**feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

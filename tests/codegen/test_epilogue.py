@@ -10,7 +10,7 @@ import pytest
 import codegen
 import graphdef as gd
 from codegen import pipeline
-from codegen.backends.c.lowering import lower_products
+from codegen.backends.c.gemm_lowering import lower_products
 from codegen.backends.c.sgemm import SgemmPlan
 
 RNG = np.random.default_rng(7)
@@ -148,12 +148,12 @@ def test_conv_with_fewer_slices_than_parts_shares_each_slice(threads, monkeypatc
     """A small-output im2col convolution (one slice of output rows: 7x7, and a stride-2 1x1)
     splits each slice's product rows over the parts: the generated step shares its slices, and
     the result is the 1-thread one bit for bit. (im2col forced: on AVX-512 such small planes
-    take register tiles, direct.py.)"""
+    take register tiles, conv_direct.py.)"""
     from codegen import pipeline
-    from codegen.backends.c import direct
+    from codegen.backends.c import conv_direct
     from codegen.target import Target
 
-    monkeypatch.setattr(direct, "MAX_COPY", 0)
+    monkeypatch.setattr(conv_direct, "MAX_COPY", 0)
 
     with gd.Graph("small_out") as g:
         x = gd.placeholder("x", (1, 96, 7, 7))

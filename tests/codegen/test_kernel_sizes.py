@@ -79,7 +79,7 @@ def products_and_copies(g):
 
 
 def small_plane_convs(g):
-    """Convolutions with at most 256 output positions (register tiles on AVX-512, direct.py):
+    """Convolutions with at most 256 output positions (register tiles on AVX-512, conv_direct.py):
     one position, one channel, thousands of input channels, a 256-wide row."""
     rng = np.random.default_rng(3)
     for k, (shape, m, kernel, strides) in enumerate([((1, 1, 1, 1), 1, (3, 3), (1, 1)),

@@ -1,4 +1,4 @@
-"""An expansion and its depthwise conv as one step (codegen/backends/c/pwdw.py,
+"""An expansion and its depthwise conv as one step (codegen/backends/c/pointwise_depthwise.py,
 runtime_c/kernels/pwdw.h): where the lowering merges them, and the C kernel against the
 interpreter: SiLU and ReLU activations or none, the planes' means as a second output, channel
 counts that end in a partial vector and in a pass of one vector, stride 2 with uneven pads, 5x5
@@ -12,8 +12,8 @@ import pytest
 
 import graphdef as gd
 from codegen import pipeline
-from codegen.backends.c import pwdw as P
-from codegen.backends.c.lowering import lower_products
+from codegen.backends.c import pointwise_depthwise as P
+from codegen.backends.c.gemm_lowering import lower_products
 from codegen.backends.c.winograd import conv_algorithm
 
 pytestmark = pytest.mark.c

@@ -16,7 +16,7 @@ import pytest
 import codegen
 import graphdef as gd
 from codegen import pipeline
-from codegen.backends.c import table
+from codegen.backends.c import op_table
 from codegen.target import Target
 from graphdef.errors import ExecutionError
 
@@ -129,11 +129,11 @@ def test_big_steps_are_worth_their_parts():
     g, _ = build(BIG, "threads_big")
     lowered = pipeline.run(g, pipeline.Options(target=Target("host", threads=2)), until="lower").results
     graph = lowered["lower"]
-    split = [n for n in graph.nodes if table.parts_of(n, [graph.type_of(r) for r in n.inputs], 2) == 2]
+    split = [n for n in graph.nodes if op_table.parts_of(n, [graph.type_of(r) for r in n.inputs], 2) == 2]
     assert len(split) == len(BIG)
     for n in split:
-        s = table.split_of(n, [graph.type_of(r) for r in n.inputs])
-        assert s.work >= 2 * table.PART_WORK
+        s = op_table.split_of(n, [graph.type_of(r) for r in n.inputs])
+        assert s.work >= 2 * op_table.PART_WORK
 
 
 def test_small_steps_stay_whole():
@@ -179,24 +179,24 @@ def test_a_part_that_fails_reports_it(threads, at):
 
 
 def test_part_bounds_fall_on_grains():
-    s = table.Split(units=150_005, work=10 * table.PART_WORK, grain=16)
-    bounds = table.part_bounds(s, 2)
+    s = op_table.Split(units=150_005, work=10 * op_table.PART_WORK, grain=16)
+    bounds = op_table.part_bounds(s, 2)
     assert bounds[0] == 0 and bounds[-1] == 150_005
     assert all(b % 16 == 0 for b in bounds[:-1])
     assert abs((bounds[1] - bounds[0]) - (bounds[2] - bounds[1])) <= 16
-    assert table.part_bounds(table.Split(7, 10 * table.PART_WORK), 3) == [0, 2, 4, 7]
+    assert op_table.part_bounds(op_table.Split(7, 10 * op_table.PART_WORK), 3) == [0, 2, 4, 7]
 
 
 def test_parts_follow_work_threads_and_units():
-    w = table.PART_WORK
-    assert table.parts_for(table.Split(1000, 2 * w - 1), 2) == 1  # a part would get less than PART_WORK
-    assert table.parts_for(table.Split(1000, 2 * w), 2) == 2
-    assert table.parts_for(table.Split(1000, 3 * w), 8) == 3  # no more parts than work for them
-    assert table.parts_for(table.Split(1000, 100 * w), 8) == 8
-    assert table.parts_for(table.Split(3, 100 * w), 8) == 3  # no more parts than units
-    assert table.parts_for(table.Split(40, 100 * w, grain=16), 8) == 3  # nor than grains
-    assert table.parts_for(table.Split(1000, 100 * w), 1) == 1
-    assert table.parts_for(None, 8) == 1
+    w = op_table.PART_WORK
+    assert op_table.parts_for(op_table.Split(1000, 2 * w - 1), 2) == 1  # a part would get less than PART_WORK
+    assert op_table.parts_for(op_table.Split(1000, 2 * w), 2) == 2
+    assert op_table.parts_for(op_table.Split(1000, 3 * w), 8) == 3  # no more parts than work for them
+    assert op_table.parts_for(op_table.Split(1000, 100 * w), 8) == 8
+    assert op_table.parts_for(op_table.Split(3, 100 * w), 8) == 3  # no more parts than units
+    assert op_table.parts_for(op_table.Split(40, 100 * w, grain=16), 8) == 3  # nor than grains
+    assert op_table.parts_for(op_table.Split(1000, 100 * w), 1) == 1
+    assert op_table.parts_for(None, 8) == 1
 
 
 def test_split_scratch_is_per_part():
@@ -205,5 +205,5 @@ def test_split_scratch_is_per_part():
     graph = pipeline.run(g, pipeline.Options(), until="lower").results["lower"]
     node = next(n for n in graph.nodes if n.op == "conv")
     ins = [graph.type_of(r) for r in node.inputs]
-    one = table.scratch_bytes(node, ins, "scalar", 1)
-    assert table.scratch_bytes(node, ins, "scalar", 2) == 2 * (-(-one // 64) * 64)
+    one = op_table.scratch_bytes(node, ins, "scalar", 1)
+    assert op_table.scratch_bytes(node, ins, "scalar", 2) == 2 * (-(-one // 64) * 64)

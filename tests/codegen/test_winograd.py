@@ -22,7 +22,7 @@ import codegen
 import graphdef as gd
 from codegen import pipeline
 from codegen.backends.c import winograd as W
-from codegen.backends.c.lowering import lower_products
+from codegen.backends.c.gemm_lowering import lower_products
 from codegen.target import Target
 from graphdef.ops.conv import conv_ref
 
@@ -152,7 +152,7 @@ def test_lowering_records_the_choice_and_keeps_the_graph_equal():
 def test_im2col_kept_where_the_model_says_so():
     g = conv_graph(1, 512, 512, 7, 7, (1, 1, 1, 1))
     (node,) = convs(lowered(g))
-    # not Winograd: the small plane's convolution on register tiles (direct.py) where the
+    # not Winograd: the small plane's convolution on register tiles (conv_direct.py) where the
     # target has them, else im2col
     want = ("conv_direct", "tiles") if node.op == "conv_direct" else ("conv_gemm", "im2col")
     assert (node.op, W.conv_algorithm(node)) == want
@@ -327,7 +327,7 @@ def test_inspect_prints_the_algorithm_of_each_conv(tmp_path):
     lines = res.stdout.splitlines()
     start = lines.index("schedule (step, op, node, ASAP us, ALAP us, slack us, flops):") + 1
     steps = {ln.split()[2]: ln for ln in lines[start : start + 3]}
-    # im2col, or register tiles (direct.py) on a machine with AVX-512
+    # im2col, or register tiles (conv_direct.py) on a machine with AVX-512
     assert "im2col (estimated im2col" in steps["small"] or "tiles (estimated im2col" in steps["small"]
     others = [ln.split()[-1] for ln in steps.values() if " conv_gemm " in ln and "small" not in ln]
     assert others == ["direct"]

@@ -1,9 +1,9 @@
 """The C backend: C99 sources for the host, Linux phones and boards, and microcontrollers.
 
-- table.py and ops/: how each op becomes C (expressions, kernel calls, legalizations);
-- gemm_ops.py, sgemm.py, lowering.py: the backend's own products on the packed float32
+- op_table.py and ops/: how each op becomes C (expressions, kernel calls, legalizations);
+- gemm_ops.py, sgemm.py, gemm_lowering.py: the backend's own products on the packed float32
   GEMM, their plans and packing, and the passes that put products on them;
-- emit.py, api.py, cnames.py, layout.py: rendering a Program through templates/c and
+- emit.py, api.py, c_spelling.py, layout.py: rendering a Program through templates/c and
   templates/build; spmd.py: a partition's Programs as one MPI program (templates/mpi);
 - build.py, mcu.py: compilers, and the microcontroller firmware and footprint.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 from graphdef.ir import Graph
 
 from ..contract import Built, Sources
-from . import emit, gemm_ops, ops, table, toolchain  # noqa: F401  (fill the op table)
-from .lowering import lower_products
-from .table import LEGALIZE, supports  # noqa: F401  (supports: the backend's op table)
+from . import emit, gemm_ops, op_table, ops, toolchain  # noqa: F401  (fill the op table)
+from .gemm_lowering import lower_products
+from .op_table import LEGALIZE, supports  # noqa: F401  (supports: the backend's op table)
 
 NAME = "c"
 MULTI_RANK = True  # renders partitions: one SPMD program over MPI ranks (spmd.py)
@@ -41,7 +41,7 @@ def lower(graph: Graph, options) -> Graph:
 def scratch_bytes(node, ins, options) -> int:
     """Bytes of step-local memory the C step of ``node`` needs on this build (a step split
     over the target's threads: every part's)."""
-    return table.scratch_bytes(node, ins, build_isa(options), options.target.threads)
+    return op_table.scratch_bytes(node, ins, build_isa(options), options.target.threads)
 
 
 def render(program, options) -> Sources:

@@ -1,7 +1,7 @@
 """Render C sources from a Program: Python builds the contexts, Jinja2 templates print them.
 
 Every name, type, size, offset and loop bound is decided here or in the op table
-(table.py, ops/); the templates in templates/c/ and templates/build/ only loop over these
+(op_table.py, ops/); the templates in templates/c/ and templates/build/ only loop over these
 contexts (StrictUndefined). The parts, in order: the tensors of the interface (``io``), the
 entry points (api.py), the weights (C arrays or one blob), where each value lives
 (``Pointers``), one step function per step, the run function, and the project files.
@@ -27,10 +27,10 @@ from ...storage import ALIGN, Loc
 from ...target import Target
 from ..contract import RUNTIME, VERSION, Sources, environment  # noqa: F401  (re-read by tests)
 from .api import EntryPoints, entry_points
-from .cnames import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
+from .c_spelling import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
+from .op_table import Call, Step, TensorCtx, kernel_of, part_bounds, part_scratch, parts_of, split_of
 from .ops.elementwise import elementwise_step
 from .sgemm import ISA_IDS
-from .table import Call, Step, TensorCtx, kernel_of, part_bounds, part_scratch, parts_of, split_of
 
 BLOB_THRESHOLD = 64 * 1024  # weights above this go into a binary blob pulled in by the assembler
 THREADPOOL = "runtime/threadpool.c"

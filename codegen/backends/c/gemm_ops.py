@@ -37,9 +37,9 @@ from graphdef.ops.fused import run_program
 from graphdef.registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop, get_op
 
 from .epilogue import epilogue_context
+from .op_table import Call, kernel
 from .ops.nn import dw_split, geom
 from .sgemm import SgemmPlan, make_plan, pack_a, pack_b, plan_of, plan_tuple, unpack_a, unpack_b
-from .table import Call, kernel
 
 _INTERNAL = NotDifferentiable("compiler-internal op: differentiate the graph before compiling", error=True)
 

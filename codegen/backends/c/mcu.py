@@ -44,7 +44,7 @@ from graphdef.ir import TensorType
 
 from ...target import Target
 from . import emit, toolchain
-from .cnames import PUBLIC
+from .c_spelling import PUBLIC
 
 # Symbols the model library must not need: allocation, stdio, process and OS services.
 FORBIDDEN = frozenset(

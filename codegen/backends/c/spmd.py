@@ -26,7 +26,7 @@ from ... import partition as partition_mod
 from ...storage import ALIGN
 from ..contract import VERSION, Sources, environment
 from .api import entry_points
-from .cnames import Names, c_comment
+from .c_spelling import Names, c_comment
 from .emit import DRIVER_C, emit, io_metadata, io_tensors
 
 MPI_C = "mpi/fc_mpi.c"

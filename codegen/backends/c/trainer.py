@@ -23,7 +23,7 @@ from graphdef.registry import get_op
 from ... import passes
 from ...storage import ALIGN
 from ..contract import VERSION, Sources, environment
-from .cnames import STORAGE, c_string
+from .c_spelling import STORAGE, c_string
 from .emit import DRIVER_C
 
 MPI_C = "mpi/fc_mpi.c"

@@ -43,7 +43,7 @@ from graphdef.ir import TensorType
 from graphdef.ops._util import check_dtype
 from graphdef.registry import KERNEL, Attr, Example, Sample, defop
 
-from . import direct
+from . import conv_direct
 from .gemm_ops import (
     _EXAMPLE_ISA,
     _INTERNAL,
@@ -56,8 +56,8 @@ from .gemm_ops import (
     item_parts,
     split_inputs,
 )
+from .op_table import PARALLEL_FLOPS, Call, kernel
 from .sgemm import CACHES, make_plan, pack_a, plan_of, plan_tuple, tile, unpack_a, with_fields
-from .table import PARALLEL_FLOPS, Call, kernel
 
 # ----------------------------------------------------------------------------- the transforms
 # F(m x m, 3 x 3): (B^T, G, A^T), Lavin & Gray; F(4x4) interpolates at 0, +-1, +-2 and infinity.
@@ -256,7 +256,7 @@ convolutions, where fixed costs the model leaves out weigh most) keep the exact 
 
 
 MIN_CHANNELS = 8
-"""Fewer input channels than this go to the direct tiles (direct.py) where they apply: each
+"""Fewer input channels than this go to the direct tiles (conv_direct.py) where they apply: each
 tile's input transform then serves products only a few channels deep. A 3 -> 16 channel 3x3
 on 32x32: Winograd 15.5 / 11.0 us at 1 / 2 threads, the direct tiles 13.1 / 8.7."""
 
@@ -275,7 +275,7 @@ def choose(x_shape, w_shape, out, attrs, isa: str, parts: int = 1) -> tuple[str,
         return "im2col", {}
     est = estimates(x_shape, w_shape[0], out, isa, parts)
     best = min(ALGORITHMS, key=est.get)
-    if x_shape[1] < MIN_CHANNELS and direct.eligible(x_shape, w_shape, out, attrs, isa):
+    if x_shape[1] < MIN_CHANNELS and conv_direct.eligible(x_shape, w_shape, out, attrs, isa):
         return "im2col", est  # the direct tiles (lowering.lower_linear)
     return (best if est[best] < MARGIN * est["im2col"] else "im2col"), est
 
@@ -332,8 +332,8 @@ def chunk_plan(k: int, c: int, chunk_tiles: int, isa: str, bias: bool):
 
 def conv_algorithm(node) -> str | None:
     """How a conv step computes: "direct" (1x1 conv_gemm, or the plain conv kernel), "im2col",
-    "tiles" (register tiles, direct.py), "winograd2x2" or "winograd4x4", "expand+depthwise" (a 1x1
-    expansion and its depthwise conv as one step, pwdw.py); None for other ops."""
+    "tiles" (register tiles, conv_direct.py), "winograd2x2" or "winograd4x4", "expand+depthwise" (a 1x1
+    expansion and its depthwise conv as one step, pointwise_depthwise.py); None for other ops."""
     if node.op == "conv_winograd":
         return node.attrs["algorithm"]
     if node.op == "conv_direct":

@@ -21,9 +21,9 @@ from pathlib import Path
 from graphdef.ir import Graph
 
 from .. import contract
-from ..c import table as ctable
+from ..c import op_table as ctable
 from ..c import toolchain as ctool
-from ..c.table import LEGALIZE  # noqa: F401  (the C bodies' forms)
+from ..c.op_table import LEGALIZE  # noqa: F401  (the C bodies' forms)
 from ..contract import Built
 from . import emit, precision, toolchain
 
@@ -33,7 +33,7 @@ MULTI_RANK = True  # one GPU per MPI rank: each rank's part in CUDA, the SPMD pr
 # a CUDA kernel run the C body, compiled for the device), the rendering of the interface, names
 # and entry points, the op plans its kernels share (geometry, product and pooling plans,
 # reduction views), the C compiler for the host files, and the SPMD program over MPI ranks
-BORROWS = {"c": ("api", "cnames", "emit", "layout", "ops.nn", "ops.reduce", "spmd", "table", "toolchain")}
+BORROWS = {"c": ("api", "c_spelling", "emit", "layout", "op_table", "ops.nn", "ops.reduce", "spmd", "toolchain")}
 
 
 def lower(graph: Graph, options) -> Graph:

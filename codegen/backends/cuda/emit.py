@@ -25,8 +25,8 @@ from graphdef.registry import ELEMENTWISE, get_op
 from .. import contract
 from ..c import emit as cemit
 from ..c.api import entry_points
-from ..c.cnames import Names, c_comment, c_string
-from ..c.table import TensorCtx, kernel_of, split_of
+from ..c.c_spelling import Names, c_comment, c_string
+from ..c.op_table import TensorCtx, kernel_of, split_of
 from . import kernels
 
 

@@ -16,8 +16,8 @@ from graphdef.ops.fused import program_of
 from graphdef.registry import get_op
 
 from .. import layout as L
-from ..cnames import COMPUTE, SUFFIX, c_literal
-from ..table import Call, call, expr, expr_of
+from ..c_spelling import COMPUTE, SUFFIX, c_literal
+from ..op_table import Call, call, expr, expr_of
 
 
 # ----------------------------------------------------------------------------- loops

@@ -8,8 +8,8 @@ import math
 from graphdef.ops.index import REDUCTIONS
 
 from .. import layout as L
-from ..cnames import SUFFIX
-from ..table import Call, kernel
+from ..c_spelling import SUFFIX
+from ..op_table import Call, kernel
 
 HEADERS = ("kernels/gather_scatter.h",)
 RED_CODE = {name: i for i, name in enumerate(REDUCTIONS)}  # FC_RED_* of kernels/gather_scatter.h

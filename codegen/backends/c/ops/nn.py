@@ -20,7 +20,7 @@ from graphdef.ops.shape import expand, transpose
 
 from .. import layout as L
 from ..epilogue import epilogue_context
-from ..table import TRANSCENDENTAL, Call, Split, kernel, legalize, work
+from ..op_table import TRANSCENDENTAL, Call, Split, kernel, legalize, work
 
 GEMM_H = ("kernels/gemm.h",)
 

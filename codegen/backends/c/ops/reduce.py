@@ -9,7 +9,7 @@ from graphdef.ops.reduce import REDUCTIONS, reduced_shape, runs
 from graphdef.ops.shape import reshape
 
 from .. import layout as L
-from ..table import Call, Split, kernel, legalize, work
+from ..op_table import Call, Split, kernel, legalize, work
 
 
 def reduce_view(x, axes) -> tuple[int, int, int]:

@@ -9,7 +9,7 @@ from graphdef.builder import apply
 from graphdef.ops.resize import axis_roi, axis_table, is_lerp, resize_axes
 
 from .. import layout as L
-from ..table import Call, kernel, legalize
+from ..op_table import Call, kernel, legalize
 
 
 @kernel("resize")

@@ -5,8 +5,8 @@ the gate accumulators in step scratch memory (FC_RNN_SCRATCH elements of the com
 
 from __future__ import annotations
 
-from ..cnames import COMPUTE
-from ..table import Call, kernel
+from ..c_spelling import COMPUTE
+from ..op_table import Call, kernel
 
 RNN_H = ("kernels/rnn.h",)
 

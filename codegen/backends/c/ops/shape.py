@@ -8,7 +8,7 @@ from graphdef import dtypes
 from graphdef.ops.shape import slice_plan
 
 from .. import layout as L
-from ..table import Call, kernel
+from ..op_table import Call, kernel
 
 COPY_H = ("kernels/copy.h",)
 

@@ -18,7 +18,7 @@ Threads: every elementwise step, and a kernel with a ``split``, describes its wo
 ``Split``, independent units along an outer range (elements, rows, planes). ``parts_of``
 decides from the cost model (``PART_WORK``) and the build's threads how many parts of the
 model's pool take the step; its lowering then sees ``Step.parts`` and renders units [lo, hi),
-and emit.py runs the parts. (Products split themselves: lowering.py sets their ``parts``.)
+and emit.py runs the parts. (Products split themselves: gemm_lowering.py sets their ``parts``.)
 
 Sources (placeholder, constant, variable) and aliases (reshape family) need no entry.
 """
@@ -33,7 +33,7 @@ from graphdef.errors import UnsupportedError
 from graphdef.ir import Node, TensorType
 from graphdef.registry import ALIAS, COMPOSITE, ELEMENTWISE, SOURCE, get_op
 
-from .cnames import COMPUTE, STORAGE, SUFFIX, c_literal
+from .c_spelling import COMPUTE, STORAGE, SUFFIX, c_literal
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,9 @@ from graphdef.registry import KERNEL, Attr, Example, Sample, defop, get_op
 from ... import passes
 from .epilogue import program_context
 from .gemm_ops import _INTERNAL, _fixed
+from .op_table import TRANSCENDENTAL, Call, Split, kernel, work
 from .ops.nn import depthwise_geom, dw_split
 from .sgemm import plan_of, unpack_a
-from .table import TRANSCENDENTAL, Call, Split, kernel, work
 
 LANES, CELLS, WHOLE = 32, 8, 16384
 """runtime_c/kernels/pwdw.h's FC_PWDW_LANES (channels of an item; weights are padded to a

@@ -18,21 +18,22 @@ from graphdef.registry import get_op
 from ... import passes
 from ...passes import Rebuild
 from . import layout as L
-from . import pwdw
+from . import pointwise_depthwise
 from . import sgemm as SP
-from .direct import lower as lower_direct
+from .conv_direct import lower as lower_direct
 from .gemm_ops import conv_t_plan
+from .op_table import PARALLEL_FLOPS
 from .ops.nn import depthwise_geom
 from .sgemm import plan_of
-from .table import PARALLEL_FLOPS
 from .winograd import lower_winograd
 
 
 def lower_products(graph: Graph, isa: str, threads: int = 1) -> Graph:
     """The C backend's "lower" stage for instruction set ``isa``: ``lower_linear``, then
-    ``fuse_epilogues``, then ``pwdw.fuse`` (expansions into their depthwise convs), then
+    ``fuse_epilogues``, then ``pointwise_depthwise.fuse`` (expansions into their depthwise convs), then
     ``prune`` (what the products absorbed)."""
-    return passes.prune(pwdw.fuse(fuse_epilogues(lower_linear(graph, isa, threads)), isa, threads))
+    fused = fuse_epilogues(lower_linear(graph, isa, threads))
+    return passes.prune(pointwise_depthwise.fuse(fused, isa, threads))
 
 
 # ----------------------------------------------------------------------------- fast float32 products

@@ -42,8 +42,8 @@ from .gemm_ops import (
     item_parts,
     run_parts,
 )
+from .op_table import Call, kernel
 from .sgemm import tile
-from .table import Call, kernel
 
 MAX_COPY = 1 << 21
 """The largest padded copy of an image (floats, 8 MiB) that the direct kernel makes per part;

@@ -77,7 +77,7 @@ FC_INLINE void fc_im2col_rows_f32(const float *FC_RESTRICT x, float *FC_RESTRICT
 }
 
 /* The whole im2col matrix, each row ld >= out0 * out1 * out2 floats apart, zeros after its
- * positions (rows padded to whole vectors for kernels/gemmnt.h). */
+ * positions (rows padded to whole vectors for kernels/weight_grad.h). */
 FC_INLINE void fc_im2col_pad_f32(const float *FC_RESTRICT x, float *FC_RESTRICT col, const fc_conv_geom *g, long cg,
                                  long ld) {
     const long P = g->out[0] * g->out[1] * g->out[2], rows = cg * g->k[0] * g->k[1] * g->k[2];

@@ -1,5 +1,5 @@
 """How a C build is cut for compile time (issue: compile time for users): the tile kernels
-compiled apart (kernels/sgemm.c, kernels/convdirect.c, FC_KERNELS_APART) and kept in the object
+compiled apart (kernels/sgemm.c, kernels/conv_tiles.c, FC_KERNELS_APART) and kept in the object
 cache, a large model's steps in files of their own compiled on several cores, and the kernel
 objects started before the Python stages end (``prefetch``). Each way checked against numpy."""
 
@@ -138,7 +138,7 @@ def test_the_kernels_are_built_while_the_python_stages_run_and_not_again(cache, 
     c = pipeline.run(g, options, until="build", folder=tmp_path / "p")
     assert c.results["build"].path.is_file()
     assert compiles.count("runtime/kernels/sgemm.c") == 1  # by prefetch, taken by the build
-    for pending in list(toolchain._inflight.values()):  # convdirect.c, which this model does not use
+    for pending in list(toolchain._inflight.values()):  # conv_tiles.c, which this model does not use
         pending.result()
-    assert not toolchain._inflight and compiles.count("runtime/kernels/convdirect.c") == 1
+    assert not toolchain._inflight and compiles.count("runtime/kernels/conv_tiles.c") == 1
     assert len(list((cache / "objects").glob("*.o"))) >= 2

@@ -1,5 +1,5 @@
 """Direct convolution on register tiles (codegen/backends/c/conv_direct.py, runtime_c/kernels/
-convdirect.h): the weight packing, where the lowering chooses it, and the C kernel against the
+conv_tiles.h): the weight packing, where the lowering chooses it, and the C kernel against the
 interpreter: partial channel blocks, rows split into several tiles, strides 1, 2 and 3 (the
 run-time stride tile), uneven pads, epilogues (ReLU, a residual add), two images, and 2
 threads; built native (AVX-512 tiles where the machine has them), portable and plain C99."""

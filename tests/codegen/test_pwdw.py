@@ -1,5 +1,5 @@
 """An expansion and its depthwise conv as one step (codegen/backends/c/pointwise_depthwise.py,
-runtime_c/kernels/pwdw.h): where the lowering merges them, and the C kernel against the
+runtime_c/kernels/pointwise_depthwise.h): where the lowering merges them, and the C kernel against the
 interpreter: SiLU and ReLU activations or none, the planes' means as a second output, channel
 counts that end in a partial vector and in a pass of one vector, stride 2 with uneven pads, 5x5
 taps, dilation, a plane whose ring holds one window's rows, no biases, two images, and 2

@@ -114,7 +114,7 @@ KERNELS = [  # (name, with {s} for the dtype suffix; return type; parameters; dt
         None,
     ),
 ]
-HEADERS = ("gemm", "norm", "reduce", "resize", "index", "copy")
+HEADERS = ("matmul", "norm", "reduce", "resize", "gather_axis", "copy")
 
 
 def _sources() -> tuple[str, str]:

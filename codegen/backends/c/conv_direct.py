@@ -1,5 +1,5 @@
 """Direct convolution on register tiles for the C backend (``conv_direct``,
-runtime_c/kernels/convdirect.h): a float32 2-D convolution of one group, with no im2col copy.
+runtime_c/kernels/conv_tiles.h): a float32 2-D convolution of one group, with no im2col copy.
 
 Each output tile is R consecutive positions of one output row (R <= 14 on AVX-512) times NR
 output channels (two vectors), summed in registers over every (input channel, kernel row,
@@ -232,7 +232,7 @@ defop(
     },
     kind=KERNEL,
     flops=lambda ins, outs, attrs: 2 * outs[0].size * ins[0].shape[1] * math.prod(attrs["kernel"]),
-    doc="float32 2-D convolution of one group on register tiles (runtime_c/kernels/convdirect.h): "
+    doc="float32 2-D convolution of one group on register tiles (runtime_c/kernels/conv_tiles.h): "
     "inputs x, the weights packed by direct.pack, then bias if ``bias``, then epilogue inputs",
     examples=(
         # 35 output channels (a partial block), 3x3, padded, bias, two images
@@ -309,4 +309,4 @@ def _conv_direct(s):
         "run_parts": run_parts(s.func, split["runs"]),
     }
     parallel = split["runs"] > 1
-    return Call("conv_direct", k, ("kernels/convdirect.h",), prelude="conv_direct", parallel=parallel)
+    return Call("conv_direct", k, ("kernels/conv_tiles.h",), prelude="conv_direct", parallel=parallel)

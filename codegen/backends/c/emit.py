@@ -41,7 +41,7 @@ STEP_FILE_BYTES = 48_000
 # that includes one (directly or through another header) builds its .c file beside its own
 KERNEL_SOURCES = {
     "kernels/sgemm.h": "runtime/kernels/sgemm.c",
-    "kernels/convdirect.h": "runtime/kernels/convdirect.c",
+    "kernels/conv_tiles.h": "runtime/kernels/conv_tiles.c",
 }
 # what a standalone program's driver (main.c, train.c) links besides the model: file handling
 # (files.c: every open, temporary and rename), .npy / .npz I/O and checkpoints

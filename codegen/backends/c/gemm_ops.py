@@ -505,7 +505,7 @@ def wgrad_chunking(n: int, cg: int, gy_shape, kernel) -> dict:
     one image's im2col matrix exceeds WGRAD_BYTES, slices of ``rows`` output rows of one),
     im2col'd (the forward conv's matrix: Cg * taps rows, the positions as columns) into
     scratch, then dW_g (Mg x Cg*taps) += the sum over them of dY (Mg x positions) times the
-    im2col along the positions (kernels/gemmnt.h)."""
+    im2col along the positions (kernels/weight_grad.h)."""
     out = list(gy_shape[2:])
     width, total = out[-1], math.prod(out[:-1])
     per_row = cg * math.prod(kernel) * width * 4
@@ -588,7 +588,7 @@ def _conv_wgrad(s):
         "run_parts": run_parts(s.func, sz["runs"]),
         **geom(x.shape, a["kernel"], gy.shape[2:], a),
     }
-    headers = ("kernels/im2col.h", "kernels/gemmnt.h")
+    headers = ("kernels/im2col.h", "kernels/weight_grad.h")
     return Call("conv_wgrad", k, headers, prelude="conv_wgrad", parallel=sz["runs"] > 1)
 
 

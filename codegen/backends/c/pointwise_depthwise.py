@@ -1,5 +1,5 @@
 """An expansion and its depthwise convolution as one step for the C backend (``pwdw``,
-runtime_c/kernels/pwdw.h): a float32 1x1 convolution of one group with its activation, then the
+runtime_c/kernels/pointwise_depthwise.h): a float32 1x1 convolution of one group with its activation, then the
 depthwise convolution that is its one consumer, with its own activation, as inverted-residual
 blocks have them (MobileNetV2/V3, MnasNet, EfficientNet).
 
@@ -38,7 +38,7 @@ from .ops.nn import depthwise_geom, dw_split
 from .sgemm import plan_of, unpack_a
 
 LANES, CELLS, WHOLE = 32, 8, 16384
-"""runtime_c/kernels/pwdw.h's FC_PWDW_LANES (channels of an item; weights are padded to a
+"""runtime_c/kernels/pointwise_depthwise.h's FC_PWDW_LANES (channels of an item; weights are padded to a
 multiple) and FC_PWDW_CELLS (output cells summed at once); the floats of the largest
 whole-plane ring (``_ring``)."""
 
@@ -306,9 +306,9 @@ defop(
         + 2 * outs[0].size * math.prod(attrs["kernel"])
     ),
     doc="float32 1x1 expansion conv with its activation, then a depthwise conv with its own, as one "
-    "step (runtime_c/kernels/pwdw.h): inputs x, the expansion's weights (cp / 32, cin, 32) and bias "
-    "(cp), the depthwise taps (cp / 32, kh * kw, 32) and bias (cp), cp being cexp padded to a "
-    "multiple of 32",
+    "step (runtime_c/kernels/pointwise_depthwise.h): inputs x, the expansion's weights "
+    "(cp / 32, cin, 32) and bias (cp), the depthwise taps (cp / 32, kh * kw, 32) and bias (cp), "
+    "cp being cexp padded to a multiple of 32",
     examples=(
         # 20 channels (a partial block), 3x3 stride 2, padded, activations, the planes' means; two
         # images
@@ -338,7 +338,7 @@ def _geom(s) -> dict:
 
 
 def _ring(x_shape, out_shape, attrs) -> tuple[int, int]:
-    """The ring's rows and cells a row (runtime_c/kernels/pwdw.h): a row holds the window's
+    """The ring's rows and cells a row (runtime_c/kernels/pointwise_depthwise.h): a row holds the window's
     columns, the slack the last block of CELLS output cells reads past them and every input
     column (rows are expanded whole); a plane of at most WHOLE floats of cells keeps all its
     padded rows (expanded as one run: a 7x7 plane's rows are shorter than a group of expanded
@@ -390,4 +390,4 @@ def _pwdw(s):
         ]
         + [f"{s.func}_act{i + 1}_epi" if a else "NULL" for i, a in enumerate(acts)],
     }
-    return Call("pwdw", k, ("kernels/pwdw.h",), prelude="pwdw")
+    return Call("pwdw", k, ("kernels/pointwise_depthwise.h",), prelude="pwdw")

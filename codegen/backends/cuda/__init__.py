@@ -33,7 +33,9 @@ MULTI_RANK = True  # one GPU per MPI rank: each rank's part in CUDA, the SPMD pr
 # a CUDA kernel run the C body, compiled for the device), the rendering of the interface, names
 # and entry points, the op plans its kernels share (geometry, product and pooling plans,
 # reduction views), the C compiler for the host files, and the SPMD program over MPI ranks
-BORROWS = {"c": ("api", "c_spelling", "emit", "layout", "op_table", "ops.nn", "ops.reduce", "spmd", "toolchain")}
+BORROWS = {
+    "c": ("api", "c_spelling", "emit", "layout", "op_table", "ops.nn", "ops.reduce", "spmd", "toolchain"),
+}
 
 
 def lower(graph: Graph, options) -> Graph:

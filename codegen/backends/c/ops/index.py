@@ -1,5 +1,5 @@
 """C lowering of the element-wise and N-d gathers and scatters and of topk
-(runtime_c/kernels/gather_scatter.h, topk.h)."""
+(runtime_c/kernels/gather_nd.h, topk.h)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from .. import layout as L
 from ..c_spelling import SUFFIX
 from ..op_table import Call, kernel
 
-HEADERS = ("kernels/gather_scatter.h",)
-RED_CODE = {name: i for i, name in enumerate(REDUCTIONS)}  # FC_RED_* of kernels/gather_scatter.h
+HEADERS = ("kernels/gather_nd.h",)
+RED_CODE = {name: i for i, name in enumerate(REDUCTIONS)}  # FC_RED_* of kernels/gather_nd.h
 
 
 def _scatter_sfx(dtype: str) -> str:
@@ -39,7 +39,7 @@ def _elements(data, indices, axis: int) -> dict:
 def _check_index(s):
     (x,) = s.ins
     k = {"n": x.size, "depth": s.attrs["depth"], "fn": f"fc_check_index_{x.sfx}"}
-    return Call("check_index", k, ("kernels/index.h",))
+    return Call("check_index", k, ("kernels/gather_axis.h",))
 
 
 @kernel("gather_elements")

@@ -1,5 +1,5 @@
 """C lowering of the neural-network ops: products, convolution, pooling, normalization and
-softmax (runtime_c/kernels/gemm.h, conv.h, pool.h, norm.h).
+softmax (runtime_c/kernels/matmul.h, conv.h, pool.h, norm.h).
 
 The algorithm of each step is chosen here: a float32 convolution whose groups are single
 input channels runs the direct depthwise kernel, others the generic one; float32 2-D pooling
@@ -22,7 +22,7 @@ from .. import layout as L
 from ..epilogue import epilogue_context
 from ..op_table import TRANSCENDENTAL, Call, Split, kernel, legalize, work
 
-GEMM_H = ("kernels/gemm.h",)
+GEMM_H = ("kernels/matmul.h",)
 
 
 # ----------------------------------------------------------------------------- products

@@ -1,6 +1,6 @@
 """C lowering of data movement: strided copies (transpose, slice, expand, tile, bitcast),
 block copies (concat, split), gather / scatter_add, pad and fill (runtime_c/kernels/copy.h,
-index.h)."""
+gather_axis.h)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _gather(s):
         "gather",
         {"fn": s.fn("fc_gather", indices.dtype), "outer": outer, "dim": dim,
          "inner_bytes": inner * L.itemsize(data.dtype), "n_idx": indices.size},
-        ("kernels/index.h",),
+        ("kernels/gather_axis.h",),
     )  # fmt: skip
 
 
@@ -117,7 +117,7 @@ def _scatter_add(s):
     return Call(
         "scatter_add",
         {"fn": fn, "outer": outer, "dim": dim, "inner": inner, "n_idx": indices.size, "nbytes": data.nbytes},
-        ("kernels/index.h",),
+        ("kernels/gather_axis.h",),
     )
 
 

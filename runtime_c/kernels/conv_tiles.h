@@ -21,8 +21,8 @@
  * weights out between them; or, where the copy is larger than the weights, each part takes a
  * run of output rows of every block and pads only the input rows they read.
  */
-#ifndef FLOWC_KERNELS_CONVDIRECT_H
-#define FLOWC_KERNELS_CONVDIRECT_H
+#ifndef FLOWC_KERNELS_CONV_TILES_H
+#define FLOWC_KERNELS_CONV_TILES_H
 
 #include "kernels/sgemm.h"
 
@@ -136,11 +136,11 @@ typedef void (*fc_cd_tile_fn)(long s, long taps, const int *off, const float *x0
 
 /* Tile functions of R rows and U vectors for strides run-time (_s), 1 and 2. */
 /* Like sgemm.h's tile kernels: static here, or with FC_KERNELS_APART declared here and compiled
- * once into kernels/convdirect.c (FC_CONVDIRECT_HERE). */
+ * once into kernels/conv_tiles.c (FC_CONV_TILES_HERE). */
 #if !defined(FC_KERNELS_APART)
 #define FC_CD_DEFINE 1
 #define FC_CD_KERNEL FC_SG_KSTATIC
-#elif defined(FC_CONVDIRECT_HERE)
+#elif defined(FC_CONV_TILES_HERE)
 #define FC_CD_DEFINE 1
 #define FC_CD_KERNEL FC_SG_KAPART
 #else
@@ -297,4 +297,4 @@ FC_INLINE void fc_cd_part(const fc_cd_geom *g, long nr, int rows, const float *x
         fc_cd_items(g, nr, xp, wp, bias, y, cb * g->oh + i0, cb * g->oh + i1, epi, epi_arg);
 }
 
-#endif /* FLOWC_KERNELS_CONVDIRECT_H */
+#endif /* FLOWC_KERNELS_CONV_TILES_H */

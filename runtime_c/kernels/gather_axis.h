@@ -17,8 +17,8 @@
  * indices are checked before anything is written, so on error y is untouched. Otherwise
  * the result is FC_OK. y must not alias x (gather) or upd (scatter).
  */
-#ifndef FLOWC_KERNELS_INDEX_H
-#define FLOWC_KERNELS_INDEX_H
+#ifndef FLOWC_KERNELS_GATHER_AXIS_H
+#define FLOWC_KERNELS_GATHER_AXIS_H
 
 #include "flowc_rt.h"
 
@@ -93,9 +93,9 @@ FC_INLINE int fc_gather_i32(void *y, const void *x, const int32_t *idx, long n_i
     return fc_gather_any_(y, x, idx, 0, n_idx, outer, dim, inner_bytes);
 }
 
-#define FC_INC "kernels/index.inc"
+#define FC_INC "kernels/gather_axis.inc"
 #define FC_WANT_FLOATS
 #define FC_WANT_INTS
 #include "kernels/instantiate.h"
 
-#endif /* FLOWC_KERNELS_INDEX_H */
+#endif /* FLOWC_KERNELS_GATHER_AXIS_H */

@@ -27,8 +27,8 @@
  * Each expanded value sums its bias and the input channels in order; each output its bias and
  * its taps row by row.
  */
-#ifndef FLOWC_KERNELS_PWDW_H
-#define FLOWC_KERNELS_PWDW_H
+#ifndef FLOWC_KERNELS_POINTWISE_DEPTHWISE_H
+#define FLOWC_KERNELS_POINTWISE_DEPTHWISE_H
 
 #include "kernels/conv.h"
 
@@ -270,4 +270,4 @@ FC_VF_INLINE void fc_pwdw_f32(const float *x, const float *w1, const float *b1, 
     }
 }
 
-#endif /* FLOWC_KERNELS_PWDW_H */
+#endif /* FLOWC_KERNELS_POINTWISE_DEPTHWISE_H */

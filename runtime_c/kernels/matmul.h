@@ -14,14 +14,14 @@
  * Loop order i, j, p (a dot product per output): correct for every stride pattern; a
  * blocked, vectorized kernel for contiguous operands can specialize later.
  */
-#ifndef FLOWC_KERNELS_GEMM_H
-#define FLOWC_KERNELS_GEMM_H
+#ifndef FLOWC_KERNELS_MATMUL_H
+#define FLOWC_KERNELS_MATMUL_H
 
 #include "flowc_rt.h"
 
-#define FC_INC "kernels/gemm.inc"
+#define FC_INC "kernels/matmul.inc"
 #define FC_WANT_FLOATS
 #define FC_WANT_INTS
 #include "kernels/instantiate.h"
 
-#endif /* FLOWC_KERNELS_GEMM_H */
+#endif /* FLOWC_KERNELS_MATMUL_H */

@@ -33,11 +33,11 @@
  * FC_ERR_INDEX, and all indices are checked before anything is written. Otherwise FC_OK.
  * y must not overlap x, idx or upd. elem_size is 1, 2, 4 or 8 (others copy nothing).
  */
-#ifndef FLOWC_KERNELS_GATHER_SCATTER_H
-#define FLOWC_KERNELS_GATHER_SCATTER_H
+#ifndef FLOWC_KERNELS_GATHER_ND_H
+#define FLOWC_KERNELS_GATHER_ND_H
 
 #include "flowc_rt.h"
-#include "kernels/index.h"
+#include "kernels/gather_axis.h"
 
 #define FC_RED_NONE 0
 #define FC_RED_ADD 1
@@ -168,9 +168,9 @@ FC_INLINE int fc_gather_nd_i32(void *y, const void *x, const int32_t *idx, long 
                              elem_size);
 }
 
-#define FC_INC "kernels/gather_scatter.inc"
+#define FC_INC "kernels/gather_nd.inc"
 #define FC_WANT_FLOATS
 #define FC_WANT_INTS
 #include "kernels/instantiate.h"
 
-#endif /* FLOWC_KERNELS_GATHER_SCATTER_H */
+#endif /* FLOWC_KERNELS_GATHER_ND_H */

@@ -1,6 +1,0 @@
-/* The register-tile kernels of kernels/convdirect.h compiled on their own, as kernels/sgemm.c
- * does for the product's tiles (FC_KERNELS_APART). */
-#define FC_KERNELS_APART 1
-#define FC_CONVDIRECT_HERE 1
-#include "flowc_rt.h"
-#include "kernels/convdirect.h"

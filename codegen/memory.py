@@ -36,6 +36,8 @@ from pathlib import Path
 
 from graphdef.errors import FlowcError
 
+from .cachedir import cache_root
+
 __all__ = [
     "ALGORITHMS",
     "BufferReq",
@@ -541,9 +543,8 @@ int flowc_mem_search(int32_t n, int32_t nsec, const int64_t *size, const int32_t
 _native_cache: list = []  # [(ffi, lib) or None], filled on first use
 
 
-def _cache_dir() -> Path:
-    """Where builds live: $FLOWC_CACHE or ~/.cache/flowc, as for compiled models."""
-    return Path(os.environ.get("FLOWC_CACHE") or Path.home() / ".cache" / "flowc")
+# the search core in C, beside flowc's other C (runtime_c/README.md); built here, not in models
+SEARCH_C = Path(__file__).resolve().parents[1] / "runtime_c" / "planner" / "memory_search.c"
 
 
 def _load_native():
@@ -561,11 +562,11 @@ def _load_native():
     try:
         import cffi
 
-        source = Path(__file__).with_name("memory_search.c").read_text()
+        source = SEARCH_C.read_text()
         suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
         key = hashlib.sha256("\0".join((source, _CDEF, suffix, cffi.__version__)).encode()).hexdigest()[:16]
         name = f"_flowc_memory_search_{key}"
-        cache = _cache_dir()
+        cache = cache_root()
         target = cache / (name + suffix)
         if not target.exists():
             cache.mkdir(parents=True, exist_ok=True)

@@ -44,8 +44,9 @@ KERNEL_SOURCES = {
     "kernels/conv_tiles.h": "runtime/kernels/conv_tiles.c",
 }
 # what a standalone program's driver (main.c, train.c) links besides the model: file handling
-# (files.c: every open, temporary and rename), .npy / .npz I/O and checkpoints
-DRIVER_C = ("runtime/files.c", "runtime/npy.c", "runtime/npz.c", "runtime/checkpoint.c")
+# (files.c: every open, temporary and rename), .npy / .npz I/O, checkpoints, and the command
+# line and .npy I/O every main shares (driver.c)
+DRIVER_C = ("runtime/files.c", "runtime/npy.c", "runtime/npz.c", "runtime/checkpoint.c", "runtime/driver.c")
 
 
 @functools.cache

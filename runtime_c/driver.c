@@ -1,0 +1,111 @@
+/* The standalone binaries' command line and .npy I/O: see driver.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "driver.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int fc_drv_in_arg(const char *spec, const fc_drv_tensor *inputs, int n, const char **paths, char *msg,
+                  size_t len) {
+    const char *eq = strchr(spec, '=');
+    int j, found = 0;
+    if (!eq) {
+        snprintf(msg, len, "--in expects NAME=FILE.npy, got '%s'", spec);
+        return 2;
+    }
+    for (j = 0; j < n; ++j) {
+        if (strlen(inputs[j].name) == (size_t)(eq - spec) && strncmp(inputs[j].name, spec, (size_t)(eq - spec)) == 0) {
+            paths[j] = eq + 1;
+            found = 1;
+        }
+    }
+    if (!found) {
+        snprintf(msg, len, "unknown input '%.*s'; the model's inputs are listed in metadata.json", (int)(eq - spec),
+                 spec);
+        return 2;
+    }
+    return 0;
+}
+
+int fc_drv_count_arg(const char *option, const char *text, long limit, long *value, char *msg, size_t len) {
+    char *end;
+    long v;
+    errno = 0;
+    v = strtol(text, &end, 10);
+    if (end == text || *end || v < 1) {
+        snprintf(msg, len, "%s expects a positive count", option);
+        return 2;
+    }
+    if (errno == ERANGE || v > limit) {
+        snprintf(msg, len, "%s expects a count of at most %ld", option, limit);
+        return 2;
+    }
+    *value = v;
+    return 0;
+}
+
+int fc_drv_inputs_named(const fc_drv_tensor *inputs, int n, const char **paths, char *msg, size_t len) {
+    int j;
+    for (j = 0; j < n; ++j) {
+        if (!paths[j]) {
+            snprintf(msg, len, "missing --in %s=FILE.npy", inputs[j].name);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* shape with axis 0 times scale (rank 0: unchanged) */
+static void scaled(const fc_drv_tensor *t, long scale, long *shape) {
+    int k;
+    for (k = 0; k < 8; ++k)
+        shape[k] = k < t->rank ? t->shape[k] : 0;
+    if (t->rank > 0) shape[0] *= scale;
+}
+
+int fc_drv_load_inputs(const fc_drv_tensor *inputs, int n, const char **paths, long scale, fc_npy *in,
+                       char *msg, size_t len) {
+    int j;
+    for (j = 0; j < n; ++j) {
+        const fc_drv_tensor *t = &inputs[j];
+        long want[8];
+        if (!t->mine) continue;
+        if (fc_npy_load(paths[j], &in[j], msg, len) != 0) return 2;
+        scaled(t, scale, want);
+        if (fc_npy_check(&in[j], t->name, paths[j], t->dtype, t->rank, want, msg, len) != 0) return 2;
+    }
+    return 0;
+}
+
+int fc_drv_write_temps(const char *out_dir, const fc_drv_tensor *outputs, int n, void *const *data, long scale,
+                       const fc_drv_tensor *inputs, int n_in, const char **in_paths, fc_file_set *put,
+                       char **paths, char *msg, size_t len) {
+    int i, j;
+    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+        snprintf(msg, len, "cannot create --out-dir %s (%s)", out_dir, strerror(errno));
+        return 4;
+    }
+    for (j = 0; j < n; ++j) {
+        const fc_drv_tensor *t = &outputs[j];
+        long shape[8];
+        if (!t->mine) continue;
+        put[j].path = paths[j] = fc_npy_path(out_dir, t->file);
+        if (!paths[j]) {
+            snprintf(msg, len, "out of memory");
+            return 3;
+        }
+        for (i = 0; i < n_in; ++i) {
+            if (in_paths[i] && fc_file_same(in_paths[i], paths[j])) {
+                snprintf(msg, len, "output '%s' would be written over input '%s' (%.400s); choose another --out-dir",
+                         t->name, inputs[i].name, in_paths[i]);
+                return 4;
+            }
+        }
+        scaled(t, scale, shape);
+        if (fc_npy_save_temp(paths[j], &put[j].tmp, t->dtype, t->rank, shape, data[j], msg, len) != 0) return 4;
+    }
+    return 0;
+}

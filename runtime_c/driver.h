@@ -1,0 +1,45 @@
+/* The standalone binaries' command line and .npy I/O, the same for every model: a generated
+ * main.c (templates/build/main.c.j2, templates/mpi/main.c.j2) describes its model's interface in
+ * a table of fc_drv_tensor and calls these. Messages are one line, for the caller's die(). */
+#ifndef FLOWC_DRIVER_H
+#define FLOWC_DRIVER_H
+
+#include <stddef.h>
+
+#include "files.h"
+#include "npy.h"
+
+/* One input or output of the model, as the driver sees it. */
+typedef struct {
+    const char *name;  /* the tensor's name in the model (untrusted text: escaped when printed) */
+    const char *dtype; /* float32, int64, ... */
+    int rank;
+    const long *shape; /* rank entries */
+    const char *file;  /* an output's file in --out-dir ("y.npy"); NULL for an input */
+    int mine;          /* 1: this process reads (input) or writes (output) it; 0: another MPI rank */
+} fc_drv_tensor;
+
+/* --in NAME=FILE.npy: paths[j] = FILE for the input named NAME. 0, or 2 with the reason in msg. */
+int fc_drv_in_arg(const char *spec, const fc_drv_tensor *inputs, int n, const char **paths, char *msg,
+                  size_t len);
+
+/* The count after an option such as --bench: 1 to limit. 0 (*value set), or 2 with msg. */
+int fc_drv_count_arg(const char *option, const char *text, long limit, long *value, char *msg, size_t len);
+
+/* Every input has its --in: 0, or 2 naming the first one missing. */
+int fc_drv_inputs_named(const fc_drv_tensor *inputs, int n, const char **paths, char *msg, size_t len);
+
+/* Load this process's inputs (mine) from paths into in[] and check each against its dtype and
+ * shape, axis 0 times scale (--microbatches; 1 otherwise). 0, or 2 with msg. */
+int fc_drv_load_inputs(const fc_drv_tensor *inputs, int n, const char **paths, long scale, fc_npy *in,
+                       char *msg, size_t len);
+
+/* Write this process's outputs (mine), data[j] each, axis 0 times scale, to fresh temporaries
+ * beside out_dir/<file> (out_dir made if missing), refusing a path that is one of the input files;
+ * put[j] and paths[j] (malloc'ed: free them) name them for fc_files_commit. 0, or 3 (out of memory)
+ * / 4 (files) with msg; the temporaries written so far stay in put[] for fc_files_finish. */
+int fc_drv_write_temps(const char *out_dir, const fc_drv_tensor *outputs, int n, void *const *data, long scale,
+                       const fc_drv_tensor *inputs, int n_in, const char **in_paths, fc_file_set *put,
+                       char **paths, char *msg, size_t len);
+
+#endif /* FLOWC_DRIVER_H */

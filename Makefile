@@ -28,7 +28,7 @@ test: $(STAMP)
 # compiled model per backend (tests/codegen/test_smoke.py); `make test` before a commit
 FAST := graphdef codegen tests/graphdef tests/codegen/test_passes.py tests/codegen/test_schedule.py \
 	tests/codegen/test_memory.py tests/codegen/test_storage.py tests/codegen/test_pipeline.py \
-	tests/codegen/test_smoke.py tests/mpi/test_partition.py tests/onnx/test_import.py \
+	tests/codegen/test_smoke.py tests/codegen/test_backends.py tests/mpi/test_partition.py tests/onnx/test_import.py \
 	tests/hostile/test_import.py tests/hostile/test_limits.py
 test-fast: $(STAMP)
 	$(PYTEST) $(FAST)

@@ -7,7 +7,7 @@ other side's threads stop spinning), compared pair by pair (this machine is shar
     python bench/train.py [--threads 1 2] [--runs 30] [--only NAME] [--ranks-runs 5]
 
 Data parallel (``--ranks-runs`` > 0, when MPI is installed): the training binary
-(``codegen.compiled.export_trainer``, built with mpicc) of each model trains on a random
+(``codegen.exports.export_trainer``, built with mpicc) of each model trains on a random
 dataset with a global batch of 32: one rank with the step compiled for 32 samples, against two
 ranks (``mpiexec -n 2``) each with a step of 16, the gradients averaged by the step's allreduce;
 runs of a few epochs alternated, samples/s (the binary's own figure) compared pair by pair.
@@ -248,7 +248,7 @@ def _samples_per_s(cmd: list[str]) -> float:
 
 def data_parallel(name: str, runs: int, folder: Path) -> dict:
     from codegen.backends.c.toolchain import find_mpiexec, mpiexec_command
-    from codegen.compiled import export_trainer
+    from codegen.exports import export_trainer
 
     mpiexec = find_mpiexec()
     rng = np.random.default_rng(0)

@@ -2,7 +2,7 @@
 
 Shared stages: passes (passes.py), schedule (schedule.py), storage (storage.py), memory plan
 (memory.py, program.py), put together as one list in pipeline.py; each backend (backends/)
-lowers, renders and builds. compiled.py holds the entry points below; cli.py the ``flowc``
+lowers, renders and builds. compiled.py and exports.py hold the entry points below; cli.py the ``flowc``
 command.
 
 >>> import numpy as np, graphdef as gd, codegen
@@ -13,7 +13,8 @@ array([2., 4.], dtype=float32)
 """
 
 from . import memory, passes, pipeline, schedule
-from .compiled import CompiledModel, RankModel, TensorSpec, compile, compile_many, export, program_for
+from .compiled import CompiledModel, RankModel, TensorSpec, compile, compile_many, program_for
+from .exports import export
 
 __all__ = [
     "CompiledModel",

@@ -54,7 +54,7 @@ import graphdef as gd
 from graphdef.errors import FlowcError, UnsupportedError, printable
 from graphdef.ir import Graph
 
-from . import backends, compiled, memory, outdir, partition, pipeline, schedule
+from . import backends, compiled, exports, memory, outdir, partition, pipeline, schedule
 from .target import ARCHES, Target, parse_bytes
 
 
@@ -229,7 +229,7 @@ def _compile(args, graph: Graph, t0: float) -> int:
         return compile_trainer(args, graph, t0)
     if args.target == "cuda":
         return compile_cuda(args, graph, t0)
-    out = compiled.export(
+    out = exports.export(
         graph,
         args.output,
         name=args.name,
@@ -295,7 +295,7 @@ def compile_cuda(args, graph: Graph, t0: float) -> int:
 
 def compile_trainer(args, graph: Graph, t0: float) -> int:
     """--train: the training binary."""
-    out = compiled.export_trainer(
+    out = exports.export_trainer(
         graph, args.output, train=args.train, name=args.name, mpi=False if args.no_mpi else None,
         compress=args.compress, threads=args.threads, portable=args.portable, build_binary=not args.no_build,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The training binary (``flowc compile --train``, codegen.compiled.export_trainer) on one
+"""The training binary (``flowc compile --train``, codegen.exports.export_trainer) on one
 process: it trains exactly as the compiled step does on the batches of its seeded shuffle,
 resumes where it stopped, writes checkpoints the Python side reads, runs inference from one,
 stops cleanly on SIGINT and on a NaN loss, and refuses a dataset that does not fit."""
@@ -19,7 +19,7 @@ import pytest
 import codegen
 import graphdef as gd
 from codegen.backends.c.trainer import order
-from codegen.compiled import export_trainer
+from codegen.exports import export_trainer
 from graphdef import checkpoint
 from graphdef.errors import FlowcError
 

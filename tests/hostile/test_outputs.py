@@ -151,5 +151,5 @@ def test_the_python_api_refuses_too(tmp_path):
     with pytest.raises(gd.FlowcError, match="keep.txt"):
         codegen.export(g, tmp_path, name="net", build_binary=False)
     with pytest.raises(gd.FlowcError, match="keep.txt"):
-        codegen.compiled.export_trainer(g, tmp_path, name="net", build_binary=False)
+        codegen.exports.export_trainer(g, tmp_path, name="net", build_binary=False)
     assert (tmp_path / "keep.txt").read_text() == "keep"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import graphdef as gd
-from codegen.compiled import export_trainer
+from codegen.exports import export_trainer
 from graphdef import checkpoint
 
 pytestmark = pytest.mark.c

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codegen.compiled import export_trainer
+from codegen.exports import export_trainer
 from graphdef import checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "samples"))

@@ -3,6 +3,7 @@
 #include "driver.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,58 @@ int fc_drv_write_temps(const char *out_dir, const fc_drv_tensor *outputs, int n,
         }
         scaled(t, scale, shape);
         if (fc_npy_save_temp(paths[j], &put[j].tmp, t->dtype, t->rank, shape, data[j], msg, len) != 0) return 4;
+    }
+    return 0;
+}
+
+/* value k of an integer array as a signed (*s) or unsigned (*u) 64-bit number; 0: not an integer dtype */
+static int label_at(const unsigned char *p, const char *dtype, long k, int64_t *s, uint64_t *u, double *f) {
+#define FC_LABEL(name, type, out)                        \
+    if (strcmp(dtype, name) == 0) {                      \
+        type v;                                          \
+        memcpy(&v, p + (size_t)k * sizeof v, sizeof v); \
+        *out = v;                                        \
+        return 1;                                        \
+    }
+    FC_LABEL("int8", int8_t, s)
+    FC_LABEL("int16", int16_t, s)
+    FC_LABEL("int32", int32_t, s)
+    FC_LABEL("int64", int64_t, s)
+    FC_LABEL("uint8", uint8_t, u)
+    FC_LABEL("uint16", uint16_t, u)
+    FC_LABEL("uint32", uint32_t, u)
+    FC_LABEL("uint64", uint64_t, u)
+    FC_LABEL("float32", float, f)
+    FC_LABEL("float64", double, f)
+#undef FC_LABEL
+    return 0;
+}
+
+int fc_drv_check_labels(const void *data, const char *dtype, long samples, long row_size, long depth,
+                        const char *name, const char *file, char *msg, size_t len) {
+    const unsigned char *p = (const unsigned char *)data;
+    long s, e;
+    for (s = 0; s < samples; ++s) {
+        for (e = 0; e < row_size; ++e) {
+            int64_t si = 0;
+            uint64_t ui = 0;
+            double f = 0.0;
+            int bad, is_f = dtype[0] == 'f', is_u = dtype[0] == 'u';
+            if (!label_at(p, dtype, s * row_size + e, &si, &ui, &f)) return 0;
+            /* a float: the cast truncates toward zero, so (-1, depth) is in range; NaN is not */
+            bad = is_f ? !(f > -1.0 && f < (double)depth) : is_u ? ui >= (uint64_t)depth : (si < 0 || si >= depth);
+            if (!bad) continue;
+            if (is_f)
+                snprintf(msg, len, "dataset array '%s' (%s): sample %ld has class label %g, outside the model's %ld "
+                         "classes [0, %ld)", name, file, s, f, depth, depth);
+            else if (is_u)
+                snprintf(msg, len, "dataset array '%s' (%s): sample %ld has class label %llu, outside the model's "
+                         "%ld classes [0, %ld)", name, file, s, (unsigned long long)ui, depth, depth);
+            else
+                snprintf(msg, len, "dataset array '%s' (%s): sample %ld has class label %lld, outside the model's "
+                         "%ld classes [0, %ld)", name, file, s, (long long)si, depth, depth);
+            return 2;
+        }
     }
     return 0;
 }

@@ -42,4 +42,11 @@ int fc_drv_write_temps(const char *out_dir, const fc_drv_tensor *outputs, int n,
                        const fc_drv_tensor *inputs, int n_in, const char **in_paths, fc_file_set *put,
                        char **paths, char *msg, size_t len);
 
+/* A dataset array of class labels (samples x row_size values of dtype, C order): every value in
+ * [0, depth), as the model's index check would find it (a float truncated toward zero, as its cast
+ * does). 0, or 2 with msg naming the array, its file and the first sample outside. Integer and
+ * float32/float64 arrays; another dtype is left to the model's own check. */
+int fc_drv_check_labels(const void *data, const char *dtype, long samples, long row_size, long depth,
+                        const char *name, const char *file, char *msg, size_t len);
+
 #endif /* FLOWC_DRIVER_H */

@@ -38,6 +38,8 @@ int fc_drv_inputs_named(const fc_drv_tensor *inputs, int n, const char **paths, 
 int fc_drv_write_temps(const char *out_dir, const fc_drv_tensor *outputs, int n, void *const *data,
                        long scale, const fc_drv_tensor *inputs, int n_in, const char **in_paths,
                        fc_file_set *put, char **paths, char *msg, size_t len);
+int fc_drv_check_labels(const void *data, const char *dtype, long samples, long row_size, long depth,
+                        const char *name, const char *file, char *msg, size_t len);
 int fc_files_commit(fc_file_set *set, int n, char *err, size_t errlen);
 void fc_files_finish(fc_file_set *set, int n);
 void free(void *);
@@ -122,3 +124,28 @@ def test_outputs_go_to_temporaries_committed_together_never_over_an_input(drv, t
     lib.fc_files_finish(put, 1)
     lib.free(paths[0])
     assert sorted(p.name for p in (tmp_path / "res").iterdir()) == ["x.npy", "y.npy"]
+
+
+@pytest.mark.parametrize(
+    "dtype, values, said",
+    [
+        ("int64", [0, 2, 9, 3], "sample 1 has class label 9"),
+        ("int32", [1, -1, 0, 0], "sample 0 has class label -1"),
+        ("uint8", [0, 1, 2, 255], "sample 1 has class label 255"),
+        ("float32", [0.5, 2.9, -0.5, 4.0], "sample 1 has class label 4,"),
+        ("float64", [0.0, np.nan, 1.0, 1.0], "sample 0 has class label nan"),
+        ("int16", [0, 1, 2, 3], None),
+        ("float32", [-0.9, 3.99, 0, 1], None),
+    ],
+)  # fmt: skip
+def test_class_labels_are_checked_in_range_naming_the_sample(drv, dtype, values, said):
+    ffi, lib = drv
+    a = np.array(values, dtype=dtype)  # 2 samples of 2 labels, 4 classes
+    msg = ffi.new("char[512]")
+    code = lib.fc_drv_check_labels(ffi.from_buffer(a), dtype.encode(), 2, 2, 4, b"labels", b"d.npz", msg, 512)
+    if said is None:
+        assert code == 0
+    else:
+        text = ffi.string(msg).decode()
+        assert code == 2 and said in text and "dataset array 'labels' (d.npz)" in text, text
+        assert "outside the model's 4 classes [0, 4)" in text

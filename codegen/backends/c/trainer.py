@@ -23,7 +23,7 @@ from graphdef.registry import get_op
 from ... import passes
 from ...storage import ALIGN
 from ..contract import VERSION, Sources, environment
-from .c_spelling import STORAGE, c_string
+from .c_spelling import c_string
 from .emit import DRIVER_C
 
 MPI_C = "mpi/fc_mpi.c"
@@ -137,9 +137,7 @@ def render(
                 "rank": t.rank,
                 "shape": list(t.shape),
                 "row_bytes": t.nbytes // t.shape[0],
-                "row_size": t.size // t.shape[0],
                 "depth": depths.get(ref.node, 0),
-                "ctype": STORAGE[t.dtype],
             }
             for label, ref, t in step_program.inputs
         ],  # fmt: skip

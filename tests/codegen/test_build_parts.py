@@ -6,6 +6,7 @@ objects started before the Python stages end (``prefetch``). Each way checked ag
 from __future__ import annotations
 
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -142,3 +143,18 @@ def test_the_kernels_are_built_while_the_python_stages_run_and_not_again(cache, 
         pending.result()
     assert not toolchain._inflight and compiles.count("runtime/kernels/conv_tiles.c") == 1
     assert len(list((cache / "objects").glob("*.o"))) >= 2
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_build_working(tmp_path, monkeypatch):
+    """$FLOWC_CACHE naming a file: the kernel objects are neither prefetched nor kept, and the
+    program still builds and computes what numpy computes."""
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("FLOWC_CACHE", str(tmp_path / "not-a-folder"))
+    g, f = mlp(seed=6), feeds()
+    with warnings.catch_warnings():  # the memory planner's C core may not be cached either
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = codegen.export(g, tmp_path / "proj", cache=False)
+    np.save(tmp_path / "x.npy", f["x"])
+    argv = [str(out / "model"), "--in", f"x={tmp_path / 'x.npy'}", "--out-dir", str(tmp_path / "res")]
+    assert subprocess.run(argv).returncode == 0
+    close(np.load(tmp_path / "res" / "y.npy"), expect(g, f))

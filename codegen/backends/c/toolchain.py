@@ -174,13 +174,16 @@ def _compile_one(cmd: list[str], src: str, obj: str, folder: Path) -> None:
     with _inflight_lock:
         pending = _inflight.get(key)
     if pending is not None:
-        pending.result()  # prefetch is building this object: wait for it, then take it
+        concurrent.futures.wait([pending])  # prefetch is building this object: wait, then take it
     cached = cache_root() / "objects" / f"{key}.o"
     if cached.is_file():
         shutil.copyfile(cached, folder / obj)
         return
     run([*cmd, "-c", src, "-o", obj], folder)
-    _store_object(folder / obj, cached)
+    try:
+        _store_object(folder / obj, cached)
+    except OSError:
+        pass  # a cache that cannot be written: the build goes on without it
 
 
 def _store_object(obj: Path, cached: Path) -> None:
@@ -232,16 +235,18 @@ def prefetch(cmd: list[str], files: list[str], target: Target) -> None:
 
 def _prefetch_one(cmd: list[str], src: str, key: str, target: Target) -> None:
     cached = cache_root() / "objects" / f"{key}.o"
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".prefetch-", dir=cached.parent))
+    tmp = None
     try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".prefetch-", dir=cached.parent))
         copy_runtime(tmp, target)
         run([*cmd, "-c", src, "-o", "out.o"], tmp)
         _store_object(tmp / "out.o", cached)
-    except ToolchainError:
-        pass  # the build compiles it again and reports the error
+    except (ToolchainError, OSError):
+        pass  # the build compiles it itself and reports any error; a cache it cannot write is skipped
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         with _inflight_lock:
             _inflight.pop(key, None)
 

@@ -20,8 +20,8 @@ from graphdef.serialize import to_json
 
 from . import pipeline
 from .backends.c import toolchain
-from .backends.contract import RUNTIME, TEMPLATES, VERSION
 from .cachedir import cache_root
+from .render.sources import RUNTIME, TEMPLATES, VERSION
 from .target import Target
 
 _loaded: dict[str, tuple] = {}

@@ -344,6 +344,8 @@ def cmd_inspect(args) -> int:
             max_ram=None if args.max_ram is None else parse_bytes(args.max_ram, "max-ram"),
             alpha=args.alpha_us * 1e-6, beta=args.beta_gbps * 1e9,
         )  # fmt: skip
+    if args.train is not None:
+        options = options.with_(train=args.train)
     shown = [s.name for s in pipeline.stages(options)][:-1]  # inspect builds nothing
     if args.stage is not None and args.stage not in shown:
         raise FlowcError(f"--stage {args.stage!r} is not a stage; stages: {', '.join(shown)}")
@@ -364,6 +366,8 @@ def cmd_inspect(args) -> int:
         return 0
     if c.partition is not None:
         return inspect_ranks(args, graph, c)
+    if options.train is not None:
+        return inspect_trainer(args, graph, c)
     where = f"target {args.target} on {args.arch}"
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {where}")
     ops = Counter(n.op for n in graph.nodes)
@@ -417,6 +421,19 @@ def without_code(missing: list[str], target: str) -> UnsupportedError:
     return UnsupportedError(f"{ops} without {target} code: {', '.join(missing)}")
 
 
+def inspect_trainer(args, graph: Graph, c: pipeline.Compilation) -> int:
+    """A training binary's two models (codegen/training.py): each one's stages and memory plan."""
+    print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; trains {args.train!r}")
+    for label, part, program in zip(pipeline.Parts.LABELS, c.parts, c.program):
+        if part is None:
+            print(f"{label}: none (the graph has no other outputs)")
+            continue
+        stages = " -> ".join(f"{name} ({len(g.nodes)})" for name, g in part.graphs())
+        print(f"{label} '{part.options.name}': stages: {stages}")
+        print(f"  state {program.state_bytes} B, {len(program.steps)} steps; {program.describe()}")
+    return 0
+
+
 def inspect_ranks(args, graph: Graph, c: pipeline.Compilation) -> int:
     """The partition over ranks: placement, cut edges, per-rank arena, predicted step time."""
     part, o = c.partition, c.options
@@ -463,6 +480,9 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--portable", action="store_true")
     i.add_argument("--stage", help="print one stage's output in full (a stage of codegen.pipeline)")
     i.add_argument("--svg", help="also draw the memory plan to this SVG file")
+    i.add_argument(
+        "--train", nargs="?", const="train", metavar="OP", help="the training binary of train op OP"
+    )
     i.add_argument("--max-ram", metavar="BYTES", help="with --ranks: each rank's arena at most this")
     i.add_argument("--microbatches", type=int, default=1, help="with --ranks: also predict K microbatches")
     i.add_argument("--alpha-us", type=float, default=partition.ALPHA * 1e6, help="transfer latency (us)")

@@ -19,10 +19,10 @@ from graphdef.ir import Graph, TensorType
 
 from . import pipeline
 from .backends.c import toolchain
-from .backends.c.api import EntryPoints
 from .cache import build_cached, bundle_cached, graph_key, key_options
 from .loaded import Guarded, TensorSpec, check_name, with_train
 from .program import Program
+from .render.api import EntryPoints
 from .storage import ALIGN
 from .target import Target
 

@@ -17,9 +17,9 @@ from graphdef.interpret import feed_value
 from graphdef.ir import Graph, TensorType
 
 from . import outdir, pipeline
-from .backends.c import layout as L
 from .cache import build_cached, bundle_cached, graph_key, key_options
 from .loaded import Guarded, TensorSpec, check_name, with_train
+from .render import layout as L
 
 
 class CudaModel(Guarded):

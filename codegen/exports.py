@@ -133,11 +133,10 @@ def export_trainer(
     trains, ``out_dir/name --in ... --out-dir ...`` runs the graph's other outputs.
 
     ``mpi``: build with MPI's compiler (data parallel under ``mpiexec``); None: when one is
-    found. ``compress``: "fp16" sends the gradients as float16 (default float32). The folder
-    appears complete or not at all."""
-    from .backends import c as c_backend
-    from .backends.c import trainer
-    from .backends.c.emit import emit
+    found. ``compress``: "fp16" sends the gradients as float16 (default float32). Both models
+    go through the pipeline's stages (``Options.train``: ``flowc inspect --train`` shows them).
+    The folder appears complete or not at all."""
+    from graphdef.builder import Tensor
 
     check_name(name)
     out_dir = outdir.check(out_dir)
@@ -151,24 +150,14 @@ def export_trainer(
     if compress is not None and not mpi:
         raise FlowcError("--compress sends the gradients between MPI ranks: it needs a build with MPI")
     cc = toolchain.find_mpicc(cc) if mpi else toolchain.find_cc(cc, target)
-    step_graph, infer_graph = trainer.split(graph, train)
-    base = pipeline.Options(target=target, planner=planner, cc=cc, flags=tuple(flags), product="none")
-    step_opts = base.with_(name=f"{name}_train", allreduce=(compress or "float32") if mpi else None)
-    step = pipeline.run(step_graph, step_opts, until="plan").program
-    isa = c_backend.build_isa(step_opts)
-    step_src = emit(step, step_opts.name, step_opts.weights, target, isa, rank=0 if mpi else None)
-    infer_src = None
-    if infer_graph is not None:
-        infer = pipeline.run(infer_graph, base.with_(name=name, freeze=False), until="plan").program
-        infer_src = emit(infer, name, base.weights, target, isa)
-    sources = trainer.render(step_src, step, infer_src, name, target, mpi)
+    options = pipeline.Options(
+        target=target, planner=planner, cc=cc, flags=tuple(flags), name=name,
+        product="program" if build_binary else "none", allreduce=(compress or "float32") if mpi else None,
+        train=str(train.ref) if isinstance(train, Tensor) else train,
+    )  # fmt: skip
     tmp = outdir.prepare(out_dir)
     try:
-        toolchain.write_sources(sources, tmp, target)
-        if mpi:
-            toolchain.copy_mpi(tmp)
-        if build_binary:
-            toolchain.build_binary(tmp, name, sources, cc, (*flags, *(("-Impi",) if mpi else ())), target)
+        pipeline.run(graph, options, until="build", folder=tmp)
         outdir.publish(tmp, out_dir, name)
     finally:
         outdir.discard(tmp)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from graphdef.errors import ExecutionError, FlowcError
 from graphdef.ir import Graph
 
-from .backends.c.c_spelling import C_KEYWORDS
+from .render.spelling import C_KEYWORDS
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ def check_name(name: str) -> str:
     keyword, C library symbol or header, flowc runtime or MPI symbol, and no file of the output
     folder, through itself or what it generates (NAME_run, NAME_H, NAME.h, ...). Checked before
     any work, since each of these would fail only in the C compiler or linker."""
-    from .backends.c.c_spelling import model_name_problem
+    from .render.spelling import model_name_problem
 
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", name):
         shown = repr(name) if not isinstance(name, str) or len(name) <= 80 else repr(name[:60]) + "..."

@@ -1,5 +1,7 @@
 """The whole compilation as one list of named stages.
 
+   (split)               a training binary's two models (``train``; codegen/training.py):
+                          each later stage up to plan gives one result per model (``Parts``)
     outputs -> limits     every tensor fits the target's address space (codegen/limits.py)
             -> prune ... prune_inlined (codegen/passes.py, target-neutral)
             -> lower      the backend's own graph passes (C: products onto the packed GEMM)
@@ -10,14 +12,15 @@
                           its run order already)
             -> storage    where every value lives, arena buffer requests (codegen/storage.py)
             -> plan       the arena plan: the Program (codegen/program.py, codegen/memory.py)
-            -> render     the backend's sources (C: codegen/backends/c/emit.py)
+            -> render     the backend's sources (C: codegen/backends/c/emit.py; a partition:
+                          one SPMD program, render_ranks; a training binary: render_trainer)
             -> build      the backend's build into a folder (shared library, program, library)
 
 ``run(graph, options, until=...)`` runs the stages in order and returns a ``Compilation``
 holding every stage's output by name; each output prints with ``describe(stage)``, and
 ``trace`` (a callable) sees each one as it is made. ``codegen.compile``, ``export``,
-``compile_many`` and ``flowc inspect`` all run this list, so what inspect shows is what
-compile builds.
+``export_trainer``, ``compile_many`` and ``flowc inspect`` all run this list, so what inspect
+shows is what compile builds.
 
 >>> import graphdef as gd
 >>> with gd.Graph("g") as g:
@@ -38,7 +41,7 @@ import graphdef as gd
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
 
-from . import backends, data_parallel, limits, partition, passes, program, schedule, storage
+from . import backends, data_parallel, limits, partition, passes, program, schedule, storage, training
 from .target import Target
 
 PLACEMENTS = ("auto", *partition.ALGORITHMS)
@@ -60,7 +63,9 @@ class Options:
     that nothing assigns become constants (False: they stay in the state, which a checkpoint
     can fill: the inference model of a training binary); ``sm``: the GPU architectures a CUDA
     build compiles for (compute capability x 10), ``precision`` its arithmetic (fp32, tf32, bf16,
-    fp16: codegen/backends/cuda/precision.py).
+    fp16: codegen/backends/cuda/precision.py); ``train``: the train op (a name) of a training
+    binary (codegen/training.py): the step and the inference model, each through the stages,
+    rendered together (``allreduce`` then says whether it trains data parallel over MPI).
     """
 
     target: Target = field(default_factory=Target)
@@ -85,6 +90,7 @@ class Options:
     freeze: bool = True
     sm: tuple[int, ...] = (80, 90)
     precision: str = "fp32"
+    train: str | None = None
 
     def with_(self, **changes) -> Options:
         return replace(self, **changes)
@@ -107,6 +113,40 @@ class PerRank(tuple):
 
     def describe(self) -> str:
         return "\n".join(f"rank {r}: {v.describe()}" for r, v in enumerate(self))
+
+
+class Parts(tuple):
+    """A stage's output for each model of a training binary: (the training step's, the
+    inference model's or None when the graph has no other outputs)."""
+
+    LABELS = ("training step", "inference model")
+
+    def describe(self) -> str:
+        return "\n".join(
+            f"{label}: {v.summary() if isinstance(v, Graph) else v.describe()}"
+            for label, v in zip(self.LABELS, self)
+            if v is not None
+        )
+
+    @property
+    def graphs(self) -> list[Graph]:
+        return [v for v in self if isinstance(v, Graph)]
+
+
+def part_options(options: Options) -> tuple[Options, Options]:
+    """The options of a training binary's two models: the step ``<name>_train`` (with the
+    allreduce of a data-parallel build), the inference model ``<name>`` (its variables stay
+    state, which a checkpoint fills)."""
+    one = options.with_(train=None, product="none")
+    return one.with_(name=f"{options.name}_train"), one.with_(allreduce=None, freeze=False)
+
+
+def _split(graph: Graph, c: Compilation) -> Parts:
+    step, infer = training.split(graph, c.options.train)
+    c.parts = [
+        Compilation(g, o) if g is not None else None for g, o in zip((step, infer), part_options(c.options))
+    ]
+    return Parts((step, infer))
 
 
 def placement(graph: Graph, options: Options) -> str:
@@ -185,6 +225,8 @@ def _plan(value, c: Compilation):
 
 
 def _render(value, c: Compilation):
+    if isinstance(value, Parts):
+        return c.backend.render_trainer(list(value), c.options)
     if isinstance(value, PerRank):
         return c.backend.render_ranks(list(value), c.results["partition"], c.output_names, c.options)
     return c.backend.render(value, c.options)
@@ -201,7 +243,8 @@ def stages(options: Options) -> list[Stage]:
     """The stages, in order, for these options (the target-neutral passes get the backend's
     legalizations)."""
     backend = backends.get(options.backend)
-    out = [
+    out = [Stage("split", _split)] if options.train is not None else []
+    out += [
         Stage("outputs", lambda g, c: passes.select_outputs(g, c.options.outputs)),
         Stage("limits", lambda g, c: limits.check_graph(g, c.options.target)),
         Stage("ranks_mean", _ranks_mean),
@@ -257,6 +300,7 @@ class Compilation:
     options: Options
     results: dict[str, object] = field(default_factory=dict)
     folder: Path | None = None
+    parts: list | None = None  # a training binary's: each model's own Compilation (None: none)
 
     @property
     def backend(self):
@@ -296,6 +340,14 @@ class Compilation:
                 out += [(f"{k} rank {r}", g) for r, g in enumerate(v.graphs)]
         return out
 
+    def step(self, stage: Stage, value):
+        """The stage of ``stage``'s name, as this compilation's options make it (a training
+        binary's models have options of their own: ``part_options``), run on ``value``; its
+        result kept."""
+        mine = next(s for s in stages(self.options) if s.name == stage.name)
+        self.results[stage.name] = out = mine.run(value, self)
+        return out
+
     def describe(self, stage: str) -> str:
         """A stage's output as text: a graph's summary, the schedule, storage, plan, sources."""
         if stage not in self.results:
@@ -332,7 +384,10 @@ def run(
     for stage in stages(options):
         for observer in list(_observers):
             observer(stage.name)
-        value = stage.run(value, c)
+        if isinstance(value, Parts) and stage.name != "render":  # each model of a training binary
+            value = Parts(None if v is None else p.step(stage, v) for v, p in zip(value, c.parts))
+        else:
+            value = stage.run(value, c)
         if check:
             for g in [value] if isinstance(value, Graph) else getattr(value, "graphs", []):
                 gd.verify(g)

@@ -2,8 +2,9 @@
 
 A backend is a module with the members of ``contract.Backend`` (NAME, LEGALIZE, lower,
 supports, scratch_bytes, render, render_ranks, build, MULTI_RANK, and BORROWS: the modules of
-another backend it imports); ``contract.py`` also holds what they share: ``Sources``,
-``Built`` and the template environment.
+another backend it imports). What every backend's rendering shares (tensor tables, weights,
+pointers, entry points, C spellings, op plans, work splits, ``Sources``, ``Built``, the
+template environment) is the render core, codegen/render/.
 
 Passes, partition, schedule and memory planning are shared (codegen/*.py); each backend
 keeps its op table, templates (templates/<name>/) and runtime. Today: ``c`` and ``cuda``.

@@ -1,5 +1,5 @@
-"""What every backend is and gives: the ``Backend`` protocol, the sources it renders
-(``Sources``), what its build made (``Built``) and the template environment all backends share.
+"""What every backend is: the ``Backend`` protocol (the sources it renders and what its build
+made, ``Sources`` and ``Built``, are the render core's: codegen/render/).
 
 A backend is a module (``codegen.backends.get(name)``) with the members of ``Backend``; the
 pipeline (codegen/pipeline.py) calls nothing else. ``BORROWS`` declares, per other backend,
@@ -10,66 +10,12 @@ protocol and every cross-backend import against ``BORROWS``.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-import jinja2
-
-VERSION = "0.1.0"
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / "templates"
-RUNTIME = ROOT / "runtime_c"  # the C every backend's output includes (runtime_c/README.md)
-
-
-@functools.cache
-def environment() -> jinja2.Environment:
-    """The Jinja environment of every backend's templates, built once per process: Jinja
-    compiles each template on first use and keeps it (most of a render's time otherwise).
-    Renders only read it (no globals or filters are set per render)."""
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-
-
-@dataclass
-class Sources:
-    """Generated files (name -> text or bytes) and the metadata written as metadata.json."""
-
-    files: dict[str, str | bytes] = field(default_factory=dict)
-    metadata: dict = field(default_factory=dict)
-    c_files: list[str] = field(default_factory=list)  # what the model's build compiles (not main.c)
-    cu_files: list[str] = field(default_factory=list)  # CUDA sources of the build (nvcc)
-    api: object | None = None  # the entry points (codegen/backends/c/api.py EntryPoints)
-    context: dict = field(default_factory=dict)  # what the templates saw (main.c's ``m``)
-
-    def describe(self) -> str:
-        sizes = ", ".join(f"{n} ({len(c)} B)" for n, c in self.files.items())
-        return f"sources: {sizes}"
-
-
-@dataclass
-class Built:
-    """What the build stage made in its folder: ``product`` (shared, program, library or
-    none), the file, and for a microcontroller library its footprint."""
-
-    folder: Path
-    product: str
-    path: Path | None = None
-    footprint: object | None = None
-    extra: dict = field(default_factory=dict)
-
-    def describe(self) -> str:
-        what = f"{self.product} {self.path}" if self.path else "sources only"
-        return f"build: {what}" + (f"\n  {self.footprint.line()}" if self.footprint else "")
+from ..render.sources import Built, Sources
 
 
 @runtime_checkable
@@ -95,6 +41,10 @@ class Backend(Protocol):
 
     def render_ranks(self, programs, partition, output_names, options) -> Sources:
         """A partition's Programs as one SPMD program over MPI ranks."""
+
+    def render_trainer(self, programs, options) -> Sources:
+        """A training binary's Programs (the step's, the inference model's or None) as one
+        program that trains (codegen/training.py), or an UnsupportedError naming why not."""
 
     def build(self, sources: Sources, folder: Path, options) -> Built:
         """The sources written into ``folder`` and built as ``options.product``."""

@@ -60,7 +60,7 @@ def test_the_protocol_check_names_what_is_missing_or_misspelled():
 
     fake = types.ModuleType("fake")
     fake.NAME, fake.MULTI_RANK, fake.LEGALIZE, fake.BORROWS = "fake", False, {}, {}
-    for fn in ("lower", "supports", "scratch_bytes", "render_ranks", "build", "bundle"):
+    for fn in ("lower", "supports", "scratch_bytes", "render_ranks", "render_trainer", "build", "bundle"):
         setattr(fake, fn, getattr(backends.get("c"), fn))
     fake.render = lambda program: None
     assert contract.mismatches(fake) == ["fake.render(program): expected (program, options)"]

@@ -17,6 +17,7 @@ import codegen
 import graphdef as gd
 from codegen import pipeline
 from codegen.backends.c import op_table
+from codegen.render import splits
 from codegen.target import Target
 from graphdef.errors import ExecutionError
 
@@ -133,7 +134,7 @@ def test_big_steps_are_worth_their_parts():
     assert len(split) == len(BIG)
     for n in split:
         s = op_table.split_of(n, [graph.type_of(r) for r in n.inputs])
-        assert s.work >= 2 * op_table.PART_WORK
+        assert s.work >= 2 * splits.PART_WORK
 
 
 def test_small_steps_stay_whole():
@@ -179,24 +180,24 @@ def test_a_part_that_fails_reports_it(threads, at):
 
 
 def test_part_bounds_fall_on_grains():
-    s = op_table.Split(units=150_005, work=10 * op_table.PART_WORK, grain=16)
-    bounds = op_table.part_bounds(s, 2)
+    s = splits.Split(units=150_005, work=10 * splits.PART_WORK, grain=16)
+    bounds = splits.part_bounds(s, 2)
     assert bounds[0] == 0 and bounds[-1] == 150_005
     assert all(b % 16 == 0 for b in bounds[:-1])
     assert abs((bounds[1] - bounds[0]) - (bounds[2] - bounds[1])) <= 16
-    assert op_table.part_bounds(op_table.Split(7, 10 * op_table.PART_WORK), 3) == [0, 2, 4, 7]
+    assert splits.part_bounds(splits.Split(7, 10 * splits.PART_WORK), 3) == [0, 2, 4, 7]
 
 
 def test_parts_follow_work_threads_and_units():
-    w = op_table.PART_WORK
-    assert op_table.parts_for(op_table.Split(1000, 2 * w - 1), 2) == 1  # a part would get less than PART_WORK
-    assert op_table.parts_for(op_table.Split(1000, 2 * w), 2) == 2
-    assert op_table.parts_for(op_table.Split(1000, 3 * w), 8) == 3  # no more parts than work for them
-    assert op_table.parts_for(op_table.Split(1000, 100 * w), 8) == 8
-    assert op_table.parts_for(op_table.Split(3, 100 * w), 8) == 3  # no more parts than units
-    assert op_table.parts_for(op_table.Split(40, 100 * w, grain=16), 8) == 3  # nor than grains
-    assert op_table.parts_for(op_table.Split(1000, 100 * w), 1) == 1
-    assert op_table.parts_for(None, 8) == 1
+    w = splits.PART_WORK
+    assert splits.parts_for(splits.Split(1000, 2 * w - 1), 2) == 1  # a part would get less than PART_WORK
+    assert splits.parts_for(splits.Split(1000, 2 * w), 2) == 2
+    assert splits.parts_for(splits.Split(1000, 3 * w), 8) == 3  # no more parts than work for them
+    assert splits.parts_for(splits.Split(1000, 100 * w), 8) == 8
+    assert splits.parts_for(splits.Split(3, 100 * w), 8) == 3  # no more parts than units
+    assert splits.parts_for(splits.Split(40, 100 * w, grain=16), 8) == 3  # nor than grains
+    assert splits.parts_for(splits.Split(1000, 100 * w), 1) == 1
+    assert splits.parts_for(None, 8) == 1
 
 
 def test_split_scratch_is_per_part():

@@ -288,3 +288,23 @@ def test_makefile_build_runs_clean_under_sanitizers(trainer, data_file, tmp_path
     cmd = [str(exe), "--checkpoint", ck, "--in", f"x={tmp_path / 'x.npy'}", "--out-dir", tmp_path / "r"]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0 and not res.stderr, res.stderr
+
+
+def test_inspect_shows_both_models_the_trainer_builds(trainer):
+    """flowc inspect --train runs the stages export_trainer builds from: the training step's and
+    the inference model's graphs and memory plans, the arena the binary's metadata reports."""
+    res = subprocess.run(
+        [sys.executable, "-m", "codegen.cli", "inspect", f"{__file__}:mlp", "--train"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    meta = json.loads((trainer.parent / "metadata.json").read_text())["trainer"]
+    step = next(line for line in res.stdout.splitlines() if line.startswith("training step 'model_train'"))
+    assert "outputs (" in step and "lower (" in step, step
+    assert f"arena {meta['arena_bytes']} B, lower bound {meta['arena_lower_bound']} B" in res.stdout
+    assert any(line.startswith("inference model 'model'") for line in res.stdout.splitlines()), res.stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "codegen.cli", "inspect", f"{__file__}:mlp", "--train", "--stage", "plan"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0 and shown.stdout.startswith("training step: memory plan:"), shown.stdout

@@ -3,8 +3,9 @@
 - op_table.py and ops/: how each op becomes C (expressions, kernel calls, legalizations);
 - gemm_ops.py, sgemm.py, gemm_lowering.py: the backend's own products on the packed float32
   GEMM, their plans and packing, and the passes that put products on them;
-- emit.py, api.py, c_spelling.py, layout.py: rendering a Program through templates/c and
-  templates/build; spmd.py: a partition's Programs as one MPI program (templates/mpi);
+- emit.py, steps.py: rendering a Program through templates/c and templates/build (on the
+  render core, codegen/render/); spmd.py: a partition's Programs as one MPI program
+  (templates/mpi); trainer.py: a training binary's two Programs as one program (templates/train);
 - build.py, mcu.py: compilers, and the microcontroller firmware and footprint.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from graphdef.ir import Graph
 
-from ..contract import Built, Sources
+from ...render.sources import Built, Sources
 from . import emit, gemm_ops, op_table, ops, toolchain  # noqa: F401  (fill the op table)
 from .gemm_lowering import lower_products
 from .op_table import LEGALIZE, supports  # noqa: F401  (supports: the backend's op table)
@@ -54,6 +55,19 @@ def render_ranks(programs, partition, output_names, options) -> Sources:
     return spmd.render_ranks(programs, partition, output_names, options, build_isa(options))
 
 
+def render_trainer(programs, options) -> Sources:
+    """A training binary (trainer.py): the training step's and the inference model's Programs
+    (the latter None when the graph has no other outputs), rendered by ``emit`` and driven by
+    the training driver; data parallel over MPI ranks when ``options.allreduce`` is set."""
+    from . import trainer
+
+    step, infer = programs
+    isa, target, mpi = build_isa(options), options.target, options.allreduce is not None
+    step_src = emit.emit(step, f"{options.name}_train", options.weights, target, isa, rank=0 if mpi else None)
+    infer_src = None if infer is None else emit.emit(infer, options.name, options.weights, target, isa)
+    return trainer.render(step_src, step, infer_src, options.name, target, mpi)
+
+
 def bundle(sources: list[Sources], folder: Path, options) -> Built:
     """Several models' sources as one shared library (compile_many): each model's own files
     included into one bundle.c (one compiler call), the runtime files they use once."""
@@ -87,12 +101,22 @@ def prefetch(options) -> None:
 
 def build(sources: Sources, folder: Path, options) -> Built:
     """Write ``sources`` (and the runtime) into ``folder`` and build ``options.product``:
-    "shared" (lib<name>.so for cffi), "program" (the standalone binary), "library"
-    (lib<name>.a, a test firmware and the footprint) or "none"."""
+    "shared" (lib<name>.so for cffi), "program" (the standalone binary; a training binary's
+    sources always build as one), "library" (lib<name>.a, a test firmware and the footprint)
+    or "none"."""
     from . import mcu
 
     target, name, product = options.target, options.name, options.product
     toolchain.write_sources(sources, folder, target)
+    if "trainer" in sources.metadata:  # a training binary (render_trainer); data parallel: with mpicc
+        mpi = sources.metadata["trainer"]["mpi"]
+        if mpi:
+            toolchain.copy_mpi(folder)
+        if product == "none":
+            return Built(folder, "none")
+        cc = toolchain.find_mpicc(options.cc) if mpi else toolchain.find_cc(options.cc, target)
+        flags = (*options.flags, *(("-Impi",) if mpi else ()))
+        return Built(folder, "program", toolchain.build_binary(folder, name, sources, cc, flags, target))
     if sources.metadata.get("ranks"):  # an SPMD program over MPI ranks: built with mpicc
         toolchain.copy_mpi(folder)
         if product not in ("program", "shared"):

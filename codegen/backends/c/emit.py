@@ -17,22 +17,17 @@ from dataclasses import dataclass
 import jinja2
 import numpy as np
 
-from graphdef import dtypes
-from graphdef.ir import ValueRef
-from graphdef.registry import ELEMENTWISE, get_op
-
 from ... import schedule
 from ...program import Program
-from ...storage import ALIGN, Loc
+from ...render.api import EntryPoints
+from ...render.frame import Frame, Pointers, _value_lines, frame, run_params, run_parts
+from ...render.sources import RUNTIME, VERSION, Sources, environment  # noqa: F401  (re-read by tests)
+from ...render.spelling import c_comment
+from ...storage import ALIGN
 from ...target import Target
-from ..contract import RUNTIME, VERSION, Sources, environment  # noqa: F401  (re-read by tests)
-from .api import EntryPoints, entry_points
-from .c_spelling import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
-from .op_table import Call, Step, TensorCtx, kernel_of, part_bounds, part_scratch, parts_of, split_of
-from .ops.elementwise import elementwise_step
 from .sgemm import ISA_IDS
+from .steps import Lowered, lower_step
 
-BLOB_THRESHOLD = 64 * 1024  # weights above this go into a binary blob pulled in by the assembler
 THREADPOOL = "runtime/threadpool.c"
 # a model's steps beyond about this much C (step functions and their plans) go into files of
 # their own, <name>_steps1.c, ..., so that the C compiler builds them on several cores at once
@@ -90,149 +85,12 @@ def step_files(steps: list[dict], name: str, target: Target, rank) -> list[tuple
 
 
 # ----------------------------------------------------------------------------- interface
-def io_tensors(program: Program, name: str, names: Names) -> tuple[list[dict], list[dict]]:
-    """The inputs and outputs as the templates see them: C name, size macro, string literal
-    of the model's (untrusted) name, shape, sizes, .npy file name (unique among the outputs,
-    ignoring case: the binary writes each output to its own file)."""
-    macros = Names()
-    out = {}
-    for kind, items in (("in", program.inputs), ("out", program.outputs)):
-        out[kind] = []
-        for k, (label, _, t) in enumerate(items):
-            cname = names(f"{kind}_{label}", "t")
-            out[kind].append(
-                {
-                    "index": k,
-                    "label": label,
-                    "cname": cname,
-                    "literal": c_string(label),
-                    "comment": c_comment(label),
-                    "macro": macros(f"{name.upper()}_{cname.upper()}"),
-                    "dtype": t.dtype,
-                    "ctype": PUBLIC[t.dtype],
-                    "rank": t.rank,
-                    "shape": list(t.shape),
-                    "shape8": (list(t.shape) + [0] * 8)[:8],
-                    "size": t.size,
-                    "nbytes": t.nbytes,
-                    "file": _file_name(label, cname),
-                }
-            )
-    # Two outputs must not share a file (``y/2`` falls back to out_y_2, the file of an output
-    # named ``out_y_2``; ``Y`` and ``y`` are one file on macOS and Windows): outputs named by
-    # their own label come first, then the first of each name keeps it and a later clash gets
-    # a suffix that no other output uses.
-    taken = {t["file"].casefold() for t in out["out"]}
-    seen: set[str] = set()
-    for t in sorted(out["out"], key=lambda t: t["file"] != t["label"]):
-        if t["file"].casefold() in seen:
-            base, k = t["file"], 2
-            while f"{base}_{k}".casefold() in taken:
-                k += 1
-            t["file"] = f"{base}_{k}"
-            taken.add(t["file"].casefold())
-        seen.add(t["file"].casefold())
-    return out["in"], out["out"]
-
-
-def _file_name(label: str, cname: str) -> str:
-    # at most 200 bytes: the binary's temporary .<name>.npy.XXXXXX must fit in NAME_MAX (255)
-    ok = (
-        label
-        and all(ch.isalnum() or ch in "_-." for ch in label)
-        and not label.startswith(".")
-        and len(label.encode("utf-8")) <= 200
-    )
-    return label if ok else cname
 
 
 # ----------------------------------------------------------------------------- weights
-def _value_lines(array: np.ndarray, per_line: int = 8) -> list[str]:
-    dtype = dtypes.as_dtype(array.dtype)
-    flat = array.reshape(-1)
-    if dtype == "float16":
-        items = [f"0x{v:04x}" for v in flat.view(np.uint16).tolist()]
-    elif dtype == "bool":
-        items = ["1" if v else "0" for v in flat.tolist()]
-    else:
-        items = [c_literal(v, dtype) for v in flat.tolist()]
-    items = items or ["0"]
-    return [", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]
-
-
-def _align(n: int, to: int = ALIGN) -> int:
-    return -(-n // to) * to
-
-
-@dataclass
-class Weights:
-    """Every constant and the initial values of state variables (key ``init:<variable>``):
-    as C arrays (``consts``), or as one blob of bytes; ``expr`` gives each one's C pointer."""
-
-    expr: dict[str, str]
-    consts: list[dict]
-    blob: bytes | None
-    align: int
-
-
-def weights(program: Program, name: str, names: Names, mode: str, align: int) -> Weights:
-    """``mode``: "c" (arrays), "blob", or "auto" (a blob above BLOB_THRESHOLD bytes);
-    ``align``: bytes between tensors (the target's ``weight_align``)."""
-    g = program.graph
-    arrays = [(c, g.constants[c]) for c in program.constants]
-    arrays += [(f"init:{v}", g.variables[v]) for v in program.variables]
-    total = sum(_align(a.nbytes) for _, a in arrays)
-    blob_mode = mode == "blob" or (mode == "auto" and total > BLOB_THRESHOLD)
-    consts, expr, blob, offset = [], {}, bytearray(), 0
-    for key, array in arrays:
-        dt = dtypes.as_dtype(array.dtype)
-        ctype = STORAGE[dt]
-        if blob_mode:
-            expr[key] = f"((const {ctype} *)({name}_weights + {offset}))"
-            data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
-            blob += data + bytes(_align(len(data), align) - len(data))
-            offset += _align(len(data), align)
-        else:
-            cname = names(f"{name}_w_{key}", "w")
-            expr[key] = cname
-            consts.append(
-                {
-                    "cname": cname,
-                    "ctype": ctype,
-                    "count": max(array.size, 1),
-                    "lines": _value_lines(array),
-                    "comment": c_comment(f"{key}: {dt}{list(array.shape)}"),
-                }
-            )
-    return Weights(expr, consts, bytes(blob) if blob_mode else None, align)
 
 
 # ----------------------------------------------------------------------------- values
-@dataclass
-class Pointers:
-    """The C pointer expression of every value, inside the run function: inputs and outputs
-    by parameter name, weights by ``Weights.expr``, state and arena values at their offsets
-    (``st``, ``mem``: the run function's byte pointers)."""
-
-    program: Program
-    ins: list[dict]
-    outs: list[dict]
-    weights: Weights
-
-    def __call__(self, ref: ValueRef) -> str:
-        loc = self.program.loc[ref]
-        dtype = self.program.graph.type_of(ref).dtype
-        ctype = STORAGE[dtype]
-        if loc.kind == "input":
-            return self.ins[loc.index]["cname"]
-        if loc.kind == "output":  # an in-place step may keep another dtype of the same size there
-            o = self.outs[loc.index]
-            return o["cname"] if o["dtype"] == dtype else f"(({ctype} *){o['cname']})"
-        if loc.kind == "const":
-            return self.weights.expr[self.program.constants[loc.index]]
-        if loc.kind == "state":
-            return f"(({ctype} *)(st + {loc.offset}))"
-        return f"(({ctype} *)(mem + {loc.offset}))"
 
 
 # ----------------------------------------------------------------------------- steps
@@ -245,44 +103,25 @@ class Steps:
     requests: int = 0  # MPI requests of the communication steps (sends and receives)
 
 
-def lower_step(node, index: int, name: str, graph, isa: str = "scalar", parts: int = 1) -> tuple[Step, Call]:
-    """The Step a lowering sees and the Call it makes (elementwise steps share one loop);
-    ``parts`` > 1: the lowering renders a range of the step's units (table.Split)."""
-    in_t = [graph.type_of(r) for r in node.inputs]
-    step = Step(
-        node=node,
-        ins=[TensorCtx.of(t) for t in in_t],
-        outs=[TensorCtx.of(t) for t in node.outputs],
-        x=[f"x{j}" for j in range(len(in_t))],
-        y=[f"y{j}" for j in range(len(node.outputs))],
-        func=f"{name}_step_{index}",
-        isa=isa,
-        parts=parts,
-    )
-    if get_op(node.op).kind == ELEMENTWISE:
-        return step, elementwise_step(step)
-    return step, kernel_of(node.op).lower(step)
-
-
 def split_step(
-    env: jinja2.Environment, step: Step, in_t, params: list[str], takes_scratch: bool, unused, body: str
+    env: jinja2.Environment, lowered: Lowered, params: list[str], unused, body: str
 ) -> tuple[str, str]:
     """(prelude, body) of a step split in ``step.parts`` (templates/c/ops/parts*.c.j2): the
     op's ``body``, rendered for units [lo, hi), becomes a function of its own; each part calls
     it on its bounds (whole grains of the step's Split) and its slice of the scratch, and the
     step function runs the parts on the pool and returns the last failure, as one thread would."""
-    node, parts = step.node, step.parts
+    step = lowered.step
     fields = params[: len(step.x) + len(step.y)]
     init = step.x + step.y
     call = [f"A->{v}" for v in init]
-    if takes_scratch:
+    if lowered.scratch:
         fields.append("unsigned char *scratch")
         init.append("(unsigned char *)scratch")
-        per_part = part_scratch(node, in_t, step.isa, parts)
+        per_part = lowered.part_scratch()
         call.append(f"A->scratch ? A->scratch + (long)part * {per_part} : NULL" if per_part else "A->scratch")
     split = {
-        "parts": parts,
-        "bounds": part_bounds(split_of(node, in_t), parts),
+        "parts": step.parts,
+        "bounds": lowered.bounds(),
         "params": params + ["long lo", "long hi"],
         "fields": fields,
         "init": init,
@@ -305,10 +144,8 @@ def steps(
     for index, node in enumerate(program.steps):
         if all(t.size == 0 for t in node.outputs or [g.type_of(r) for r in node.inputs]):
             continue  # nothing to compute (or to send: an empty tensor's receive is left out too)
-        in_t = [g.type_of(r) for r in node.inputs]
-        parts = parts_of(node, in_t, threads)
-        step, call = lower_step(node, index, name, g, isa, parts)
-        takes_scratch = get_op(node.op).kind != ELEMENTWISE and kernel_of(node.op).scratch is not None
+        lowered = lower_step(node, [g.type_of(r) for r in node.inputs], f"{name}_step_{index}", isa, threads)
+        step, call, parts, takes_scratch = lowered.step, lowered.call, lowered.step.parts, lowered.scratch
         parallel = call.parallel or parts > 1
         out.headers.update(call.headers)
         args = {"x": step.x, "y": step.y, "k": call.k, "func": step.func, "ins": step.ins, "outs": step.outs}
@@ -322,7 +159,7 @@ def steps(
         params += ["void *scratch"] if takes_scratch else []
         unused = call.k.get("unused", [])
         if parts > 1:  # the body computes units [lo, hi) in a function of its own; the step runs the parts
-            prelude_parts, body = split_step(env, step, in_t, params, takes_scratch, unused, body)
+            prelude_parts, body = split_step(env, lowered, params, unused, body)
             prelude += prelude_parts
             unused = []
         params += ["void *pool"] if parallel else []
@@ -342,8 +179,7 @@ def steps(
         )
         call_args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
         if takes_scratch:
-            off = program.scratch.get(node.name)
-            call_args.append("NULL" if off is None else f"(void *)(mem + {off})")
+            call_args.append(ptr.scratch(node))
         if parallel:
             call_args.append("pool")
             out.uses_pool = True
@@ -360,75 +196,7 @@ def steps(
     return out
 
 
-RUN_STEPS = 256
-"""The most step calls one C function makes: a longer run calls functions of this many steps
-each (``run_parts``). GCC's time on one function grows faster than its length: splitting the
-13,330 calls of a 20,000-node graph's run function so cut its -O3 build from 59 s to 48 s
-(bench/compile_time.py ``--kinds fan --cc``); the extra call per part costs nothing measurable."""
-
-
-def run_parts(name: str, calls: list[str], params: list[tuple[str, str]]) -> list[dict]:
-    """The run function's step calls as ``<name>_run_part_<k>`` functions of at most RUN_STEPS
-    calls each, in order; none when all fit in one. ``params``: (C name, declaration) of what
-    a call may read besides globals (the run's tensors, ``mem``, ``st``, ...); a part takes
-    those its calls name. Each part: func, params, its calls (the index of each among all
-    calls: the profile's step), first and last index, and the call the run makes."""
-    if len(calls) <= RUN_STEPS:
-        return []
-    parts = []
-    for k, first in enumerate(range(0, len(calls), RUN_STEPS)):
-        chunk = calls[first : first + RUN_STEPS]
-        words = set(re.findall(r"[A-Za-z_]\w*", "\n".join(chunk)))
-        used = [(n, decl) for n, decl in params if n in words]
-        func = f"{name}_run_part_{k}"
-        parts.append(
-            {
-                "func": func,
-                "params": [decl for _, decl in used] or ["void"],
-                "calls": [{"index": first + i, "call": c} for i, c in enumerate(chunk)],
-                "first": first,
-                "last": first + len(chunk) - 1,
-                "call": f"{func}({', '.join(n for n, _ in used)})",
-            }
-        )
-    return parts
-
-
-def run_params(ins: list[dict], outs: list[dict], arena: bool, state: bool, pool: bool, mpi: bool):
-    """(C name, declaration) of every local or parameter of the run function a step call may
-    read: the inputs and outputs, the arena and state byte pointers, the pool, the MPI context
-    and requests (see Pointers and ``steps``)."""
-    out = [(t["cname"], f"const {t['ctype']} *{t['cname']}") for t in ins]
-    out += [(t["cname"], f"{t['ctype']} *{t['cname']}") for t in outs]
-    out += [("mem", "unsigned char *mem")] if arena else []
-    out += [("st", "unsigned char *st")] if state else []
-    out += [("pool", "void *pool")] if pool else []
-    out += [("fc_m", "fc_mpi *fc_m"), ("req", "MPI_Request *req")] if mpi else []
-    return out
-
-
 # ----------------------------------------------------------------------------- the model
-def run_copies(program: Program, outs: list[dict], ptr: Pointers, w: Weights) -> tuple[list, list]:
-    """(copies at the end of a run: outputs that are other values, assigned values into the
-    state; the state's initial values from the weights), as the templates print them."""
-    g = program.graph
-    copies = [
-        {"dst": outs[k]["cname"], "src": ptr(ref), "nbytes": outs[k]["nbytes"],
-         "comment": f"output {k} is another value's copy"}
-        for k, ref in program.output_copies
-    ]  # fmt: skip
-    var_index = {v: i for i, v in enumerate(program.variables)}
-    copies += [
-        {"dst": f"(st + {program.state_offsets[var_index[var]]})", "src": ptr(ref),
-         "nbytes": g.type_of(ref).nbytes, "comment": "store the assigned value"}
-        for var, ref in program.state_updates
-    ]  # fmt: skip
-    state_init = [
-        {"offset": program.state_offsets[i], "src": w.expr[f"init:{v}"],
-         "nbytes": g.node(v).outputs[0].nbytes, "comment": c_comment(v)}
-        for i, v in enumerate(program.variables)
-    ]  # fmt: skip
-    return copies, state_init
 
 
 def emit(
@@ -444,31 +212,47 @@ def emit(
     rank's part of an SPMD program (codegen/backends/c/spmd.py): its run takes the MPI
     context, and only its model files are made (the SPMD program has the drivers)."""
     target = target or Target()
-    g = program.graph
+    f = frame(program, name, RESERVED, weights_mode=weights_mode, weight_align=target.spec.weight_align)
     env = environment()
-    reserved = {"mem", "st", "status", "arena", "state", "pool", "i", "r", "mpi", "fc_m", "req", name}
-    names = Names(reserved=reserved)
-    ins, outs = io_tensors(program, name, names)
-    api = entry_points(
-        name,
-        [(t["cname"], t["ctype"]) for t in ins],
-        [(t["cname"], t["ctype"]) for t in outs],
-        stateful=bool(program.variables),
-        threads=target.threads,
-        mpi=rank is not None,
-    )
-    w = weights(program, name, names, weights_mode, target.spec.weight_align)
-    ptr = Pointers(program, ins, outs, w)
-    st = steps(env, program, name, ptr, target.threads, isa)
+    st = steps(env, program, name, f.ptr, target.threads, isa)
+    m = context(f, st, target, isa, rank)
+    src = Sources(api=m["api"], context=m)
+    src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
+    files = step_files(st.steps, name, target, rank)
+    m["steps"], m["step_files"] = files[0][1], [{"file": f, "steps": s} for f, s in files[1:]]
+    src.files[f"{name}.c"] = env.get_template("c/model.c.j2").render(m=m)
+    for sf in m["step_files"]:
+        src.files[sf["file"]] = env.get_template("c/steps.c.j2").render(
+            m=m, steps=sf["steps"], file=sf["file"]
+        )
+    blob = f.weights.blob
+    if blob is not None:
+        src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
+        src.files[f"{name}_weights.bin"] = blob
+    src.c_files = [file for file, _ in files] + ([f"{name}_weights.c"] if blob is not None else [])
+    src.c_files += kernel_sources(st.headers, target)
+    src.c_files += [THREADPOOL] if target.threads > 1 and rank is None else []
+    src.metadata = metadata(f, m["api"], program)
+    if rank is not None:  # the SPMD program's drivers and build files come from spmd.py
+        return src
+    src.files.update(project_files(env, m, src.c_files, target, f.ins))
+    src.metadata["arch"] = target.arch
+    src.metadata["threads"] = target.threads
+    src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
+    return src
 
-    copies, state_init = run_copies(program, outs, ptr, w)
 
+RESERVED = frozenset({"mem", "st", "status", "arena", "state", "pool", "i", "r", "mpi", "fc_m", "req"})
+"""The C names the model's run function and step calls use: never given to a tensor."""
+
+
+def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> dict:
+    """What the C templates print of one model (``m``): the frame, its steps and the build."""
+    program, name, ins, outs = f.program, f.name, f.ins, f.outs
+    api = f.entry_points(threads=target.threads, mpi=rank is not None)
     has_state = bool(program.variables)
-    uses_arena = any("mem +" in c for c in st.calls) or any("mem +" in c["src"] for c in copies)
-    read = {program.loc[r] for n in program.steps for r in n.inputs} | {
-        program.loc[r] for _, r in program.output_copies
-    }
-    unused = [t["cname"] for k, t in enumerate(ins) if Loc("input", k) not in read]
+    uses_arena = "mem" in f.ptr.bases
+    unused = f.unread_inputs
     if not uses_arena:
         unused.append("arena")
     if target.threads > 1 and not st.uses_pool:
@@ -478,11 +262,11 @@ def emit(
     null_checks = [f"!{t['cname']}" for t in ins + outs] + (["!arena"] if uses_arena else [])
     null_checks += ["!mpi"] if st.requests else []
     null_checks += ["!state"] if has_state else []
-    m = {
+    return {
         "name": name,
         "NAME": name.upper(),
         "version": VERSION,
-        "source_comment": c_comment(repr(g.name)),
+        "source_comment": c_comment(repr(program.graph.name)),
         "arena_bytes": program.arena_bytes,
         "lower_bound": program.lower_bound,
         "align": ALIGN,
@@ -497,7 +281,7 @@ def emit(
             "run": api.run.declaration(),
             "run_args": ", ".join(p.name for p in api.run.params),
             "state_init": _decl(api.state_init),
-            "pool": [_decl(f) for f in api.pool],
+            "pool": [_decl(fn) for fn in api.pool],
             "status": _decl(api.status_string),
         },
         # how the drivers call the model: main.c with its .npy buffers, firmware.c with static arrays
@@ -532,26 +316,17 @@ def emit(
             if "kernels/sgemm.h" in st.headers
             else None
         ),
-        "consts": w.consts,
-        "blob": f"{name}_weights.bin" if w.blob is not None else None,
+        "consts": f.weights.consts,
+        "blob": f"{name}_weights.bin" if f.weights.blob is not None else None,
         "steps": st.steps,
         "step_files": [],  # (file, steps) after the model's own (step_files)
         "calls": st.calls,
         "run_parts": run_parts(
             name, st.calls, run_params(ins, outs, uses_arena, has_state, st.uses_pool, bool(st.requests))
         ),
-        "copies": copies,
-        "state_init": state_init,
-        "state_vars": [
-            {
-                "name": c_string(v),
-                "dtype": g.node(v).outputs[0].dtype,
-                "rank": len(g.node(v).outputs[0].shape),
-                "shape": list(g.node(v).outputs[0].shape),
-                "offset": program.state_offsets[i],
-            }
-            for i, v in enumerate(program.variables)
-        ],  # fmt: skip
+        "copies": f.copies,
+        "state_init": f.state_init,
+        "state_vars": f.state_vars,
         "trainer": False,  # main.c also runs the training driver (trainer.py)
         "cuda": False,  # main.c drives a CUDA model's context (backends/cuda/emit.py)
         "mpi": False,  # built with MPI's compiler (a data-parallel training binary)
@@ -568,7 +343,7 @@ def emit(
         # GCC's guessed profile of one long run function calls its later code cold (a chain of
         # status checks) and then leaves its loops scalar (an elementwise step 10x slower)
         "step_storage": "static FC_NOINLINE",
-        "const_align": w.align,
+        "const_align": f.weights.align,
         "program": target.spec.product == "program",
         "cmake_hint": (
             f"cross build: cmake -DCMAKE_C_COMPILER={target.compiler} -DCMAKE_SYSTEM_NAME="
@@ -581,46 +356,46 @@ def emit(
             else ""
         ),
     }
-    src = Sources(api=api, context=m)
-    src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
-    files = step_files(st.steps, name, target, rank)
-    m["steps"], m["step_files"] = files[0][1], [{"file": f, "steps": s} for f, s in files[1:]]
-    src.files[f"{name}.c"] = env.get_template("c/model.c.j2").render(m=m)
-    for f in m["step_files"]:
-        src.files[f["file"]] = env.get_template("c/steps.c.j2").render(m=m, steps=f["steps"], file=f["file"])
-    if w.blob is not None:
-        src.files[f"{name}_weights.c"] = env.get_template("c/weights_blob.c.j2").render(m=m)
-        src.files[f"{name}_weights.bin"] = w.blob
-    src.c_files = [f for f, _ in files] + ([f"{name}_weights.c"] if w.blob is not None else [])
-    src.c_files += kernel_sources(st.headers, target)
-    src.c_files += [THREADPOOL] if target.threads > 1 and rank is None else []
-    if rank is not None:  # the SPMD program's drivers and build files come from spmd.py
-        src.metadata = _metadata(program, name, ins, outs, w.blob is not None, api)
-        return src
-    if target.spec.product == "library":  # a static library, and a firmware that runs it on a QEMU board
+
+
+def project_files(env: jinja2.Environment, m: dict, sources: list[str], target: Target, ins) -> dict:
+    """The driver and build files of a standalone model: main.c, Makefile and CMakeLists.txt,
+    or for a microcontroller a static library's Makefile and a firmware that runs it on a
+    QEMU board."""
+    files = {}
+    if target.spec.product == "library":
         mcu = {
             "board": target.spec.board,
             "ar": f"{target.spec.prefix}ar",
             "ldflags": " ".join(FIRMWARE_LDFLAGS),
         }
-        src.files["firmware.c"] = env.get_template("build/firmware.c.j2").render(m=m)
-        src.files["firmware_data.h"] = firmware_data(env, ins, None)
-        src.files["Makefile"] = env.get_template("build/Makefile.mcu.j2").render(
-            m=m, mcu=mcu, sources=src.c_files
-        )
+        files["firmware.c"] = env.get_template("build/firmware.c.j2").render(m=m)
+        files["firmware_data.h"] = firmware_data(env, ins, None)
+        files["Makefile"] = env.get_template("build/Makefile.mcu.j2").render(m=m, mcu=mcu, sources=sources)
     else:
-        src.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
-        src.files["Makefile"] = env.get_template("build/Makefile.j2").render(
-            m=m, sources=src.c_files, driver=DRIVER_C
+        files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
+        files["Makefile"] = env.get_template("build/Makefile.j2").render(
+            m=m, sources=sources, driver=DRIVER_C
         )
-    src.files["CMakeLists.txt"] = env.get_template("build/CMakeLists.txt.j2").render(
-        m=m, sources=src.c_files, driver=DRIVER_C
+    files["CMakeLists.txt"] = env.get_template("build/CMakeLists.txt.j2").render(
+        m=m, sources=sources, driver=DRIVER_C
     )
-    src.metadata = _metadata(program, name, ins, outs, w.blob is not None, api)
-    src.metadata["arch"] = target.arch
-    src.metadata["threads"] = target.threads
-    src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
-    return src
+    return files
+
+
+def metadata(f: Frame, api: EntryPoints, program: Program) -> dict:
+    """metadata.json: the frame's, the weights' form, the schedule with each step's cost, the API."""
+    g = program.graph
+    return {
+        "flowc": VERSION,
+        **f.metadata(),
+        "weights": "blob" if f.weights.blob is not None else "c",
+        "schedule": [
+            {"step": i, "node": n.name, "op": n.op, "flops": schedule.cost(g, n).flops}
+            for i, n in enumerate(program.steps)
+        ],
+        "api": api.to_json(),
+    }
 
 
 def _decl(f) -> dict | None:
@@ -648,52 +423,3 @@ def firmware_data(env: jinja2.Environment, ins: list[dict], feeds: dict | None, 
             }
         )
     return env.get_template("build/firmware_data.h.j2").render(arrays=arrays, version=VERSION, runs=int(runs))
-
-
-def io_metadata(items) -> list[dict]:
-    """The inputs or outputs (io_tensors) as metadata.json lists them; an "owner" (the rank that
-    reads or writes the tensor, in a model over MPI ranks) as "rank"."""
-    return [
-        {
-            "name": t["label"],
-            "c_name": t["cname"],
-            "dtype": t["dtype"],
-            "shape": t["shape"],
-            "file": t["file"] + ".npy",
-            **({"rank": t["owner"]} if "owner" in t else {}),
-        }
-        for t in items
-    ]
-
-
-def state_metadata(program: Program) -> list[dict]:
-    """The state variables as metadata.json lists them: name, dtype, shape, byte offset."""
-    g = program.graph
-    return [
-        {"name": v, "dtype": t.dtype, "shape": list(t.shape), "offset": off}
-        for v, off in zip(program.variables, program.state_offsets)
-        for t in (g.node(v).outputs[0],)
-    ]
-
-
-def _metadata(program: Program, name: str, ins, outs, blob_mode: bool, api: EntryPoints) -> dict:
-    g = program.graph
-    io = io_metadata
-    return {
-        "flowc": VERSION,
-        "name": name,
-        "graph": g.name,
-        "inputs": io(ins),
-        "outputs": io(outs),
-        "arena_bytes": program.arena_bytes,
-        "arena_lower_bound": program.lower_bound,
-        "weight_bytes": program.weight_bytes,
-        "state_bytes": program.state_bytes,
-        "weights": "blob" if blob_mode else "c",
-        "state": state_metadata(program),
-        "schedule": [
-            {"step": i, "node": n.name, "op": n.op, "flops": schedule.cost(g, n).flops}
-            for i, n in enumerate(program.steps)
-        ],
-        "api": api.to_json(),
-    }

@@ -17,13 +17,13 @@ from graphdef.registry import get_op
 
 from ... import passes
 from ...passes import Rebuild
-from . import layout as L
+from ...render import layout as L
+from ...render.plans import depthwise_geom
+from ...render.splits import PARALLEL_FLOPS
 from . import pointwise_depthwise
 from . import sgemm as SP
 from .conv_direct import lower as lower_direct
 from .gemm_ops import conv_t_plan
-from .op_table import PARALLEL_FLOPS
-from .ops.nn import depthwise_geom
 from .sgemm import plan_of
 from .winograd import lower_winograd
 
@@ -37,6 +37,7 @@ def lower_products(graph: Graph, isa: str, threads: int = 1) -> Graph:
 
 
 # ----------------------------------------------------------------------------- fast float32 products
+
 
 def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
     """Put float32 matmul, gemm and conv on the fast GEMM of ``isa`` (runtime_c/kernels/sgemm.h).

@@ -36,9 +36,10 @@ from graphdef.ops.conv import conv_ref
 from graphdef.ops.fused import run_program
 from graphdef.registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop, get_op
 
+from ...render.plans import geom
 from .epilogue import epilogue_context
 from .op_table import Call, kernel
-from .ops.nn import dw_split, geom
+from .ops.nn import dw_split
 from .sgemm import SgemmPlan, make_plan, pack_a, pack_b, plan_of, plan_tuple, unpack_a, unpack_b
 
 _INTERNAL = NotDifferentiable("compiler-internal op: differentiate the graph before compiling", error=True)

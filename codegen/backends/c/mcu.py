@@ -42,9 +42,9 @@ from graphdef.errors import ExecutionError, FlowcError, ToolchainError
 from graphdef.interpret import feed_value
 from graphdef.ir import TensorType
 
+from ...render.spelling import PUBLIC
 from ...target import Target
 from . import emit, toolchain
-from .c_spelling import PUBLIC
 
 # Symbols the model library must not need: allocation, stdio, process and OS services.
 FORBIDDEN = frozenset(

@@ -31,10 +31,12 @@ from graphdef.ops.fused import run_program
 from graphdef.registry import KERNEL, Attr, Example, Sample, defop, get_op
 
 from ... import passes
+from ...render.plans import depthwise_geom
+from ...render.splits import TRANSCENDENTAL, Split, work
 from .epilogue import program_context
 from .gemm_ops import _INTERNAL, _fixed
-from .op_table import TRANSCENDENTAL, Call, Split, kernel, work
-from .ops.nn import depthwise_geom, dw_split
+from .op_table import Call, kernel
+from .ops.nn import dw_split
 from .sgemm import plan_of, unpack_a
 
 LANES, CELLS, WHOLE = 32, 8, 16384

@@ -23,11 +23,12 @@ from types import SimpleNamespace
 from graphdef.errors import FlowcError
 
 from ... import partition as partition_mod
+from ...render.api import entry_points
+from ...render.frame import io_metadata, io_tensors
+from ...render.sources import VERSION, Sources, environment
+from ...render.spelling import Names, c_comment
 from ...storage import ALIGN
-from ..contract import VERSION, Sources, environment
-from .api import entry_points
-from .c_spelling import Names, c_comment
-from .emit import DRIVER_C, emit, io_metadata, io_tensors
+from .emit import DRIVER_C, emit
 
 MPI_C = "mpi/fc_mpi.c"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from graphdef.errors import ToolchainError
 
 from ...cachedir import cache_root
+from ...render.sources import RUNTIME, Sources
 from ...target import Target
-from ..contract import RUNTIME, Sources
 from .emit import DRIVER_C
 from .sgemm import isa_from_macros
 

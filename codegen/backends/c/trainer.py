@@ -18,12 +18,10 @@ import json
 from graphdef import checkpoint
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
-from graphdef.registry import get_op
 
-from ... import passes
+from ...render.sources import VERSION, Sources, environment
+from ...render.spelling import c_string
 from ...storage import ALIGN
-from ..contract import VERSION, Sources, environment
-from .c_spelling import c_string
 from .emit import DRIVER_C
 
 MPI_C = "mpi/fc_mpi.c"
@@ -43,27 +41,6 @@ def order(n: int, seed: int, epoch: int) -> list[int]:
         j = (z ^ (z >> 31)) % (i + 1)
         perm[i], perm[j] = perm[j], perm[i]
     return perm
-
-
-def needed(graph: Graph, refs) -> Graph:
-    """``graph`` cut down to what ``refs`` need, unused inputs too (the inference model of a
-    training graph has no labels)."""
-    return passes.prune(graph.with_outputs(refs), keep_inputs=False)
-
-
-def split(graph: Graph, train) -> tuple[Graph, Graph | None]:
-    """(the training step's graph, the inference graph or None): the train op ``train`` (a
-    name or Tensor) and the graph's other outputs that do not run it."""
-    from graphdef.builder import Tensor
-
-    ref = train.ref if isinstance(train, Tensor) else graph.resolve(train)
-    step = needed(graph, [ref])
-    runs_train = {n.name for n in step.nodes if get_op(n.op).stateful} | {ref.node}
-    others = [
-        r for r in graph.outputs
-        if r != ref and not any(n.name in runs_train for n in needed(graph, [r]).nodes)
-    ]  # fmt: skip
-    return step, (needed(graph, others) if others else None)
 
 
 def label_depths(graph: Graph) -> dict[str, int]:

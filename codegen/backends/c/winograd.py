@@ -43,6 +43,7 @@ from graphdef.ir import TensorType
 from graphdef.ops._util import check_dtype
 from graphdef.registry import KERNEL, Attr, Example, Sample, defop
 
+from ...render.splits import PARALLEL_FLOPS
 from . import conv_direct
 from .gemm_ops import (
     _EXAMPLE_ISA,
@@ -56,7 +57,7 @@ from .gemm_ops import (
     item_parts,
     split_inputs,
 )
-from .op_table import PARALLEL_FLOPS, Call, kernel
+from .op_table import Call, kernel
 from .sgemm import CACHES, make_plan, pack_a, plan_of, plan_tuple, tile, unpack_a, with_fields
 
 # ----------------------------------------------------------------------------- the transforms

@@ -18,23 +18,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from graphdef.errors import UnsupportedError
 from graphdef.ir import Graph
 
-from .. import contract
+from ...render import sources as contract
+from ...render.sources import Built
 from ..c import op_table as ctable
 from ..c import toolchain as ctool
 from ..c.op_table import LEGALIZE  # noqa: F401  (the C bodies' forms)
-from ..contract import Built
 from . import emit, precision, toolchain
 
 NAME = "cuda"
 MULTI_RANK = True  # one GPU per MPI rank: each rank's part in CUDA, the SPMD program of the C backend
-# what this backend takes from the C backend: its op table and legalizations (the steps without
-# a CUDA kernel run the C body, compiled for the device), the rendering of the interface, names
-# and entry points, the op plans its kernels share (geometry, product and pooling plans,
-# reduction views), the C compiler for the host files, and the SPMD program over MPI ranks
+# what this backend takes from the C backend: its op table, legalizations and step lowering
+# (steps.lower_step: the steps without a CUDA kernel run the C body, compiled for the device),
+# the C compiler for the host files, and the SPMD program over MPI ranks; the interface, weights,
+# pointers, names, entry points and op plans are the render core's (codegen/render/)
 BORROWS = {
-    "c": ("api", "c_spelling", "emit", "layout", "op_table", "ops.nn", "ops.reduce", "spmd", "toolchain"),
+    "c": ("emit", "op_table", "spmd", "steps", "toolchain"),
 }
 
 
@@ -79,6 +80,12 @@ def render_ranks(programs, partition, output_names, options):
     src.metadata.update(target="cuda", sm=list(options.sm), precision=options.precision)
     src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
     return src
+
+
+def render_trainer(programs, options):
+    """Training binaries keep their state and optimizer in host memory, driven by the C
+    backend's training driver: not available for CUDA in this version."""
+    raise UnsupportedError("--train builds a training binary with the C backend; --target cuda has none yet")
 
 
 def bundle(sources: list, folder: Path, options) -> Built:

@@ -22,11 +22,13 @@ import re
 from graphdef.errors import UnsupportedError
 from graphdef.registry import ELEMENTWISE, get_op
 
-from .. import contract
+from ...render import sources as contract
+from ...render.frame import frame
+from ...render.spelling import TensorCtx, c_comment, c_string
+from ...storage import ALIGN
 from ..c import emit as cemit
-from ..c.api import entry_points
-from ..c.c_spelling import Names, c_comment, c_string
-from ..c.op_table import TensorCtx, kernel_of, split_of
+from ..c.op_table import kernel_of, split_of
+from ..c.steps import lower_step
 from . import kernels
 
 
@@ -54,7 +56,8 @@ def steps(env, program, name: str, ptr, precision: str = "fp32") -> dict:
         split = split_of(node, in_t)
         units = split.units if split is not None and split.units > 1 and not takes_scratch else 0
         if launch is None:  # the C body, unless it is one of the C backend's strided copies
-            step, call = cemit.lower_step(node, index, name, g, "scalar", 2 if units else 1)
+            lowered = lower_step(node, in_t, f"{name}_step_{index}", parts=2 if units else 1)
+            step, call = lowered.step, lowered.call
             launch = kernels.copies_of(call, xs, ys)
         if launch is not None:
             out["cuda_headers"].update(launch.headers)
@@ -71,8 +74,7 @@ def steps(env, program, name: str, ptr, precision: str = "fp32") -> dict:
         params += [f"{t.ctype} *{v}" for t, v in zip(step.outs, step.y)]
         if takes_scratch:
             params.append("void *scratch")
-            off = program.scratch.get(node.name)
-            args.append("(void *)0" if off is None else f"(void *)(mem + {off})")
+            args.append(ptr.scratch(node, null="(void *)0"))
         names = [p.rsplit("*", 1)[1] for p in params]
         if not units:
             out["serial"].append({"step": index, "op": node.op, "node": node.name})
@@ -124,6 +126,9 @@ def emit_rank(program, options, name: str, rank: int) -> contract.Sources:
     return emit(program, options.with_(name=name), rank=rank)
 
 
+RESERVED = frozenset({"mem", "st", "status", "ctx", "s", "dev", "dev_weights", "i"})
+"""The C names the model's run function and launches use: never given to a tensor."""
+
 HOST_ARENA = 64  # bytes of a rank part's host arena: its context pointer
 
 
@@ -133,26 +138,23 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
     name, sm, precision = options.name, options.sm, options.precision
     g = program.graph
     env = contract.environment()
-    reserved = {"mem", "st", "status", "ctx", "s", "dev", "dev_weights", "i", name}
-    names = Names(reserved=reserved)
-    ins, outs = cemit.io_tensors(program, name, names)
-    w = cemit.weights(program, "dev", names, "blob", cemit.ALIGN)
-    ptr = cemit.Pointers(program, ins, outs, w)
-    st = steps(env, program, name, ptr, precision)
-    copies, state_init = cemit.run_copies(program, outs, ptr, w)
-    text = " ".join(str(v) for launch in st["launches"] for v in (launch.get("args") or [launch["native"]]))
-    text += " ".join(c["src"] + " " + c["dst"] for c in copies)
+    f = frame(program, name, RESERVED, weights_name="dev", weights_mode="blob")
+    ins, outs, w = f.ins, f.outs, f.weights
+    st = steps(env, program, name, f.ptr, precision)
+    bases = f.ptr.bases
+    status = bool(st["steps"]) or any(re.search(r"\bstatus\b", x["native"] or "") for x in st["launches"])
     m = {
         "name": name,
-        # the run's base pointers its launches read: arena, state, weights
-        "uses": {v: bool(re.search(rf"\b{v}\b", text)) for v in ("mem", "st", "dev_weights")}
-        | {"status": bool(st["steps"]) or bool(re.search(r"\bstatus\b", text))},
+        # the run's base pointers its launches read (arena, state, weights), and whether it
+        # checks a status (its step launches do, and a transfer's host lines)
+        "uses": {"mem": "mem" in bases, "st": "st" in bases, "dev_weights": "weights" in bases}
+        | {"status": status},
         "NAME": name.upper(),
         "version": contract.VERSION,
         "source_comment": c_comment(repr(g.name)),
         "arena_bytes": program.arena_bytes,
         "lower_bound": program.lower_bound,
-        "align": cemit.ALIGN,
+        "align": ALIGN,
         "weight_bytes": len(w.blob or b""),
         "state_bytes": program.state_bytes,
         "has_state": bool(program.variables),
@@ -168,10 +170,10 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
         "spmd": None
         if rank is None
         else {"rank": rank, "stages": st["stages"], "requests": max(len(st["stages"]), 1)},
-        "copies": copies,
-        "state_init": state_init,
+        "copies": f.copies,
+        "state_init": f.state_init,
         "sm": ", ".join(f"sm_{v}" for v in sm),
-        "const_align": cemit.ALIGN,
+        "const_align": ALIGN,
         # main.c (templates/build/main.c.j2) drives a CUDA model through its context
         "cuda": True,
         "threads": 1,
@@ -192,10 +194,7 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
     src.c_files = [f"{name}_weights.c"]
     src.cu_files = [f"{name}.cu"]
     if rank is not None:  # the SPMD program's drivers and build files come from spmd.py
-        src.api = entry_points(
-            name, [(t["cname"], t["ctype"]) for t in ins], [(t["cname"], t["ctype"]) for t in outs],
-            stateful=False, threads=1, mpi=True,
-        )  # fmt: skip
+        src.api = f.entry_points(threads=1, mpi=True, stateful=False)
         src.context["host_arena_bytes"] = HOST_ARENA
         return src
     # the CUDA model keeps its state on the device: its binary starts from the initial values
@@ -204,18 +203,10 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
         src.files[file] = env.get_template(template).render(m=m, sm=list(sm), driver=cemit.DRIVER_C)
     src.metadata = {
         "flowc": contract.VERSION,
-        "name": name,
-        "graph": g.name,
+        **f.metadata(),
         "target": "cuda",
         "sm": list(sm),
         "precision": precision,
-        "inputs": cemit.io_metadata(ins),
-        "outputs": cemit.io_metadata(outs),
-        "arena_bytes": program.arena_bytes,
-        "arena_lower_bound": program.lower_bound,
-        "weight_bytes": program.weight_bytes,
-        "state_bytes": program.state_bytes,
-        "state": cemit.state_metadata(program),
         "serial_steps": st["serial"],
         "schedule": [{"step": i, "node": n.name, "op": n.op} for i, n in enumerate(program.steps)],
     }

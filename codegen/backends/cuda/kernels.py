@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 from graphdef.ops.reduce import runs
 
-from ..c import layout as L
-from ..c.ops.nn import gemm_plan, geom, matmul_plan, pool_geom
-from ..c.ops.reduce import reduce_view
+from ...render import layout as L
+from ...render.plans import gemm_plan, geom, matmul_plan, pool_geom, reduce_view
 from .precision import TENSOR_CORE
 
 FLOATS = ("float16", "float32", "float64")

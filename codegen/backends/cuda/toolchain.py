@@ -11,8 +11,8 @@ from pathlib import Path
 
 from graphdef.errors import ToolchainError
 
+from ...render.sources import RUNTIME
 from ..c import toolchain as ctool
-from ..contract import RUNTIME
 
 NVCC_FLAGS = ("-O3", "-std=c++17", "--Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror")
 SIM_FLAGS = (

@@ -6,8 +6,8 @@ Each op's body is its own template, templates/mpi/ops/<op>.c.j2.
 
 from __future__ import annotations
 
-from .. import layout as L
-from ..c_spelling import c_string
+from ....render import layout as L
+from ....render.spelling import c_string
 from ..op_table import Call, kernel
 from .shape import COPY_H
 

@@ -15,8 +15,8 @@ from graphdef.ops.elementwise import clip_bounds
 from graphdef.ops.fused import program_of
 from graphdef.registry import get_op
 
-from .. import layout as L
-from ..c_spelling import COMPUTE, SUFFIX, c_literal
+from ....render import layout as L
+from ....render.spelling import COMPUTE, SUFFIX, c_literal
 from ..op_table import Call, call, expr, expr_of
 
 

@@ -7,8 +7,8 @@ import math
 
 from graphdef.ops.index import REDUCTIONS
 
-from .. import layout as L
-from ..c_spelling import SUFFIX
+from ....render import layout as L
+from ....render.spelling import SUFFIX
 from ..op_table import Call, kernel
 
 HEADERS = ("kernels/gather_nd.h",)

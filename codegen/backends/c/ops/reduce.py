@@ -8,14 +8,10 @@ from graphdef.builder import apply
 from graphdef.ops.reduce import REDUCTIONS, reduced_shape, runs
 from graphdef.ops.shape import reshape
 
-from .. import layout as L
-from ..op_table import Call, Split, kernel, legalize, work
-
-
-def reduce_view(x, axes) -> tuple[int, int, int]:
-    """(outer, len, inner) of the one run of reduced axes."""
-    group = (runs(x.shape, axes) or [[]])[0]
-    return L.around(x.shape, group) if group else (x.size, 1, 1)
+from ....render import layout as L
+from ....render.plans import reduce_view
+from ....render.splits import Split, work
+from ..op_table import Call, kernel, legalize
 
 
 def _reduce_split(ins, outs, attrs):

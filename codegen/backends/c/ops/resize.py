@@ -8,7 +8,7 @@ import numpy as np
 from graphdef.builder import apply
 from graphdef.ops.resize import axis_roi, axis_table, is_lerp, resize_axes
 
-from .. import layout as L
+from ....render import layout as L
 from ..op_table import Call, kernel, legalize
 
 

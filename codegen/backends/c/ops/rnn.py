@@ -5,7 +5,7 @@ the gate accumulators in step scratch memory (FC_RNN_SCRATCH elements of the com
 
 from __future__ import annotations
 
-from ..c_spelling import COMPUTE
+from ....render.spelling import COMPUTE
 from ..op_table import Call, kernel
 
 RNN_H = ("kernels/rnn.h",)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from graphdef import dtypes
 from graphdef.ops.shape import slice_plan
 
-from .. import layout as L
+from ....render import layout as L
 from ..op_table import Call, kernel
 
 COPY_H = ("kernels/copy.h",)

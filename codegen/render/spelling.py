@@ -10,6 +10,8 @@ import re
 
 import numpy as np
 
+from graphdef.ir import TensorType
+
 C_KEYWORDS = frozenset(
     "auto break case char const continue default do double else enum extern float for goto if inline "
     "int long register restrict return short signed sizeof static struct switch typedef union "
@@ -223,3 +225,23 @@ def c_literal(value, dtype: str) -> str:
     if dtype in ("uint32", "uint64"):
         return f"UINT{dtype[4:]}_C({v})"
     return str(v)
+
+
+class TensorCtx(TensorType):
+    """A tensor type as templates see it: also its kernel suffix and C storage type."""
+
+    @property
+    def sfx(self) -> str:
+        return SUFFIX[self.dtype]
+
+    @property
+    def ctype(self) -> str:
+        return STORAGE[self.dtype]
+
+    @property
+    def compute(self) -> str:
+        return COMPUTE[self.dtype]
+
+    @classmethod
+    def of(cls, t: TensorType) -> TensorCtx:
+        return cls(t.shape, t.dtype)

@@ -1,0 +1,349 @@
+"""The render core: what every backend renders of a model, whatever its target.
+
+``frame(program, name, ...)`` decides, once, the parts of a model's sources that do not depend
+on the target: the tensors of its interface (C names, size macros, escaped labels, .npy file
+names), its weights (C arrays or one blob), where each value lives (``Pointers``: the C
+expression of every value inside the run function), the copies at the end of a run, the state
+and its initial values, and the metadata. The backends add their steps and print it through
+their templates; the C spellings (spelling.py), the entry points (api.py), the op plans
+(plans.py), the work splits (splits.py) and ``Sources``/``Built`` (sources.py) sit beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphdef.ir import ValueRef
+
+from ..program import Program
+from ..storage import ALIGN, Loc
+from .api import EntryPoints, entry_points
+from .spelling import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
+
+BLOB_THRESHOLD = 64 * 1024  # weights above this go into a binary blob pulled in by the assembler
+
+
+def io_tensors(program: Program, name: str, names: Names) -> tuple[list[dict], list[dict]]:
+    """The inputs and outputs as the templates see them: C name, size macro, string literal
+    of the model's (untrusted) name, shape, sizes, .npy file name (unique among the outputs,
+    ignoring case: the binary writes each output to its own file)."""
+    macros = Names()
+    out = {}
+    for kind, items in (("in", program.inputs), ("out", program.outputs)):
+        out[kind] = []
+        for k, (label, _, t) in enumerate(items):
+            cname = names(f"{kind}_{label}", "t")
+            out[kind].append(
+                {
+                    "index": k,
+                    "label": label,
+                    "cname": cname,
+                    "literal": c_string(label),
+                    "comment": c_comment(label),
+                    "macro": macros(f"{name.upper()}_{cname.upper()}"),
+                    "dtype": t.dtype,
+                    "ctype": PUBLIC[t.dtype],
+                    "rank": t.rank,
+                    "shape": list(t.shape),
+                    "shape8": (list(t.shape) + [0] * 8)[:8],
+                    "size": t.size,
+                    "nbytes": t.nbytes,
+                    "file": _file_name(label, cname),
+                }
+            )
+    # Two outputs must not share a file (``y/2`` falls back to out_y_2, the file of an output
+    # named ``out_y_2``; ``Y`` and ``y`` are one file on macOS and Windows): outputs named by
+    # their own label come first, then the first of each name keeps it and a later clash gets
+    # a suffix that no other output uses.
+    taken = {t["file"].casefold() for t in out["out"]}
+    seen: set[str] = set()
+    for t in sorted(out["out"], key=lambda t: t["file"] != t["label"]):
+        if t["file"].casefold() in seen:
+            base, k = t["file"], 2
+            while f"{base}_{k}".casefold() in taken:
+                k += 1
+            t["file"] = f"{base}_{k}"
+            taken.add(t["file"].casefold())
+        seen.add(t["file"].casefold())
+    return out["in"], out["out"]
+
+
+def _file_name(label: str, cname: str) -> str:
+    # at most 200 bytes: the binary's temporary .<name>.npy.XXXXXX must fit in NAME_MAX (255)
+    ok = (
+        label
+        and all(ch.isalnum() or ch in "_-." for ch in label)
+        and not label.startswith(".")
+        and len(label.encode("utf-8")) <= 200
+    )
+    return label if ok else cname
+
+
+def _value_lines(array: np.ndarray, per_line: int = 8) -> list[str]:
+    dtype = array.dtype.name
+    flat = array.reshape(-1)
+    if dtype == "float16":
+        items = [f"0x{v:04x}" for v in flat.view(np.uint16).tolist()]
+    elif dtype == "bool":
+        items = ["1" if v else "0" for v in flat.tolist()]
+    else:
+        items = [c_literal(v, dtype) for v in flat.tolist()]
+    items = items or ["0"]
+    return [", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]
+
+
+def _align(n: int, to: int = ALIGN) -> int:
+    return -(-n // to) * to
+
+
+@dataclass
+class Weights:
+    """Every constant and the initial values of state variables (key ``init:<variable>``):
+    as C arrays (``consts``), or as one blob of bytes; ``expr`` gives each one's C pointer."""
+
+    expr: dict[str, str]
+    consts: list[dict]
+    blob: bytes | None
+    align: int
+
+
+def weights(program: Program, name: str, names: Names, mode: str, align: int) -> Weights:
+    """``mode``: "c" (arrays), "blob", or "auto" (a blob above BLOB_THRESHOLD bytes);
+    ``align``: bytes between tensors (the target's ``weight_align``)."""
+    g = program.graph
+    arrays = [(c, g.constants[c]) for c in program.constants]
+    arrays += [(f"init:{v}", g.variables[v]) for v in program.variables]
+    total = sum(_align(a.nbytes) for _, a in arrays)
+    blob_mode = mode == "blob" or (mode == "auto" and total > BLOB_THRESHOLD)
+    consts, expr, blob, offset = [], {}, bytearray(), 0
+    for key, array in arrays:
+        dt = array.dtype.name
+        ctype = STORAGE[dt]
+        if blob_mode:
+            expr[key] = f"((const {ctype} *)({name}_weights + {offset}))"
+            data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+            blob += data + bytes(_align(len(data), align) - len(data))
+            offset += _align(len(data), align)
+        else:
+            cname = names(f"{name}_w_{key}", "w")
+            expr[key] = cname
+            consts.append(
+                {
+                    "cname": cname,
+                    "ctype": ctype,
+                    "count": max(array.size, 1),
+                    "lines": _value_lines(array),
+                    "comment": c_comment(f"{key}: {dt}{list(array.shape)}"),
+                }
+            )
+    return Weights(expr, consts, bytes(blob) if blob_mode else None, align)
+
+
+@dataclass
+class Pointers:
+    """The C pointer expression of every value, inside the run function: inputs and outputs
+    by parameter name, weights by ``Weights.expr``, state and arena values at their offsets
+    (``st``, ``mem``: the run function's byte pointers)."""
+
+    program: Program
+    ins: list[dict]
+    outs: list[dict]
+    weights: Weights
+    bases: set[str] = field(default_factory=set)  # what the expressions given so far read: mem, st, weights
+
+    def __call__(self, ref: ValueRef) -> str:
+        loc = self.program.loc[ref]
+        self.bases.add({"arena": "mem", "state": "st", "const": "weights"}.get(loc.kind, loc.kind))
+        dtype = self.program.graph.type_of(ref).dtype
+        ctype = STORAGE[dtype]
+        if loc.kind == "input":
+            return self.ins[loc.index]["cname"]
+        if loc.kind == "output":  # an in-place step may keep another dtype of the same size there
+            o = self.outs[loc.index]
+            return o["cname"] if o["dtype"] == dtype else f"(({ctype} *){o['cname']})"
+        if loc.kind == "const":
+            return self.weights.expr[self.program.constants[loc.index]]
+        if loc.kind == "state":
+            return f"(({ctype} *)(st + {loc.offset}))"
+        return f"(({ctype} *)(mem + {loc.offset}))"
+
+    def scratch(self, node, null: str = "NULL") -> str:
+        """The step-local memory of ``node``'s step (its place in the arena), or ``null``."""
+        off = self.program.scratch.get(node.name)
+        if off is None:
+            return null
+        self.bases.add("mem")
+        return f"(void *)(mem + {off})"
+
+
+def run_copies(program: Program, outs: list[dict], ptr: Pointers, w: Weights) -> tuple[list, list]:
+    """(copies at the end of a run: outputs that are other values, assigned values into the
+    state; the state's initial values from the weights), as the templates print them."""
+    g = program.graph
+    copies = [
+        {"dst": outs[k]["cname"], "src": ptr(ref), "nbytes": outs[k]["nbytes"],
+         "comment": f"output {k} is another value's copy"}
+        for k, ref in program.output_copies
+    ]  # fmt: skip
+    var_index = {v: i for i, v in enumerate(program.variables)}
+    copies += [
+        {"dst": f"(st + {program.state_offsets[var_index[var]]})", "src": ptr(ref),
+         "nbytes": g.type_of(ref).nbytes, "comment": "store the assigned value"}
+        for var, ref in program.state_updates
+    ]  # fmt: skip
+    state_init = [
+        {"offset": program.state_offsets[i], "src": w.expr[f"init:{v}"],
+         "nbytes": g.node(v).outputs[0].nbytes, "comment": c_comment(v)}
+        for i, v in enumerate(program.variables)
+    ]  # fmt: skip
+    return copies, state_init
+
+
+RUN_STEPS = 256
+"""The most step calls one C function makes: a longer run calls functions of this many steps
+each (``run_parts``). GCC's time on one function grows faster than its length: splitting the
+13,330 calls of a 20,000-node graph's run function so cut its -O3 build from 59 s to 48 s
+(bench/compile_time.py ``--kinds fan --cc``); the extra call per part costs nothing measurable."""
+
+
+def run_parts(name: str, calls: list[str], params: list[tuple[str, str]]) -> list[dict]:
+    """The run function's step calls as ``<name>_run_part_<k>`` functions of at most RUN_STEPS
+    calls each, in order; none when all fit in one. ``params``: (C name, declaration) of what
+    a call may read besides globals (the run's tensors, ``mem``, ``st``, ...); a part takes
+    those its calls name. Each part: func, params, its calls (the index of each among all
+    calls: the profile's step), first and last index, and the call the run makes."""
+    if len(calls) <= RUN_STEPS:
+        return []
+    parts = []
+    for k, first in enumerate(range(0, len(calls), RUN_STEPS)):
+        chunk = calls[first : first + RUN_STEPS]
+        words = set(re.findall(r"[A-Za-z_]\w*", "\n".join(chunk)))
+        used = [(n, decl) for n, decl in params if n in words]
+        func = f"{name}_run_part_{k}"
+        parts.append(
+            {
+                "func": func,
+                "params": [decl for _, decl in used] or ["void"],
+                "calls": [{"index": first + i, "call": c} for i, c in enumerate(chunk)],
+                "first": first,
+                "last": first + len(chunk) - 1,
+                "call": f"{func}({', '.join(n for n, _ in used)})",
+            }
+        )
+    return parts
+
+
+def run_params(ins: list[dict], outs: list[dict], arena: bool, state: bool, pool: bool, mpi: bool):
+    """(C name, declaration) of every local or parameter of the run function a step call may
+    read: the inputs and outputs, the arena and state byte pointers, the pool, the MPI context
+    and requests (see Pointers and ``steps``)."""
+    out = [(t["cname"], f"const {t['ctype']} *{t['cname']}") for t in ins]
+    out += [(t["cname"], f"{t['ctype']} *{t['cname']}") for t in outs]
+    out += [("mem", "unsigned char *mem")] if arena else []
+    out += [("st", "unsigned char *st")] if state else []
+    out += [("pool", "void *pool")] if pool else []
+    out += [("fc_m", "fc_mpi *fc_m"), ("req", "MPI_Request *req")] if mpi else []
+    return out
+
+
+def io_metadata(items) -> list[dict]:
+    """The inputs or outputs (io_tensors) as metadata.json lists them; an "owner" (the rank that
+    reads or writes the tensor, in a model over MPI ranks) as "rank"."""
+    return [
+        {
+            "name": t["label"],
+            "c_name": t["cname"],
+            "dtype": t["dtype"],
+            "shape": t["shape"],
+            "file": t["file"] + ".npy",
+            **({"rank": t["owner"]} if "owner" in t else {}),
+        }
+        for t in items
+    ]
+
+
+def state_metadata(program: Program) -> list[dict]:
+    """The state variables as metadata.json lists them: name, dtype, shape, byte offset."""
+    g = program.graph
+    return [
+        {"name": v, "dtype": t.dtype, "shape": list(t.shape), "offset": off}
+        for v, off in zip(program.variables, program.state_offsets)
+        for t in (g.node(v).outputs[0],)
+    ]
+
+
+@dataclass
+class Frame:
+    """The target-neutral part of one model's sources (``frame``)."""
+
+    program: Program
+    name: str
+    names: Names  # the C names given so far (a backend adds its own through it)
+    ins: list[dict]  # the interface's tensors (io_tensors)
+    outs: list[dict]
+    weights: Weights
+    ptr: Pointers
+    copies: list[dict]  # at the end of a run: outputs that are other values, assigned state
+    state_init: list[dict]  # the state's initial values, from the weights
+    state_vars: list[dict]  # name (escaped), dtype, rank, shape, offset
+
+    @property
+    def unread_inputs(self) -> list[str]:
+        """The C names of the inputs no step and no output copy reads."""
+        p = self.program
+        read = {p.loc[r] for n in p.steps for r in n.inputs} | {p.loc[r] for _, r in p.output_copies}
+        return [t["cname"] for k, t in enumerate(self.ins) if Loc("input", k) not in read]
+
+    def entry_points(self, threads: int, mpi: bool, stateful: bool | None = None) -> EntryPoints:
+        """The model's C API over these inputs and outputs (api.py)."""
+        return entry_points(
+            self.name,
+            [(t["cname"], t["ctype"]) for t in self.ins],
+            [(t["cname"], t["ctype"]) for t in self.outs],
+            stateful=bool(self.program.variables) if stateful is None else stateful,
+            threads=threads,
+            mpi=mpi,
+        )
+
+    def metadata(self) -> dict:
+        """What metadata.json says of every model: version, names, interface, memory, state."""
+        p = self.program
+        return {
+            "name": self.name,
+            "graph": p.graph.name,
+            "inputs": io_metadata(self.ins),
+            "outputs": io_metadata(self.outs),
+            "arena_bytes": p.arena_bytes,
+            "arena_lower_bound": p.lower_bound,
+            "weight_bytes": p.weight_bytes,
+            "state_bytes": p.state_bytes,
+            "state": state_metadata(p),
+        }
+
+
+def frame(
+    program: Program,
+    name: str,
+    reserved: set[str],
+    weights_name: str | None = None,
+    weights_mode: str = "auto",
+    weight_align: int = ALIGN,
+) -> Frame:
+    """The ``Frame`` of the model ``name`` (a valid C identifier): ``reserved``, the C names
+    its backend's code uses (never given to a tensor); the weights as ``weights_mode`` says
+    (``weights``), a blob read through the pointer ``<weights_name>_weights``."""
+    names = Names(reserved={*reserved, name})
+    ins, outs = io_tensors(program, name, names)
+    w = weights(program, weights_name or name, names, weights_mode, weight_align)
+    ptr = Pointers(program, ins, outs, w)
+    copies, state_init = run_copies(program, outs, ptr, w)
+    g = program.graph
+    state_vars = [
+        {"name": c_string(v), "dtype": t.dtype, "rank": t.rank, "shape": list(t.shape), "offset": off}
+        for v, off in zip(program.variables, program.state_offsets)
+        for t in (g.node(v).outputs[0],)
+    ]
+    return Frame(program, name, names, ins, outs, w, ptr, copies, state_init, state_vars)

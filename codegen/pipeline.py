@@ -9,7 +9,7 @@
             -> schedule   the order of the nodes (codegen/schedule.py; a rank's graph is in
                           its run order already)
             -> storage    where every value lives, arena buffer requests (codegen/storage.py)
-            -> plan       the arena plan: the Program (codegen/program.py, codegen/memory.py)
+            -> plan       the arena plan: the Program (codegen/program.py, codegen/memory/)
             -> render     the backend's sources (C: codegen/backends/c/emit.py)
             -> build      the backend's build into a folder (shared library, program, library)
 

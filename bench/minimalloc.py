@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from codegen import memory  # noqa: E402
+from codegen.memory import exact_search  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "benchmarks" / "minimalloc"
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print(f"no instances found in {DATA}", file=sys.stderr)
         return 2
-    core = "C (cffi)" if memory._load_native() is not None else "pure Python (no C compiler)"
+    core = "C (cffi)" if exact_search._load_native() is not None else "pure Python (no C compiler)"
     print(f"search core: {core}; the build, if any, is done before the clock starts")
     header = (
         f"{'instance':<10}{'buffers':>8}{'lower':>10}{'capacity':>10}"

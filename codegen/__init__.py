@@ -1,7 +1,7 @@
 """flowc code generation: the pipeline from a Graph to built code.
 
 Shared stages: passes (passes.py), schedule (schedule.py), storage (storage.py), memory plan
-(memory.py, program.py), put together as one list in pipeline.py; each backend (backends/)
+(memory/, program.py), put together as one list in pipeline.py; each backend (backends/)
 lowers, renders and builds. compiled.py and exports.py hold the entry points below; cli.py the ``flowc``
 command.
 

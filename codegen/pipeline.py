@@ -11,7 +11,7 @@
             -> schedule   the order of the nodes (codegen/schedule.py; a rank's graph is in
                           its run order already)
             -> storage    where every value lives, arena buffer requests (codegen/storage.py)
-            -> plan       the arena plan: the Program (codegen/program.py, codegen/memory.py)
+            -> plan       the arena plan: the Program (codegen/program.py, codegen/memory/)
             -> render     the backend's sources (C: codegen/backends/c/emit.py; a partition:
                           one SPMD program, render_ranks; a training binary: render_trainer)
             -> build      the backend's build into a folder (shared library, program, library)

@@ -1,5 +1,6 @@
-/* The exact search of codegen.memory, in C99 for speed (see `search` in memory.py). memory.py
- * holds a Python mirror, `_core_python`, that makes the same decisions: keep the two in step.
+/* The exact search of codegen.memory, in C99 for speed (see `search` in memory/planner.py).
+ * memory/exact_search.py holds a Python mirror, `_core_python`, that makes the same decisions:
+ * keep the two in step.
  *
  * Decides whether buffers fit under a capacity by a depth-first search over canonical
  * placements: buffers are placed one at a time in nondecreasing (offset, rank) order, each at
@@ -20,9 +21,9 @@
  * It also skips, before placing it, a buffer that would leave a section with one to four low
  * members without any (a cheap test of what place() would find). The search stops at a node
  * limit or a wall-clock deadline, so it can answer "unknown". Recursion depth is about three
- * frames per buffer (memory.py keeps the instances it sends here below 10000 buffers).
+ * frames per buffer (exact_search.py keeps the instances it sends here below 10000 buffers).
  *
- * Inputs are plain arrays prepared by memory.py: sizes in alignment units, section ranges,
+ * Inputs are plain arrays prepared by exact_search.py: sizes in alignment units, section ranges,
  * overlap and section-membership lists in CSR form, and the heuristic (key rows, largest first;
  * key -1 is the dynamic section total). Deterministic: every sort key is unique.
  */

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codegen import memory
-from codegen.memory import BufferReq, Plan, PlanError
+from codegen.memory import BufferReq, Plan, PlanError, exact_search
 from graphdef.errors import FlowcError
 
 BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks" / "minimalloc"
@@ -33,7 +33,7 @@ def load(name: str) -> list[BufferReq]:
 
 
 def native_or_skip():
-    native = memory._load_native()
+    native = exact_search._load_native()
     if native is None:
         pytest.skip("the C core of the search could not be built")
     return native
@@ -218,7 +218,7 @@ def test_every_algorithm_gives_a_valid_plan_above_the_lower_bound(reqs, alignmen
 def test_search_finds_the_optimum_of_tiny_instances(reqs):
     best = brute_force_optimum(reqs)
     assert memory.arena_bytes(reqs, memory.search(reqs, native=False)) == best
-    if memory._load_native() is not None:
+    if exact_search._load_native() is not None:
         assert memory.arena_bytes(reqs, memory.search(reqs)) == best
 
 
@@ -244,12 +244,12 @@ def test_c_core_matches_its_python_mirror():
         for _ in range(rng.randint(1, 14)):
             first = rng.randint(0, 10)
             reqs.append(BufferReq(rng.choice([0, 1, 2, 3, 5, 8]), first, first + rng.randint(0, 6)))
-        inst = memory._instance(reqs, 1)
+        inst = exact_search._instance(reqs, 1)
         for capacity, heuristic in itertools.product(
-            range(inst.lower - 1, inst.lower + 3), memory._HEURISTICS
+            range(inst.lower - 1, inst.lower + 3), exact_search._HEURISTICS
         ):
-            python = memory._core_python(inst, heuristic, capacity, 100_000, None)
-            c = memory._core_native(native, inst, heuristic, capacity, 100_000, None)
+            python = exact_search._core_python(inst, heuristic, capacity, 100_000, None)
+            c = exact_search._core_native(native, inst, heuristic, capacity, 100_000, None)
             assert python == c, (reqs, capacity, heuristic)
 
 
@@ -261,12 +261,12 @@ def test_search_proves_infeasibility_and_respects_the_node_limit():
         BufferReq(4, 9, 20),
         BufferReq(4, 0, 20),
     ]
-    inst = memory._instance(reqs, 1)
-    assert memory._decide(inst, 11, 10_000, None, None)[0] == "infeasible"
-    answer, offsets, _ = memory._decide(inst, 12, 10_000, None, None)
+    inst = exact_search._instance(reqs, 1)
+    assert exact_search._decide(inst, 11, 10_000, None, None)[0] == "infeasible"
+    answer, offsets, _ = exact_search._decide(inst, 12, 10_000, None, None)
     assert answer == "found" and max(o + s for o, s in zip(offsets, inst.size)) == 12
-    status, _, nodes = memory._core_python(inst, "TWA", 12, 2, None)
-    assert (status, nodes) == (memory._NODE_LIMIT, 3)
+    status, _, nodes = exact_search._core_python(inst, "TWA", 12, 2, None)
+    assert (status, nodes) == (exact_search._NODE_LIMIT, 3)
 
 
 def test_plans_are_deterministic():
@@ -281,9 +281,9 @@ def test_plans_are_deterministic():
 def test_python_fallback_when_no_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv("CC", "/bin/false")
     monkeypatch.setenv("FLOWC_CACHE", str(tmp_path))
-    monkeypatch.setattr(memory, "_native_cache", [])
+    monkeypatch.setattr(exact_search, "_native_cache", [])
     with pytest.warns(RuntimeWarning, match="pure-Python search"):
-        assert memory._load_native() is None
+        assert exact_search._load_native() is None
     reqs = [BufferReq(100, 0, 1), BufferReq(50, 1, 2), BufferReq(50, 2, 3), BufferReq(100, 3, 4)]
     assert memory.plan(reqs, alignment=1).arena_bytes == 150  # the Python core, same answer
 

@@ -54,7 +54,8 @@ import graphdef as gd
 from graphdef.errors import FlowcError, UnsupportedError, printable
 from graphdef.ir import Graph
 
-from . import backends, compiled, exports, memory, outdir, partition, pipeline, schedule
+from . import backends, exports, memory, outdir, partition, pipeline, schedule
+from .compiled_cuda import parse_sm
 from .target import ARCHES, Target, parse_bytes
 
 
@@ -201,116 +202,82 @@ class Progress:
 
 
 def cmd_compile(args) -> int:
-    backends.get(args.target)  # an unknown target fails before the model loads
     check_ranks(args)
-    compiled.check_name(args.name)  # so do a name that would collide in C
+    options = exports.project_options(  # every choice checked before the model loads
+        name=args.name, target=args.target, arch=args.arch, portable=args.portable, threads=args.threads,
+        build_binary=not args.no_build, ranks=args.ranks, placement=args.placement, compress=args.compress,
+        max_ram=args.max_ram, max_flash=args.max_flash, trainer=args.train, precision=args.precision,
+        mpi=False if args.no_mpi else None, sm=parse_sm(args.sm) if args.target == "cuda" else (80, 90),
+    )  # fmt: skip
     outdir.check(args.output)  # and an output folder flowc may not replace
-    if args.target == "cuda":
-        from .backends.cuda.precision import check
-        from .compiled_cuda import parse_sm
-
-        check(args.precision, parse_sm(args.sm))
-        if args.arch != "host" or args.threads != 1 or args.train is not None:
-            raise FlowcError("--target cuda builds for GPUs: --arch, --threads and --train are for C")
-    Target(args.arch, args.portable, args.threads)  # a bad arch fails before the model loads
-    for limit in (args.max_ram, args.max_flash):
-        if limit is not None:
-            parse_bytes(limit, "max-ram" if limit is args.max_ram else "max-flash")
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
-    summary = io.StringIO()  # printed once the progress line is gone
-    with Progress(f"compiling {args.name}"), contextlib.redirect_stdout(summary):
-        code = _compile(args, graph, time.perf_counter())
-    sys.stdout.write(summary.getvalue())
-    return code
+    t0 = time.perf_counter()
+    said = io.StringIO()  # printed once the progress line is gone
+    with Progress(f"compiling {args.name}"), contextlib.redirect_stdout(said):
+        out = exports.write(graph, args.output, options, cache=not args.no_cache)
+    sys.stdout.write(said.getvalue())
+    print(summary(out, options, time.perf_counter() - t0))
+    return 0
 
 
-def _compile(args, graph: Graph, t0: float) -> int:
-    if args.train is not None:
-        return compile_trainer(args, graph, t0)
-    if args.target == "cuda":
-        return compile_cuda(args, graph, t0)
-    out = exports.export(
-        graph,
-        args.output,
-        name=args.name,
-        arch=args.arch,
-        build_binary=not args.no_build,
-        portable=args.portable,
-        threads=args.threads,
-        max_ram=args.max_ram,
-        max_flash=args.max_flash,
-        ranks=args.ranks,
-        placement=args.placement,
-        compress=args.compress,
-        cache=not args.no_cache,
-    )
+def summary(out: Path, options: pipeline.Options, seconds: float) -> str:
+    """What ``flowc compile`` made: the folder and its binary or library, the memory it needs,
+    and how to run it."""
     m = json.loads((out / "metadata.json").read_text())
-    if args.no_build:
-        built = ""
-    elif "footprint" in m:
-        built = f", library {out / f'lib{args.name}.a'}"
-    else:
-        built = f", binary {out / args.name}"
-    print(
-        f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s; arena {m['arena_bytes']} B "
-        f"(lower bound {m['arena_lower_bound']} B), weights {m['weight_bytes']} B"
+    name, built = options.name, options.product != "none"
+    if options.trainer is not None:
+        t = m["trainer"]
+        run = f"mpiexec -n R {out / name}" if t["mpi"] else str(out / name)
+        return "\n".join(
+            [
+                f"flowc: wrote {out}{f', binary {out / name}' if built else ''} in {seconds:.1f} s; training "
+                f"step: arena {t['arena_bytes']} B (lower bound {t['arena_lower_bound']} B), state "
+                f"{t['state_bytes']} B, batch {t['batch_per_rank']} per rank",
+                f"  train: {run} train --data FILE.npz (arrays {' '.join(f'{n}=...' for n in t['inputs'])}) "
+                "--epochs E --checkpoint ck.npz",
+            ]
+        )
+    if options.backend == "cuda":
+        sm = ", ".join(f"sm_{v}" for v in m["sm"])
+        lines = [
+            f"flowc: wrote {out}{f', binary {out / name}' if built else ''} in {seconds:.1f} s for CUDA {sm} "
+            f"({m['precision']}); device arena {m['arena_bytes']} B (lower bound "
+            f"{m['arena_lower_bound']} B), weights {m['weight_bytes']} B"
+        ]
+        if m.get("ranks"):
+            lines.append(
+                f"  run: mpiexec -n {m['ranks']} {out / name} --in NAME=FILE.npy --out-dir DIR (GPU each)"
+            )
+        if m.get("serial_steps"):
+            ops = sorted(Counter(s["op"] for s in m["serial_steps"]).items())
+            lines.append(
+                "  steps on one GPU thread (no parallel kernel yet): "
+                + ", ".join(f"{o} x{n}" for o, n in ops)
+            )
+        return "\n".join(lines)
+    made = (
+        ""
+        if not built
+        else f", library {out / f'lib{name}.a'}"
+        if "footprint" in m
+        else f", binary {out / name}"
     )
+    lines = [
+        f"flowc: wrote {out}{made} in {seconds:.1f} s; arena {m['arena_bytes']} B "
+        f"(lower bound {m['arena_lower_bound']} B), weights {m['weight_bytes']} B"
+    ]
     if m.get("ranks"):
-        for r, p in enumerate(m["per_rank"]):
-            print(f"  rank {r}: arena {p['arena_bytes']} B, weights {p['weight_bytes']} B")
-        print(f"  run: mpiexec -n {m['ranks']} {out / args.name} --in NAME=FILE.npy --out-dir DIR")
+        lines += [
+            f"  rank {r}: arena {p['arena_bytes']} B, weights {p['weight_bytes']} B"
+            for r, p in enumerate(m["per_rank"])
+        ]
+        lines.append(f"  run: mpiexec -n {m['ranks']} {out / name} --in NAME=FILE.npy --out-dir DIR")
     if "footprint" in m:
         from .backends.c.mcu import Footprint
 
         fp = Footprint.from_json(m["footprint"])
-        print(f"  {fp.line()}")
-        print(f"  {fp.detail()}")
-    return 0
-
-
-def compile_cuda(args, graph: Graph, t0: float) -> int:
-    """--target cuda: the CUDA project folder and its binary (codegen/compiled_cuda.py)."""
-    from . import compiled_cuda
-
-    out = compiled_cuda.export(
-        graph, args.output, name=args.name, sm=compiled_cuda.parse_sm(args.sm),
-        build_binary=not args.no_build, precision=args.precision, ranks=args.ranks,
-        placement=args.placement, compress=args.compress,
-    )  # fmt: skip
-    m = json.loads((out / "metadata.json").read_text())
-    built = "" if args.no_build else f", binary {out / args.name}"
-    sm = ", ".join(f"sm_{v}" for v in m["sm"])
-    print(
-        f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s for CUDA {sm} ({m['precision']}); "
-        f"device arena {m['arena_bytes']} B (lower bound {m['arena_lower_bound']} B), "
-        f"weights {m['weight_bytes']} B"
-    )
-    if m.get("ranks"):
-        print(f"  run: mpiexec -n {m['ranks']} {out / args.name} --in NAME=FILE.npy --out-dir DIR (GPU each)")
-    if m.get("serial_steps"):
-        ops = sorted(Counter(s["op"] for s in m["serial_steps"]).items())
-        print("  steps on one GPU thread (no parallel kernel yet): " + ", ".join(f"{o} x{n}" for o, n in ops))
-    return 0
-
-
-def compile_trainer(args, graph: Graph, t0: float) -> int:
-    """--train: the training binary."""
-    out = exports.export_trainer(
-        graph, args.output, train=args.train, name=args.name, mpi=False if args.no_mpi else None,
-        compress=args.compress, threads=args.threads, portable=args.portable, build_binary=not args.no_build,
-    )  # fmt: skip
-    m = json.loads((out / "metadata.json").read_text())
-    t = m["trainer"]
-    built = "" if args.no_build else f", binary {out / args.name}"
-    print(
-        f"flowc: wrote {out}{built} in {time.perf_counter() - t0:.1f} s; training step: "
-        f"arena {t['arena_bytes']} B (lower bound {t['arena_lower_bound']} B), state {t['state_bytes']} B, "
-        f"batch {t['batch_per_rank']} per rank"
-    )
-    ins = " ".join(f"{n}=..." for n in t["inputs"])
-    run = f"mpiexec -n R {out / args.name}" if t["mpi"] else str(out / args.name)
-    print(f"  train: {run} train --data FILE.npz (arrays {ins}) --epochs E --checkpoint ck.npz")
-    return 0
+        lines += [f"  {fp.line()}", f"  {fp.detail()}"]
+    return "\n".join(lines)
 
 
 def check_ranks(args) -> None:
@@ -345,7 +312,7 @@ def cmd_inspect(args) -> int:
             alpha=args.alpha_us * 1e-6, beta=args.beta_gbps * 1e9,
         )  # fmt: skip
     if args.train is not None:
-        options = options.with_(train=args.train)
+        options = options.with_(trainer=args.train)
     shown = [s.name for s in pipeline.stages(options)][:-1]  # inspect builds nothing
     if args.stage is not None and args.stage not in shown:
         raise FlowcError(f"--stage {args.stage!r} is not a stage; stages: {', '.join(shown)}")
@@ -366,7 +333,7 @@ def cmd_inspect(args) -> int:
         return 0
     if c.partition is not None:
         return inspect_ranks(args, graph, c)
-    if options.train is not None:
+    if options.trainer is not None:
         return inspect_trainer(args, graph, c)
     where = f"target {args.target} on {args.arch}"
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {where}")

@@ -16,7 +16,7 @@ from graphdef.errors import ExecutionError, FeedError, FlowcError
 from graphdef.interpret import feed_value
 from graphdef.ir import Graph, TensorType
 
-from . import outdir, pipeline
+from . import pipeline
 from .cache import build_cached, bundle_cached, graph_key, key_options
 from .loaded import Guarded, TensorSpec, check_name, with_train
 from .render import layout as L
@@ -285,21 +285,15 @@ def export(
     Makefile, CMakeLists.txt, metadata.json, runtime) and, unless ``build_binary`` is False,
     its binary built with nvcc (or with ``cc``, a host C++ compiler, for the CPU simulator).
     ``ranks``: split over that many MPI ranks, a GPU each (``placement``, ``compress`` as for C):
-    one SPMD program that ``mpiexec -n ranks`` runs.
+    one SPMD program that ``mpiexec -n ranks`` runs (codegen/exports.py ``write``).
     The folder is replaced only when everything is written and built."""
-    check_name(name)
-    out = outdir.check(out_dir)
-    o = options(name, cc, sm, outputs=outputs, precision=precision)
-    o = o.with_(
-        product="program" if build_binary else "none", ranks=ranks, placement=placement, compress=compress
-    )
-    tmp = outdir.prepare(out)
-    try:
-        pipeline.run(graph, o, until="build", folder=tmp)
-        outdir.publish(tmp, out, name)
-    finally:
-        outdir.discard(tmp)
-    return out
+    from .exports import project_options, write
+
+    o = project_options(
+        name=name, target="cuda", sm=sm, build_binary=build_binary, cc=cc, outputs=outputs,
+        precision=precision, ranks=ranks, placement=placement, compress=compress,
+    )  # fmt: skip
+    return write(graph, out_dir, o, cache=False)
 
 
 def parse_sm(text: str) -> tuple[int, ...]:

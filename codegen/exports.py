@@ -11,11 +11,132 @@ from pathlib import Path
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
 
-from . import outdir, pipeline
+from . import backends, outdir, partition, pipeline
 from .backends.c import toolchain
 from .cache import graph_key, key_options, restore_export, store_export
 from .loaded import check_name, with_train
 from .target import Target, parse_bytes
+
+
+def project_options(
+    name: str = "model",
+    target: str = "c",
+    arch: str = "host",
+    portable: bool = False,
+    threads: int = 1,
+    build_binary: bool = True,
+    cc: str | None = None,
+    flags=(),
+    planner: str = "best",
+    outputs=None,
+    ranks: int | None = None,
+    placement: str = "auto",
+    compress: str | None = None,
+    max_ram=None,
+    max_flash=None,
+    trainer=None,
+    mpi: bool | None = None,
+    sm=(80, 90),
+    precision: str = "fp32",
+) -> pipeline.Options:
+    """The pipeline options of a project folder (``write``), every choice checked in one line
+    before any work: the backend (``target``: "c" or "cuda"), the name, the arch, the limits
+    (bytes, or strings such as "64K"), the rank count, a CUDA build's architectures and
+    precision, and the compiler: the target's C compiler; MPI's for a program over ranks or a
+    data-parallel training binary (``trainer``: its train op; ``mpi`` None: with MPI when
+    mpicc is found; ``compress`` "fp16": gradients sent as float16); for CUDA, ``cc`` is the
+    host C++ compiler of the CPU simulator (nvcc otherwise)."""
+    backends.get(target)  # an unknown backend, in one line
+    check_name(name)
+    tgt = Target(arch, portable, threads)
+    if ranks is not None:
+        partition.check_rank_count(ranks)
+    product = "program" if build_binary else "none"
+    limits = {
+        "max_ram": None if max_ram is None else parse_bytes(max_ram, "max-ram"),
+        "max_flash": None if max_flash is None else parse_bytes(max_flash, "max-flash"),
+    }
+    if target == "cuda":
+        from .backends.cuda.precision import check
+
+        check(precision, tuple(sm))
+        if arch != "host" or threads != 1 or trainer is not None:
+            raise FlowcError("--target cuda builds for GPUs: --arch, --threads and --train are for C")
+        return pipeline.Options(
+            backend="cuda", outputs=outputs, name=name, cc=cc, sm=tuple(sm), planner=planner,
+            precision=precision, product=product, ranks=ranks, placement=placement, compress=compress,
+        )  # fmt: skip
+    allreduce = None
+    if trainer is not None:
+        from graphdef.builder import Tensor
+
+        trainer = str(trainer.ref) if isinstance(trainer, Tensor) else trainer
+        if mpi is None:
+            try:
+                toolchain.find_mpicc(cc)
+                mpi = True
+            except toolchain.ToolchainError:
+                mpi = False
+        if compress is not None and not mpi:
+            raise FlowcError("--compress sends the gradients between MPI ranks: it needs a build with MPI")
+        allreduce, compress = ((compress or "float32") if mpi else None), None
+        cc = toolchain.find_mpicc(cc) if mpi else toolchain.find_cc(cc, tgt)
+    elif ranks is None:
+        cc = toolchain.find_cc(cc, tgt)
+    elif build_binary:
+        cc = toolchain.find_mpicc(cc)
+    return pipeline.Options(
+        target=tgt, outputs=outputs, planner=planner, cc=cc, flags=tuple(flags), name=name,
+        product=None if build_binary and trainer is None else product, ranks=ranks, placement=placement,
+        compress=compress, max_ram=limits["max_ram"], max_flash=limits["max_flash"], allreduce=allreduce,
+        trainer=trainer,
+    )  # fmt: skip
+
+
+def write(graph: Graph, out_dir, options: pipeline.Options, cache: bool = True) -> Path:
+    """The one entry of every project folder, whatever the backend and product (a program, a
+    microcontroller library, an SPMD program over ranks, a training binary, a CUDA build): the
+    pipeline to its build stage in a folder beside ``out_dir``, renamed into place only when
+    complete (codegen/outdir.py). A model over ``options.max_ram`` / ``max_flash`` is refused
+    before any build (a microcontroller's code, stack and data checked once built). A repeated
+    write of the same graph with the same options is answered from the build cache (cache.py)
+    without running a compiler; ``cache=False``: build anew."""
+    out_dir = outdir.check(out_dir)
+    name, target = options.name, options.target
+    limits = {"max_ram": options.max_ram, "max_flash": options.max_flash}
+    key = graph_key(graph, options.outputs or graph.outputs, key_options(options))
+    tmp = outdir.prepare(out_dir)
+    try:
+        if cache and restore_export(key, tmp):
+            outdir.publish(tmp, out_dir, name)
+            return out_dir
+        ram = {}
+
+        def check_plan(stage, value):  # a model over the limits is refused before any build
+            if stage == "plan" and options.trainer is None:
+                for program in value if options.ranks is not None else [value]:
+                    ram.update(arena=program.arena_bytes, state=program.state_bytes)
+                    check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
+
+        c = pipeline.run(graph, options, until="build", folder=tmp, trace=check_plan)
+        built = c.results["build"]
+        if built.footprint is not None:
+            fp = built.footprint
+            check_limits(
+                name,
+                target,
+                limits,
+                {**ram, "stack": fp.stack, "data": fp.data},
+                {"code": fp.code, "weights": fp.weights},
+            )
+            c.sources.metadata["footprint"] = fp.to_json()
+            (tmp / "metadata.json").write_text(json.dumps(c.sources.metadata, indent=1) + "\n")
+        if cache:
+            store_export(key, tmp)
+        outdir.publish(tmp, out_dir, name)
+    finally:
+        outdir.discard(tmp)
+    return out_dir
 
 
 def export(
@@ -61,57 +182,15 @@ def export(
     The folder appears complete or not at all: it is written beside and renamed into place.
     A repeated export of the same graph with the same options (limits included) is answered
     from the build cache (cache.py) without running the compiler; ``cache=False``: build anew.
+    (``write`` with ``project_options`` is the same for every backend and product.)
     """
     check_name(name)
-    outputs = with_train(graph, outputs, train)
-    target = Target(arch, portable, threads)
-    limits = {
-        "max_ram": None if max_ram is None else parse_bytes(max_ram, "max-ram"),
-        "max_flash": None if max_flash is None else parse_bytes(max_flash, "max-flash"),
-    }
-    out_dir = outdir.check(out_dir)
-    if ranks is None:
-        cc = toolchain.find_cc(cc, target)
-    elif build_binary:
-        cc = toolchain.find_mpicc(cc)
-    options = pipeline.Options(
-        target=target, outputs=outputs, planner=planner, cc=cc, flags=tuple(flags), name=name,
-        product=None if build_binary else "none", ranks=ranks, placement=placement, compress=compress,
-        max_ram=None if ranks is None else limits["max_ram"],
+    options = project_options(
+        name=name, arch=arch, portable=portable, threads=threads, build_binary=build_binary, cc=cc,
+        flags=flags, planner=planner, outputs=with_train(graph, outputs, train), ranks=ranks,
+        placement=placement, compress=compress, max_ram=max_ram, max_flash=max_flash,
     )  # fmt: skip
-    key = graph_key(graph, outputs or graph.outputs, {**key_options(options), "export": limits})
-    tmp = outdir.prepare(out_dir)
-    try:
-        if cache and restore_export(key, tmp):
-            outdir.publish(tmp, out_dir, name)
-            return out_dir
-        ram = {}
-
-        def check_plan(stage, value):  # a model over the limits is refused before any build
-            if stage == "plan":
-                for program in value if ranks is not None else [value]:
-                    ram.update(arena=program.arena_bytes, state=program.state_bytes)
-                    check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
-
-        c = pipeline.run(graph, options, until="build", folder=tmp, trace=check_plan)
-        built = c.results["build"]
-        if built.footprint is not None:
-            fp = built.footprint
-            check_limits(
-                name,
-                target,
-                limits,
-                {**ram, "stack": fp.stack, "data": fp.data},
-                {"code": fp.code, "weights": fp.weights},
-            )
-            c.sources.metadata["footprint"] = fp.to_json()
-            (tmp / "metadata.json").write_text(json.dumps(c.sources.metadata, indent=1) + "\n")
-        if cache:
-            store_export(key, tmp)
-        outdir.publish(tmp, out_dir, name)
-    finally:
-        outdir.discard(tmp)
-    return out_dir
+    return write(graph, out_dir, options, cache)
 
 
 def export_trainer(
@@ -134,34 +213,13 @@ def export_trainer(
 
     ``mpi``: build with MPI's compiler (data parallel under ``mpiexec``); None: when one is
     found. ``compress``: "fp16" sends the gradients as float16 (default float32). Both models
-    go through the pipeline's stages (``Options.train``: ``flowc inspect --train`` shows them).
-    The folder appears complete or not at all."""
-    from graphdef.builder import Tensor
-
-    check_name(name)
-    out_dir = outdir.check(out_dir)
-    target = Target("host", portable, threads)
-    if mpi is None:
-        try:
-            toolchain.find_mpicc(cc)
-            mpi = True
-        except toolchain.ToolchainError:
-            mpi = False
-    if compress is not None and not mpi:
-        raise FlowcError("--compress sends the gradients between MPI ranks: it needs a build with MPI")
-    cc = toolchain.find_mpicc(cc) if mpi else toolchain.find_cc(cc, target)
-    options = pipeline.Options(
-        target=target, planner=planner, cc=cc, flags=tuple(flags), name=name,
-        product="program" if build_binary else "none", allreduce=(compress or "float32") if mpi else None,
-        train=str(train.ref) if isinstance(train, Tensor) else train,
+    go through the pipeline's stages (``Options.trainer``: ``flowc inspect --train`` shows
+    them). The folder appears complete or not at all."""
+    options = project_options(
+        name=name, trainer=train, mpi=mpi, compress=compress, threads=threads, portable=portable,
+        build_binary=build_binary, cc=cc, flags=flags, planner=planner,
     )  # fmt: skip
-    tmp = outdir.prepare(out_dir)
-    try:
-        pipeline.run(graph, options, until="build", folder=tmp)
-        outdir.publish(tmp, out_dir, name)
-    finally:
-        outdir.discard(tmp)
-    return out_dir
+    return write(graph, out_dir, options, cache=False)
 
 
 def check_limits(name: str, target: Target, limits: dict, ram: dict, flash: dict) -> None:

@@ -63,7 +63,9 @@ class Options:
     that nothing assigns become constants (False: they stay in the state, which a checkpoint
     can fill: the inference model of a training binary); ``sm``: the GPU architectures a CUDA
     build compiles for (compute capability x 10), ``precision`` its arithmetic (fp32, tf32, bf16,
-    fp16: codegen/backends/cuda/precision.py); ``train``: the train op (a name) of a training
+    fp16: codegen/backends/cuda/precision.py); ``max_ram`` / ``max_flash``: the bytes a project
+    folder's model may need (exports.write refuses a model over them; over ranks ``max_ram``
+    bounds each rank's arena); ``trainer``: the train op (a name) of a training
     binary (codegen/training.py): the step and the inference model, each through the stages,
     rendered together (``allreduce`` then says whether it trains data parallel over MPI).
     """
@@ -84,13 +86,14 @@ class Options:
     placement: str = "auto"
     compress: str | None = None
     max_ram: int | None = None
+    max_flash: int | None = None
     alpha: float = partition.ALPHA
     beta: float = partition.BETA
     allreduce: str | None = None
     freeze: bool = True
     sm: tuple[int, ...] = (80, 90)
     precision: str = "fp32"
-    train: str | None = None
+    trainer: str | None = None
 
     def with_(self, **changes) -> Options:
         return replace(self, **changes)
@@ -137,12 +140,12 @@ def part_options(options: Options) -> tuple[Options, Options]:
     """The options of a training binary's two models: the step ``<name>_train`` (with the
     allreduce of a data-parallel build), the inference model ``<name>`` (its variables stay
     state, which a checkpoint fills)."""
-    one = options.with_(train=None, product="none")
+    one = options.with_(trainer=None, product="none")
     return one.with_(name=f"{options.name}_train"), one.with_(allreduce=None, freeze=False)
 
 
 def _split(graph: Graph, c: Compilation) -> Parts:
-    step, infer = training.split(graph, c.options.train)
+    step, infer = training.split(graph, c.options.trainer)
     c.parts = [
         Compilation(g, o) if g is not None else None for g, o in zip((step, infer), part_options(c.options))
     ]
@@ -243,7 +246,7 @@ def stages(options: Options) -> list[Stage]:
     """The stages, in order, for these options (the target-neutral passes get the backend's
     legalizations)."""
     backend = backends.get(options.backend)
-    out = [Stage("split", _split)] if options.train is not None else []
+    out = [Stage("split", _split)] if options.trainer is not None else []
     out += [
         Stage("outputs", lambda g, c: passes.select_outputs(g, c.options.outputs)),
         Stage("limits", lambda g, c: limits.check_graph(g, c.options.target)),

@@ -1,8 +1,9 @@
 """The C backend: C99 sources for the host, Linux phones and boards, and microcontrollers.
 
 - op_table.py and ops/: how each op becomes C (expressions, kernel calls, legalizations);
-- gemm_ops.py, sgemm.py, gemm_lowering.py: the backend's own products on the packed float32
-  GEMM, their plans and packing, and the passes that put products on them;
+- gemm_ops.py, gemm_steps.py, sgemm.py, gemm_lowering.py: the backend's own products on the
+  packed float32 GEMM (their records, their steps' C), their plans and packing, and the passes
+  that put products on them;
 - emit.py, steps.py: rendering a Program through templates/c and templates/build (on the
   render core, codegen/render/); spmd.py: a partition's Programs as one MPI program
   (templates/mpi); trainer.py: a training binary's two Programs as one program (templates/train);
@@ -16,7 +17,7 @@ from pathlib import Path
 from graphdef.ir import Graph
 
 from ...render.sources import Built, Sources
-from . import emit, gemm_ops, op_table, ops, toolchain  # noqa: F401  (fill the op table)
+from . import emit, gemm_ops, gemm_steps, op_table, ops, toolchain  # noqa: F401  (fill the op table)
 from .gemm_lowering import lower_products
 from .op_table import LEGALIZE, supports  # noqa: F401  (supports: the backend's op table)
 

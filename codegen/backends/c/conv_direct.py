@@ -33,15 +33,8 @@ from graphdef.ops.conv import conv_ref
 from graphdef.registry import KERNEL, Attr, Example, Sample, defop
 
 from .epilogue import epilogue_context
-from .gemm_ops import (
-    _INTERNAL,
-    PRODUCT_ATTRS,
-    _check_epilogue,
-    _epilogue,
-    _fixed,
-    item_parts,
-    run_parts,
-)
+from .gemm_ops import _INTERNAL, PRODUCT_ATTRS, _check_epilogue, _epilogue, _fixed
+from .gemm_steps import item_parts, run_parts
 from .op_table import Call, kernel
 from .sgemm import tile
 

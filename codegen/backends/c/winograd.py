@@ -45,18 +45,8 @@ from graphdef.registry import KERNEL, Attr, Example, Sample, defop
 
 from ...render.splits import PARALLEL_FLOPS
 from . import conv_direct
-from .gemm_ops import (
-    _EXAMPLE_ISA,
-    _INTERNAL,
-    CHUNK_BYTES,
-    PRODUCT_ATTRS,
-    _check_epilogue,
-    _epilogue,
-    _fixed,
-    _product,
-    item_parts,
-    split_inputs,
-)
+from .gemm_ops import _EXAMPLE_ISA, _INTERNAL, PRODUCT_ATTRS, _check_epilogue, _epilogue, _fixed, split_inputs
+from .gemm_steps import CHUNK_BYTES, _product, item_parts
 from .op_table import Call, kernel
 from .sgemm import CACHES, make_plan, pack_a, plan_of, plan_tuple, tile, unpack_a, with_fields
 
@@ -177,9 +167,9 @@ def im2col_seconds(x_shape, k: int, out, parts: int = 1, isa: str = "avx512") ->
     flops = 2 * k * c * 9 * n * out[0] * out[1]
     t = _gemm_seconds(flops, c) / parts + wbytes / BANDWIDTH + RELOAD * wbytes / CACHE_BANDWIDTH
     cols = 4 * c * 9 * out[0] * out[1]  # an image's im2col copy
-    single = cols <= CHUNK_BYTES or out[0] * out[1] <= 8 * tile(isa)[1]  # gemm_ops.chunking
+    single = cols <= CHUNK_BYTES or out[0] * out[1] <= 8 * tile(isa)[1]  # gemm_steps.chunking
     if parts > 1 and n < parts and single:
-        # one slice an image, fewer than parts: every part copies it (gemm_ops.item_parts)
+        # one slice an image, fewer than parts: every part copies it (gemm_steps.item_parts)
         t += n * cols / CACHE_BANDWIDTH
     return t
 

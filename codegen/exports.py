@@ -168,7 +168,7 @@ def export_trainer(
         if mpi:
             toolchain.copy_mpi(tmp)
         if build_binary:
-            toolchain.build_binary(tmp, name, sources, cc, (*flags, *(("-Impi",) if mpi else ())), target)
+            toolchain.build_binary(tmp, name, sources, cc, (*flags, *trainer.build_flags(mpi)), target)
         outdir.publish(tmp, out_dir, name)
     finally:
         outdir.discard(tmp)

@@ -27,13 +27,6 @@ static void quoted(char *dst, size_t len, const char *src) {
     dst[n] = 0;
 }
 
-static void describe(char *buf, size_t len, const char *dtype, int rank, const long *shape) {
-    size_t n = (size_t)snprintf(buf, len, "%s[", dtype);
-    int i;
-    for (i = 0; i < rank && n < len; ++i) n += (size_t)snprintf(buf + n, len - n, i ? ", %ld" : "%ld", shape[i]);
-    if (n < len) snprintf(buf + n, len - n, "]");
-}
-
 /* The integer after "key": in a JSON text (no nesting: the header is flat), or -1. */
 static long json_long(const unsigned char *text, long n, const char *key) {
     char want[32];
@@ -84,8 +77,8 @@ int fc_ck_load(const char *path, const fc_ck_var *vars, int count, void *state, 
             return -1;
         }
         if (!same) {
-            describe(a, sizeof a, m->array.dtype, m->array.rank, m->array.shape);
-            describe(b, sizeof b, vars[i].dtype, vars[i].rank, vars[i].shape);
+            fc_npy_describe(a, sizeof a, m->array.dtype, m->array.rank, m->array.shape, NULL);
+            fc_npy_describe(b, sizeof b, vars[i].dtype, vars[i].rank, vars[i].shape, NULL);
             snprintf(err, errlen, "checkpoint %s: variable '%s' is %s; model '%s' has %s", path, q, a, model, b);
             fc_npz_close(&z);
             return -1;

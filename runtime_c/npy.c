@@ -301,6 +301,15 @@ static void describe_shape(char *buf, size_t len, int rank, const long *shape) {
     if (n < len) snprintf(buf + n, len - n, ")");
 }
 
+void fc_npy_describe(char *buf, size_t len, const char *dtype, int rank, const long *shape, const char *first) {
+    size_t n = (size_t)snprintf(buf, len, "%s[", dtype);
+    int i;
+    if (first && rank > 0 && n < len) n += (size_t)snprintf(buf + n, len - n, "%s", first);
+    for (i = first ? 1 : 0; i < rank && n < len; ++i)
+        n += (size_t)snprintf(buf + n, len - n, i ? ", %ld" : "%ld", shape[i]);
+    if (n < len) snprintf(buf + n, len - n, "]");
+}
+
 int fc_npy_check(const fc_npy *a, const char *name, const char *path, const char *dtype, int rank,
                  const long *shape, char *err, size_t errlen) {
     char got[128], want[128];

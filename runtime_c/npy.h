@@ -46,6 +46,10 @@ size_t fc_npy_itemsize(const char *dtype);
 int fc_npy_check(const fc_npy *a, const char *name, const char *path, const char *dtype, int rank,
                  const long *shape, char *err, size_t errlen);
 
+/* "float32[100, 16]": dtype and shape as messages show them, into buf (truncated to len); first:
+ * the text of axis 0 instead of its size ("N": "float32[N, 16]"), or NULL. */
+void fc_npy_describe(char *buf, size_t len, const char *dtype, int rank, const long *shape, const char *first);
+
 /* dir/file, malloc'ed (NULL when out of memory). */
 char *fc_npy_path(const char *dir, const char *file);
 

@@ -110,13 +110,15 @@ def build(sources: Sources, folder: Path, options) -> Built:
     target, name, product = options.target, options.name, options.product
     toolchain.write_sources(sources, folder, target)
     if "trainer" in sources.metadata:  # a training binary (render_trainer); data parallel: with mpicc
+        from . import trainer
+
         mpi = sources.metadata["trainer"]["mpi"]
         if mpi:
             toolchain.copy_mpi(folder)
         if product == "none":
             return Built(folder, "none")
         cc = toolchain.find_mpicc(options.cc) if mpi else toolchain.find_cc(options.cc, target)
-        flags = (*options.flags, *(("-Impi",) if mpi else ()))
+        flags = (*options.flags, *trainer.build_flags(mpi))
         return Built(folder, "program", toolchain.build_binary(folder, name, sources, cc, flags, target))
     if sources.metadata.get("ranks"):  # an SPMD program over MPI ranks: built with mpicc
         toolchain.copy_mpi(folder)

@@ -28,8 +28,8 @@ from .sgemm import isa_from_macros
 
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
 RUNTIME_FILES = ("flowc_rt.h", "files.c", "files.h", "npy.c", "npy.h", "npz.c", "npz.h", "checkpoint.c",
-                 "checkpoint.h", "driver.c", "driver.h", "timing.h", "threadpool.c",
-                 "threadpool.h")  # fmt: skip
+                 "checkpoint.h", "driver.c", "driver.h", "fc_train.c", "fc_train.h", "timing.h",
+                 "threadpool.c", "threadpool.h")  # fmt: skip
 
 
 def find_cc(cc: str | None = None, target: Target | None = None) -> str:

@@ -4,11 +4,13 @@ on a dataset and runs its other outputs from the trained variables.
 Two models share the folder: ``<name>`` (the graph's outputs other than the train op, the
 inference model: ``<name> --in ... --out-dir ... --checkpoint ck.npz``, templates/build/main.c.j2)
 and ``<name>_train`` (one training step: the train op, reading only the inputs it needs).
-templates/train/train.c.j2 is the training driver (``<name> train --data ...``): the dataset
-memory-mapped (runtime_c/npz.c), a seeded shuffle each epoch (``order`` below is its Python
-twin), checkpoints (runtime_c/checkpoint.c), and, built with MPI, data parallelism: every
-rank the same shuffle and its slice of each global batch, the gradients averaged by the
-step's allreduce buckets (codegen/data_parallel.py).
+The training driver (``<name> train --data ...``) is C of its own, runtime_c/fc_train.c: the
+dataset memory-mapped (runtime_c/npz.c), a seeded shuffle each epoch (``order`` below is its
+Python twin), checkpoints (runtime_c/checkpoint.c), and, built with MPI (``-DFC_MPI``), data
+parallelism: every rank the same shuffle and its slice of each global batch, the gradients
+averaged by the step's allreduce buckets (codegen/data_parallel.py). The folder's train.c
+(templates/train/train.c.j2) only describes the step to it: a ``fc_train_model`` of its inputs,
+state variables and entry points.
 """
 
 from __future__ import annotations
@@ -25,12 +27,21 @@ from ...storage import ALIGN
 from .emit import DRIVER_C
 
 MPI_C = "mpi/fc_mpi.c"
+TRAINER_C = "runtime/fc_train.c"
+MPI_FLAGS = ("-Impi", "-DFC_MPI")
 _MASK = (1 << 64) - 1
+
+
+def build_flags(mpi: bool) -> tuple[str, ...]:
+    """What the build of a training binary adds to the compiler's flags: for a data-parallel one
+    the MPI layer's headers and FC_MPI, which turns on runtime_c/fc_train.c's MPI parts."""
+    return MPI_FLAGS if mpi else ()
 
 
 def order(n: int, seed: int, epoch: int) -> list[int]:
     """The order in which the training binary visits ``n`` samples in ``epoch`` (from 0) with
-    ``--seed seed``: Fisher-Yates driven by splitmix64, as train.c.j2's ``shuffle``."""
+    ``--seed seed``: Fisher-Yates driven by splitmix64, as runtime_c/fc_train.c's
+    ``fc_train_order``."""
     s = (seed ^ (epoch * 0xD1B54A32D192ED03)) & _MASK
     perm = list(range(n))
     for i in range(n - 1, 0, -1):
@@ -79,7 +90,8 @@ def check_step(program, name: str) -> None:
 def render(
     step_src: Sources, step_program, infer_src: Sources | None, name: str, target, mpi: bool
 ) -> Sources:
-    """The folder's files: both models', main.c, train.c, Makefile and metadata.json."""
+    """The folder's files: both models', main.c, train.c (the step's description for
+    runtime_c/fc_train.c), Makefile and metadata.json."""
     env = environment()
     check_step(step_program, name)
     out = Sources(api=infer_src.api if infer_src else step_src.api)
@@ -90,23 +102,24 @@ def render(
             if fname.startswith(src.context["name"]):
                 out.files[fname] = content
     c_files = list(dict.fromkeys([*(infer_src.c_files if infer_src else []), *step_src.c_files]))
-    c_files += ["train.c"] + ([MPI_C] if mpi else [])
+    c_files += ["train.c", TRAINER_C] + ([MPI_C] if mpi else [])
     state = step_src.metadata["state"]
     specs = {v["name"]: (tuple(v["shape"]), v["dtype"]) for v in state}
     step = step_src.context
-    g_step = next((v["offset"] for v in state if v["name"] == "global_step" and v["dtype"] == "int64"), None)
+    g_step = next((v["offset"] for v in state if v["name"] == "global_step" and v["dtype"] == "int64"), -1)
     depths = label_depths(step_program.graph)
+    pool = {"bytes": "NULL", "start": "NULL", "stop": "NULL"}
+    if target.threads > 1:
+        pool = {k: f"{step['name']}_pool_{k}" for k in pool}
     t = {
         "name": name,
         "step": step["name"],
         "STEP": step["NAME"],
         "version": VERSION,
-        "mpi": mpi,
-        "inference": infer_src is not None,
         "threads": target.threads,
+        "pool": pool,
         "align": ALIGN,
         "batch": step_program.inputs[0][2].shape[0],
-        "max_rank": max(t.rank for _, _, t in step_program.inputs),
         "inputs": [
             {
                 "name": c_string(label),
@@ -118,18 +131,18 @@ def render(
             }
             for label, ref, t in step_program.inputs
         ],  # fmt: skip
-        "input_names": ", ".join(c_string(label)[1:-1] for label, _, _ in step_program.inputs),
+        "input_names": c_string(", ".join(label for label, _, _ in step_program.inputs)),
         "vars": step["state_vars"],
         "hash": checkpoint.spec_hash(specs),
         "global_step": g_step,
         "call": step_src.api.run.call(
             {
                 "input": lambda p: f"(const void *)batch[{p.index}]",
-                "output": lambda p: "&loss",
+                "output": lambda p: "loss",
                 "arena": "arena",
                 "state": "state",
                 "pool": "pool",
-                "mpi": "mpi" if mpi else "NULL",
+                "mpi": "mpi",
             }
         ),
     }
@@ -141,7 +154,7 @@ def render(
         m = {**step, "name": name, "trainer": True, "mpi": mpi}
         out.files["main.c"] = env.get_template("train/main.c.j2").render(t=t)
     out.files["Makefile"] = env.get_template("build/Makefile.j2").render(
-        m={**m, "mpi": mpi}, sources=c_files, driver=DRIVER_C
+        m={**m, "mpi": mpi, "mpi_flags": " ".join(MPI_FLAGS)}, sources=c_files, driver=DRIVER_C
     )
     out.c_files = c_files
     base = infer_src.metadata if infer_src is not None else step_src.metadata

@@ -1,0 +1,497 @@
+/* The training binary's driver: fc_train.h says what it does. Every stage returns 0 or the exit
+ * status after its one line on stderr; fc_train_main runs them in order and frees what they
+ * took. The parts that need MPI are under FC_MPI. */
+#define _POSIX_C_SOURCE 200809L
+#include "fc_train.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "driver.h"
+#include "npz.h"
+#include "timing.h"
+#ifdef FC_MPI
+#include <mpi.h>
+
+#include "fc_mpi.h"
+#endif
+
+#define MAX_FILES 64
+#define MSG 1200
+
+/* One input's dataset array. */
+typedef struct {
+    const unsigned char *base; /* the array's samples (memory-mapped) */
+    const char *file;          /* the --data file it came from */
+} column;
+
+typedef struct {
+    const fc_train_model *m;
+    /* the command line */
+    const char *files[MAX_FILES], *names[MAX_FILES]; /* names[k]: NULL for an .npz, else the .npy's input */
+    int nfiles;
+    const char *checkpoint, *resume;
+    long epochs, global_batch, seed, every;
+    /* the dataset, the steps and the buffers */
+    fc_npz sets[MAX_FILES];
+    column *cols; /* one per input */
+    void **batch; /* one per input: this rank's slice of the global batch */
+    long n, steps_per_epoch, total, first, ck_step;
+    long *perm;
+    void *arena, *state, *pool;
+    int pool_started;
+    /* the ranks: this one prints (rank 0, or the only one) */
+    int size, rank, rank0;
+    void *mpi; /* the step's communication context, or NULL */
+    char prefix[128]; /* "NAME train: error: " */
+    char msg[MSG];
+} trainer;
+
+static volatile sig_atomic_t interrupted = 0; /* the signal that asks to stop, or 0 */
+
+static void on_stop(int sig) {
+    interrupted = sig;
+}
+
+static const char *signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
+/* splitmix64: the generator of the shuffle */
+static uint64_t next_random(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+void fc_train_order(long *perm, long n, uint64_t seed, long epoch) {
+    uint64_t s = seed ^ ((uint64_t)epoch * 0xD1B54A32D192ED03ULL);
+    long i;
+    for (i = 0; i < n; ++i) perm[i] = i;
+    for (i = n - 1; i > 0; --i) {
+        long j = (long)(next_random(&s) % (uint64_t)(i + 1)), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+}
+
+/* An error every rank finds alike (the command line, the dataset's shapes): rank 0 says it. */
+static int die(const trainer *t, int code, const char *msg) {
+    if (t->rank0) fc_npy_error_line(t->prefix, msg);
+    return code;
+}
+
+/* An error that may be this rank's alone (a file on its node): every rank says its own, naming
+ * itself when there are several. */
+static int die_here(const trainer *t, int code, const char *msg) {
+    char prefix[160];
+    if (t->size > 1)
+        snprintf(prefix, sizeof prefix, "%s train: rank %d: error: ", t->m->name, t->rank);
+    else
+        snprintf(prefix, sizeof prefix, "%s", t->prefix);
+    fc_npy_error_line(prefix, msg);
+    return code;
+}
+
+static int parse_long(const char *text, long lo, long *out) {
+    char *end;
+    errno = 0;
+    *out = strtol(text, &end, 10);
+    return end != text && !*end && errno != ERANGE && *out >= lo;
+}
+
+#define USAGE "usage: %s train --data FILE.npz [--epochs E] [--batch B] [--seed S] [--checkpoint FILE.npz [--every N]] " \
+              "[--resume FILE.npz]"
+
+/* --data FILE.npz, or --data NAME=FILE.npy naming one of the step's inputs */
+static int data_arg(trainer *t, const char *spec) {
+    const char *eq = strchr(spec, '=');
+    int k;
+    if (t->nfiles == MAX_FILES) return die(t, 2, "too many --data files");
+    t->files[t->nfiles] = spec;
+    t->names[t->nfiles] = NULL;
+    if (eq && (strlen(spec) < 4 || strcmp(spec + strlen(spec) - 4, ".npz") != 0)) {
+        for (k = 0; k < t->m->num_inputs; ++k) {
+            const char *name = t->m->inputs[k].name;
+            if (strlen(name) == (size_t)(eq - spec) && strncmp(name, spec, (size_t)(eq - spec)) == 0)
+                t->names[t->nfiles] = name;
+        }
+        if (!t->names[t->nfiles]) {
+            snprintf(t->msg, sizeof t->msg, "--data %s: the step has no input '%.*s' (its inputs: %s)", spec,
+                     (int)(eq - spec), spec, t->m->input_names);
+            return die(t, 2, t->msg);
+        }
+        t->files[t->nfiles] = eq + 1;
+    }
+    ++t->nfiles;
+    return 0;
+}
+
+static int parse_args(trainer *t, int argc, char **argv) {
+    int i, code;
+    for (i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        if (i + 1 >= argc) {
+            snprintf(t->msg, sizeof t->msg, "'%s' expects a value, or is not an option; " USAGE, a, t->m->name);
+            return die(t, 2, t->msg);
+        }
+        if (strcmp(a, "--data") == 0) {
+            if ((code = data_arg(t, argv[++i])) != 0) return code;
+        } else if (strcmp(a, "--epochs") == 0) {
+            if (!parse_long(argv[++i], 1, &t->epochs)) return die(t, 2, "--epochs expects a positive count");
+        } else if (strcmp(a, "--batch") == 0) {
+            if (!parse_long(argv[++i], 1, &t->global_batch)) return die(t, 2, "--batch expects a positive count");
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!parse_long(argv[++i], 0, &t->seed)) return die(t, 2, "--seed expects a count of at least 0");
+        } else if (strcmp(a, "--every") == 0) {
+            if (!parse_long(argv[++i], 1, &t->every)) return die(t, 2, "--every expects a positive count of steps");
+        } else if (strcmp(a, "--checkpoint") == 0) {
+            t->checkpoint = argv[++i];
+        } else if (strcmp(a, "--resume") == 0) {
+            t->resume = argv[++i];
+        } else {
+            snprintf(t->msg, sizeof t->msg, "unexpected argument '%s'; " USAGE, a, t->m->name);
+            return die(t, 2, t->msg);
+        }
+    }
+    if (!t->nfiles) {
+        snprintf(t->msg, sizeof t->msg, "missing --data FILE.npz (or --data NAME=FILE.npy for each of: %s)",
+                 t->m->input_names);
+        return die(t, 2, t->msg);
+    }
+    if (t->every && !t->checkpoint) return die(t, 2, "--every N writes checkpoints: give --checkpoint FILE.npz");
+    return 0;
+}
+
+/* The dataset: every input's array, memory-mapped, checked against the step's input; class
+ * labels out of range found here, not as a failed step. */
+static int open_dataset(trainer *t) {
+    const fc_train_model *m = t->m;
+    int j, k, i;
+    for (j = 0; j < t->nfiles; ++j) {
+        int failed = t->names[j] ? fc_npz_open_npy(t->files[j], t->names[j], &t->sets[j], t->msg, sizeof t->msg)
+                                 : fc_npz_open(t->files[j], &t->sets[j], t->msg, sizeof t->msg);
+        if (failed) return die_here(t, 2, t->msg);
+    }
+    for (k = 0; k < m->num_inputs; ++k) {
+        const fc_train_input *d = &m->inputs[k];
+        const fc_npz_member *a = NULL;
+        const char *file = NULL;
+        int same;
+        for (j = t->nfiles - 1; j >= 0 && !a; --j)
+            if ((a = fc_npz_find(&t->sets[j], d->name)) != NULL) file = t->files[j];
+        if (!a) {
+            snprintf(t->msg, sizeof t->msg, "the dataset has no array '%s' (the step's inputs: %s)", d->name,
+                     m->input_names);
+            return die(t, 2, t->msg);
+        }
+        same = strcmp(a->array.dtype, d->dtype) == 0 && a->array.rank == d->rank;
+        for (i = 1; same && i < d->rank; ++i) same = a->array.shape[i] == d->shape[i];
+        if (!same) {
+            char got[256], want[256];
+            fc_npy_describe(got, sizeof got, a->array.dtype, a->array.rank, a->array.shape, NULL);
+            fc_npy_describe(want, sizeof want, d->dtype, d->rank, d->shape, "N");
+            snprintf(t->msg, sizeof t->msg, "dataset array '%s' (%s) is %s; the step's input '%s' takes %s (N samples)",
+                     d->name, file, got, d->name, want);
+            return die(t, 2, t->msg);
+        }
+        if (t->n >= 0 && a->array.shape[0] != t->n) {
+            snprintf(t->msg, sizeof t->msg, "dataset array '%s' (%s) has %ld samples; '%s' has %ld", d->name, file,
+                     a->array.shape[0], m->inputs[0].name, t->n);
+            return die(t, 2, t->msg);
+        }
+        t->n = a->array.shape[0];
+        t->cols[k].base = (const unsigned char *)a->array.data;
+        t->cols[k].file = file;
+    }
+    for (k = 0; k < m->num_inputs; ++k) {
+        const fc_train_input *d = &m->inputs[k];
+        size_t item = fc_npy_itemsize(d->dtype);
+        long row_size = item ? (long)(d->row_bytes / item) : 0;
+        if (d->labels && fc_drv_check_labels(t->cols[k].base, d->dtype, t->n, row_size, d->labels, d->name,
+                                             t->cols[k].file, t->msg, sizeof t->msg) != 0)
+            return die_here(t, 2, t->msg);
+    }
+    return 0;
+}
+
+/* The global batch, the steps of an epoch and of the whole run, and the checkpoint's path. */
+static int plan(trainer *t) {
+    long batch = t->m->batch;
+    int j;
+    if (t->global_batch && t->global_batch != batch * t->size) {
+        snprintf(t->msg, sizeof t->msg, "--batch %ld: the step takes %ld samples on each of %d rank(s), a global batch "
+                 "of %ld (compile the step for a batch of %ld / ranks)", t->global_batch, batch, t->size,
+                 batch * t->size, t->global_batch);
+        return die(t, 2, t->msg);
+    }
+    t->global_batch = batch * t->size;
+    t->steps_per_epoch = t->n / t->global_batch;
+    if (t->steps_per_epoch < 1) {
+        snprintf(t->msg, sizeof t->msg, "the dataset has %ld samples, fewer than one global batch (%ld)", t->n,
+                 t->global_batch);
+        return die(t, 2, t->msg);
+    }
+    if (t->epochs > LONG_MAX / t->steps_per_epoch) {
+        snprintf(t->msg, sizeof t->msg, "--epochs %ld: %ld epochs of %ld steps are more steps than this binary counts "
+                 "(%ld)", t->epochs, t->epochs, t->steps_per_epoch, LONG_MAX);
+        return die(t, 2, t->msg);
+    }
+    t->total = t->steps_per_epoch * t->epochs;
+    if (t->checkpoint && t->rank0) { /* before the first step, not after the last: only rank 0 writes it */
+        for (j = 0; j < t->nfiles; ++j) {
+            if (fc_file_same(t->checkpoint, t->files[j])) {
+                snprintf(t->msg, sizeof t->msg, "--checkpoint %s names the dataset file %s: it would be written over",
+                         t->checkpoint, t->files[j]);
+                return die_here(t, 2, t->msg);
+            }
+        }
+        if (fc_file_check_writable(t->checkpoint, t->msg, sizeof t->msg) != 0) {
+            char why[MSG];
+            snprintf(why, sizeof why, "--checkpoint: %.1100s", t->msg);
+            return die_here(t, 2, why);
+        }
+    }
+    return 0;
+}
+
+/* The state's global_step: where a resumed run starts. */
+static long global_step(const trainer *t) {
+    return (long)*(const int64_t *)((const unsigned char *)t->state + t->m->global_step);
+}
+
+/* The shuffle, the arena, the state (initial, or from --resume) and the batches. */
+static int set_up(trainer *t) {
+    const fc_train_model *m = t->m;
+    int k;
+    t->perm = (long *)malloc(sizeof(long) * (size_t)t->n);
+    if (!t->perm || posix_memalign(&t->arena, m->align, m->arena_bytes ? m->arena_bytes : 64) != 0 ||
+        posix_memalign(&t->state, m->align, m->state_bytes) != 0)
+        return die(t, 3, "out of memory");
+    for (k = 0; k < m->num_inputs; ++k)
+        if (posix_memalign(&t->batch[k], 64, m->inputs[k].row_bytes * (size_t)m->batch + 64) != 0)
+            return die(t, 3, "out of memory");
+    if (m->state_init(t->state) != 0) return die(t, 3, "cannot set up the state");
+    if (t->resume) { /* every rank reads it (the same file), so that each can name what does not fit */
+        if (fc_ck_load(t->resume, m->vars, m->num_vars, t->state, 1, &t->ck_step, m->name, t->msg, sizeof t->msg) != 0)
+            return die_here(t, 2, t->msg);
+        if (m->global_step >= 0 && (t->first = global_step(t)) < 0) { /* the step indexes the shuffle: never trust it */
+            snprintf(t->msg, sizeof t->msg, "--resume %s: its global_step is %ld; a step count is at least 0", t->resume,
+                     t->first);
+            return die_here(t, 2, t->msg);
+        }
+    }
+    return 0;
+}
+
+static int save(trainer *t, long step) {
+    if (t->rank0 && fc_ck_save(t->checkpoint, t->m->vars, t->m->num_vars, t->state, t->m->name, t->m->hash, step,
+                               t->msg, sizeof t->msg) != 0) {
+        int code = die(t, 4, t->msg);
+#ifdef FC_MPI
+        if (t->size > 1) fc_mpi_abort((fc_mpi *)t->mpi, "cannot write the checkpoint");
+#endif
+        return code;
+    }
+    t->ck_step = step;
+    return 0;
+}
+
+/* The steps from t->first to t->total; 0, or the exit status. */
+static int train(trainer *t) {
+    const fc_train_model *m = t->m;
+    double t_start, t_last = 0.0, t_epoch, loss_sum = 0.0;
+    long epoch_steps = 0, step;
+    int k, tty, code;
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    tty = t->rank0 && isatty(STDOUT_FILENO);
+
+    t_start = t_epoch = fc_now_us();
+    for (step = t->first; step < t->total; ++step) {
+        long epoch = step / t->steps_per_epoch, at = step % t->steps_per_epoch;
+        float loss = 0.0f;
+        int status, stop;
+        if (step == t->first || at == 0) fc_train_order(t->perm, t->n, (uint64_t)t->seed, epoch);
+        for (k = 0; k < m->num_inputs; ++k) { /* this rank's slice of the global batch */
+            const long *idx = t->perm + at * t->global_batch + (long)t->rank * m->batch;
+            size_t row = m->inputs[k].row_bytes;
+            unsigned char *dst = (unsigned char *)t->batch[k];
+            long s;
+            for (s = 0; s < m->batch; ++s) memcpy(dst + (size_t)s * row, t->cols[k].base + (size_t)idx[s] * row, row);
+        }
+        status = m->run(t->batch, &loss, t->arena, t->state, t->pool, t->mpi);
+        if (status != 0) {
+            snprintf(t->msg, sizeof t->msg, "step %ld: %s_run failed: %s", step, m->step, m->status_string(status));
+            return die(t, 3, t->msg);
+        }
+        stop = interrupted;
+#ifdef FC_MPI
+        if (t->size > 1) { /* the mean loss, and whether any rank was interrupted */
+            float both[2];
+            both[0] = loss;
+            both[1] = (float)stop;
+            fc_mpi_allreduce_sum_f32((fc_mpi *)t->mpi, both, 2, "the loss");
+            loss = both[0] / (float)t->size;
+            if (!stop && both[1] > 0.0f) stop = SIGTERM; /* another rank was told to stop */
+        }
+#endif
+        if (!isfinite(loss)) {
+            if (t->checkpoint && t->ck_step >= 0)
+                snprintf(t->msg, sizeof t->msg, "the loss is %f at step %ld (epoch %ld): stopped; the last checkpoint, "
+                         "%s (step %ld), is kept", (double)loss, step + 1, epoch + 1, t->checkpoint, t->ck_step);
+            else
+                snprintf(t->msg, sizeof t->msg, "the loss is %f at step %ld (epoch %ld): stopped%s", (double)loss,
+                         step + 1, epoch + 1, t->checkpoint ? "; no checkpoint was written" : "");
+            if (tty) printf("\n");
+            return die(t, 5, t->msg);
+        }
+        loss_sum += loss;
+        ++epoch_steps;
+        if (tty && (fc_now_us() - t_last > 200000.0 || at + 1 == t->steps_per_epoch)) {
+            double sec = (fc_now_us() - t_epoch) * 1e-6;
+            t_last = fc_now_us();
+            printf("\repoch %ld/%ld  step %ld/%ld  loss %.4f  %.0f samples/s   ", epoch + 1, t->epochs, step + 1,
+                   t->total, (double)loss, sec > 0 ? (double)(epoch_steps * t->global_batch) / sec : 0.0);
+            fflush(stdout);
+        }
+        if (at + 1 == t->steps_per_epoch) {
+            double sec = (fc_now_us() - t_epoch) * 1e-6;
+            if (t->rank0) {
+                printf("%sepoch %ld/%ld: step %ld, mean loss %.6f, %.0f samples/s\n", tty ? "\r" : "", epoch + 1,
+                       t->epochs, step + 1, loss_sum / (double)epoch_steps,
+                       sec > 0 ? (double)(epoch_steps * t->global_batch) / sec : 0.0);
+                fflush(stdout);
+            }
+            loss_sum = 0.0;
+            epoch_steps = 0;
+            t_epoch = fc_now_us();
+        }
+        if (t->checkpoint && (stop || step + 1 == t->total || (t->every && (step + 1) % t->every == 0)) &&
+            (code = save(t, step + 1)) != 0)
+            return code;
+        if (stop) {
+            if (t->rank0) {
+                printf("%sinterrupted by %s at step %ld%s%s\n", tty ? "\n" : "", signal_name(stop), step + 1,
+                       t->checkpoint ? ": wrote " : " (no --checkpoint)", t->checkpoint ? t->checkpoint : "");
+                fflush(stdout);
+            }
+            return 128 + stop;
+        }
+    }
+    if (t->rank0) {
+        double sec = (fc_now_us() - t_start) * 1e-6;
+        printf("trained %ld step(s) of %ld samples in %.3f s: %.1f samples/s on %d rank(s)%s%s\n", t->total - t->first,
+               t->global_batch, sec, sec > 0 ? (double)((t->total - t->first) * t->global_batch) / sec : 0.0, t->size,
+               t->checkpoint ? "; checkpoint " : "", t->checkpoint ? t->checkpoint : "");
+    }
+    return 0;
+}
+
+/* From the step the state is at to the last: the thread pool, then the steps. */
+static int run_steps(trainer *t) {
+    const fc_train_model *m = t->m;
+    if (m->global_step >= 0)
+        t->first = global_step(t);
+    else
+        t->first = t->resume ? (t->ck_step < 0 ? 0 : t->ck_step) : 0;
+    if (t->first >= t->total) {
+        if (t->rank0)
+            printf("nothing to train: the state is at step %ld; %ld epoch(s) of %ld steps end at step %ld\n", t->first,
+                   t->epochs, t->steps_per_epoch, t->total);
+        return 0;
+    }
+    if (m->pool_bytes) {
+        if (posix_memalign(&t->pool, 64, m->pool_bytes()) != 0 || m->pool_start(t->pool) != 0) {
+            snprintf(t->msg, sizeof t->msg, "cannot start %d threads", m->threads);
+            return die(t, 3, t->msg);
+        }
+        t->pool_started = 1;
+    }
+    return train(t);
+}
+
+/* What the stages took (each pointer NULL or its own). */
+static void release(trainer *t) {
+    int j, k;
+    for (j = 0; j < t->nfiles; ++j) fc_npz_close(&t->sets[j]);
+    for (k = 0; t->batch && k < t->m->num_inputs; ++k) free(t->batch[k]);
+    free(t->batch);
+    free(t->cols);
+    free(t->perm);
+    free(t->arena);
+    free(t->state);
+    if (t->pool_started) t->m->pool_stop(t->pool);
+    free(t->pool);
+}
+
+int fc_train_main(const fc_train_model *m, int argc, char **argv) {
+    trainer t;
+    int code;
+#ifdef FC_MPI
+    fc_mpi ctx;
+#endif
+    memset(&t, 0, sizeof t);
+    t.m = m;
+    t.epochs = 1;
+    t.n = -1;
+    t.steps_per_epoch = 1;
+    t.ck_step = -1;
+    t.size = 1;
+    t.rank0 = 1;
+    snprintf(t.prefix, sizeof t.prefix, "%s train: error: ", m->name);
+#ifdef FC_MPI
+    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) return die(&t, 3, "MPI_Init failed");
+    if (fc_mpi_init(&ctx, NULL, 0, m->name) != 0) {
+        MPI_Finalize();
+        return 3;
+    }
+    t.mpi = &ctx;
+    t.size = ctx.size;
+    t.rank = ctx.rank;
+    t.rank0 = t.rank == 0;
+#else
+    if (getenv("PMI_SIZE") && atoi(getenv("PMI_SIZE")) > 1) /* MPICH's mpiexec */
+        return die(&t, 2, "this binary was built without MPI: it trains on one process (rebuild where mpicc is found)");
+    if (getenv("OMPI_COMM_WORLD_SIZE") && atoi(getenv("OMPI_COMM_WORLD_SIZE")) > 1) /* Open MPI's */
+        return die(&t, 2, "this binary was built without MPI: it trains on one process (rebuild where mpicc is found)");
+#endif
+    t.cols = (column *)calloc((size_t)m->num_inputs, sizeof *t.cols);
+    t.batch = (void **)calloc((size_t)m->num_inputs, sizeof *t.batch);
+    if (!t.cols || !t.batch)
+        code = die(&t, 3, "out of memory");
+    else if ((code = parse_args(&t, argc, argv)) == 0 && (code = open_dataset(&t)) == 0 && (code = plan(&t)) == 0)
+        code = set_up(&t);
+#ifdef FC_MPI
+    if (t.size > 1) { /* one verdict for all: a rank that cannot start stops every rank, none waits */
+        double v = code;
+        fc_mpi_allreduce_max_f64(&ctx, &v, 1, "the start-up status");
+        if (!code && v > 0) code = (int)v;
+    }
+    /* one start for all: rank 0's variables (and slots, and step) */
+    if (!code) fc_mpi_bcast(&ctx, t.state, (long)m->state_bytes, 0, "the variables");
+#endif
+    if (!code) code = run_steps(&t);
+    release(&t);
+#ifdef FC_MPI
+    fc_mpi_free(&ctx);
+    MPI_Finalize();
+#endif
+    return code;
+}

@@ -5,6 +5,7 @@ objects started before the Python stages end (``prefetch``). Each way checked ag
 
 from __future__ import annotations
 
+import re
 import subprocess
 import warnings
 
@@ -20,15 +21,17 @@ from codegen.target import Target
 pytestmark = pytest.mark.c
 
 
-def mlp(layers: int = 6, width: int = 48, seed: int = 0) -> gd.Graph:
-    """Dense layers with biases and a tanh: every product a packed-GEMM step of its own."""
+def mlp(layers: int = 6, width: int = 48, seed: int = 0, grow: int = 0) -> gd.Graph:
+    """Dense layers with biases and a tanh: every product a packed-GEMM step of its own; each
+    layer ``grow`` wider than the one before (0: all alike)."""
     rng = np.random.default_rng(seed)
     g = gd.Graph(f"mlp{seed}")
     with g:
         h = gd.placeholder("x", (8, width))
-        for _ in range(layers):
-            w = gd.constant((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32))
-            b = gd.constant(rng.standard_normal(width).astype(np.float32))
+        for i in range(layers):
+            n_in, n_out = width + i * grow, width + (i + 1) * grow
+            w = gd.constant((rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32))
+            b = gd.constant(rng.standard_normal(n_out).astype(np.float32))
             h = gd.tanh(gd.matmul(h, w) + b)
         g.set_outputs(gd.identity(h, name="y"))
     return g
@@ -99,9 +102,25 @@ def test_the_kernel_objects_are_compiled_once_and_taken_from_the_cache(cache, co
     assert len(list((cache / "objects").glob("*.o"))) >= 1
 
 
+def test_steps_alike_share_one_function():
+    """Layers of one shape make one step function, called with each layer's pointers (emit.py:
+    less C to compile, less code in the binary); the results are each layer's own."""
+    g = mlp(layers=6)
+    src = pipeline.run(g, pipeline.Options()).sources
+    text = "".join(src.files[f] for f in src.c_files if f in src.files)
+    defined = re.findall(r"^(?:static )?FC_NOINLINE int (model_step_\d+)\(", text, re.M)
+    defined += re.findall(r"^FC_HIDDEN FC_NOINLINE int (model_step_\d+)\(.*\{$", text, re.M)
+    run = src.files["model.c"][src.files["model.c"].index("int model_run(") :]
+    called = re.findall(r"\b(model_step_\d+)\(", run)
+    assert len(called) >= 6 and len(set(called)) < len(called), called
+    assert set(called) <= set(defined), (called, defined)
+    f = feeds()
+    close(codegen.compile(g, cache=False)(**f)["y"], expect(g, f))
+
+
 def test_a_large_model_is_split_into_step_files_built_apart(monkeypatch, cache, compiles, tmp_path):
     monkeypatch.setattr(emit, "STEP_FILE_BYTES", 3000)  # a handful of steps a file
-    g = mlp(layers=10)
+    g = mlp(layers=10, grow=4)  # no two steps alike
     src = pipeline.run(g, pipeline.Options()).sources
     parts = [f for f in src.c_files if f.startswith("model_steps")]
     assert len(parts) >= 2, src.c_files

@@ -94,7 +94,7 @@ def test_a_long_chain_renders_as_bounded_fused_groups(ops):
     for f in c.sources.c_files:
         if f in c.sources.files:
             functions.update(c_functions(c.sources.files[f]))
-    assert "model_run" in functions and len(functions) >= len(steps)
+    assert "model_run" in functions  # steps alike share a function (emit.py): fewer than steps
     # a step's loop body: a local per instruction (inline scalars too) and a few lines around it
     bound = 2 * CAP + 40
     assert max(functions.values()) <= bound, sorted(functions.items(), key=lambda kv: -kv[1])[:3]

@@ -214,6 +214,18 @@ defop(
             (Sample((2, 3, 7), "float64"), Sample((2, 3, 3), "float64")), {"pads": (1, 2), "dilations": (2,)}
         ),
         Example((Sample((1, 2, 3, 3, 4)), Sample((2, 2, 2, 2, 2))), {"pads": (0, 1, 0, 0, 0, 1)}),
+        # dilated and grouped with weights computed at run time, float32 (the fast GEMM) and
+        # float16; a grouped 1-D conv and a strided 3-D one in float32
+        *(
+            Example(
+                (Sample((1, 4, 7, 6), dt), Sample((6, 2, 3, 2), dt), Sample((6,), dt)),
+                {"strides": (2, 2), "pads": (1, 0, 0, 1), "dilations": (1, 2), "group": 2},
+                grad=False,
+            )
+            for dt in ("float32", "float16")
+        ),
+        Example((Sample((2, 6, 9)), Sample((3, 2, 3))), {"pads": (1, 1), "group": 3}, grad=False),
+        Example((Sample((1, 2, 4, 5, 3)), Sample((2, 2, 2, 2, 2))), {"strides": (1, 2, 1)}, grad=False),
     ),
 )
 
@@ -345,6 +357,11 @@ defop(
         Example(
             (Sample((2, 2, 4), "float64"), Sample((2, 2, 3), "float64"), Sample((2,), "float64")),
             {"strides": (3,), "output_padding": (1,)},
+        ),
+        Example(
+            (Sample((1, 3, 4, 3), "float16"), Sample((3, 2, 3, 3), "float16"), Sample((2,), "float16")),
+            {"strides": (2, 2), "pads": (1, 1, 1, 1), "output_padding": (1, 1)},
+            grad=False,
         ),
     ),
 )

@@ -68,53 +68,80 @@ def _as(dtype_like, value):
 
 
 # ----------------------------------------------------------------------------- examples
+def wrapped(value: int, dtype) -> int:
+    """An integer as ``dtype`` stores it: wrapped modulo 2 ** bits, as C and numpy do."""
+    info = np.iinfo(dtype)
+    return (value - info.min) % (1 << info.bits) + info.min
+
+
 def per_element(fn, **attrs):
     """An example's expectation from a scalar Python function of the (broadcast) input
-    elements: independent of the numpy reference it checks."""
+    elements: independent of the numpy reference it checks. An integer result of integer
+    inputs is wrapped to the type of the last input (a uint8 ``3 - 5`` is 254)."""
 
     def expect(*arrays):
         bs = np.broadcast_arrays(*arrays)
         out = np.empty(bs[0].shape, object)
+        ints = bs[-1].dtype.kind in "iu"
         for idx in np.ndindex(out.shape):
-            out[idx] = fn(*(b[idx].item() for b in bs), **attrs)
+            v = fn(*(b[idx].item() for b in bs), **attrs)
+            out[idx] = wrapped(v, bs[-1].dtype) if ints and type(v) is int else v
         return out
 
     return expect
 
 
-def _typed_cases(allowed, domain, int_domain) -> list[str]:
-    """The dtypes an elementwise op's examples cover: its float types, one signed integer
-    type, and bool, as far as the op takes them."""
-    out = [d for d in ("float32", "float64", "float16") if d in allowed]
-    out += [d for d in ("int32",) if d in allowed and int_domain is not None]
+EVERY = dtypes.NUMERIC
+"""``also`` of the examples of an op the C backend instantiates per type (runtime_c's scalar
+functions): an example in each numeric dtype the op takes."""
+_MORE_INTS = tuple(d for d in dtypes.INTS if d != "int32")
+
+
+def _typed_cases(allowed, also=(), half=True) -> list[str]:
+    """The dtypes an elementwise op's examples cover: its float types (float16 if ``half``),
+    one signed integer type, and bool, as far as the op takes them; then those of ``also``
+    that it takes (after the others, so that an example keeps its index)."""
+    out = [d for d in ("float32", "float64", "float16") if d in allowed and (half or d != "float16")]
+    out += [d for d in ("int32",) if d in allowed]
     out += ["bool"] if allowed == ("bool",) else []
-    return out
+    return out + [d for d in also if d in allowed and d not in out]
 
 
-def unary_examples(allowed, scalar, domain=(-3.0, 3.0), int_domain=(-9, 9), attrs=None, shape=(2, 5)):
+def unary_examples(
+    allowed, scalar, domain=(-3.0, 3.0), int_domain=(-9, 9), attrs=None, shape=(2, 5), also=()
+):
     """One example per dtype of ``_typed_cases``, drawn from ``domain`` (ints from
-    ``int_domain``), checked against ``scalar`` (None: no expectation)."""
+    ``int_domain``; unsigned types wrap its negative end to large values), checked against
+    ``scalar`` (None: no expectation)."""
     attrs = attrs or {}
     out = []
-    for dt in _typed_cases(allowed, domain, int_domain):
+    for dt in _typed_cases(allowed, also):
         lo, hi = int_domain if dtypes.is_int(dt) else domain
         expect = per_element(scalar, **attrs) if scalar else None
         out.append(Example((Sample(shape, dt, lo, hi),), attrs, expect, grad=dt == "float32"))
     return tuple(out)
 
 
-def binary_examples(allowed, scalar, a=(-3.0, 3.0), b=(-3.0, 3.0), ints_a=(-9, 9), ints_b=(-9, 9)):
+def _divisors(dtype: str) -> np.ndarray:
+    """Nonzero integer divisors, negative ones (-1 among them) where the type has them."""
+    v = np.array([[-7, 3, -1], [5, -2, 9]])
+    return (np.abs(v) if dtype.startswith("u") else v).astype(dtype)
+
+
+def binary_examples(
+    allowed, scalar, a=(-3.0, 3.0), b=(-3.0, 3.0), ints_a=(-9, 9), ints_b=(-9, 9), also=(), divisor=False
+):
     """Examples with broadcasting ((2, 3) against (3,) and (4, 1) against (1, 3)) in float32,
-    one in float64 and one per integer or bool type the op takes."""
+    one in float64 and one per integer or bool type the op takes (float16 and more integer
+    types where ``also`` names them; ``divisor``: their b from ``_divisors``)."""
     expect = per_element(scalar) if scalar else None
     out = []
-    for dt in _typed_cases(allowed, a, ints_a):
-        if dt == "float16":
-            continue
+    for dt in _typed_cases(allowed, also, half=False):
         ra, rb = (ints_a, ints_b) if dtypes.is_int(dt) else (a, b)
         shapes = [((2, 3), (3,)), ((4, 1), (1, 3))] if dt == "float32" else [((2, 3), (2, 3))]
         for sa, sb in shapes:
-            ex = Example((Sample(sa, dt, *ra), Sample(sb, dt, *rb)), {}, expect, grad=dt == "float32")
+            b_in = _divisors(dt) if divisor and dtypes.is_int(dt) and dt != "int32" else Sample(sb, dt, *rb)
+            ex = Example((Sample(sa, dt, *ra), b_in), {}, expect, grad=dt == "float32")
             out.append(ex)
     return tuple(out)
 
@@ -243,24 +270,26 @@ def _truncated_div(a, b):
 
 
 _POSITIVE = (0.5, 3.0)
-_binary("add", np.add, _g_add, doc="a + b", scalar=operator.add)
-_binary("sub", np.subtract, _g_sub, doc="a - b", scalar=operator.sub)
-_binary("mul", np.multiply, _g_mul, doc="a * b", scalar=operator.mul)
+_binary("add", np.add, _g_add, doc="a + b", scalar=operator.add, also=EVERY)
+_binary("sub", np.subtract, _g_sub, doc="a - b", scalar=operator.sub, also=EVERY)
+_binary("mul", np.multiply, _g_mul, doc="a * b", scalar=operator.mul, also=EVERY)
 _binary("div", _div, _g_div, doc="a / b; integers truncate toward zero", scalar=_truncated_div,
-        b=_POSITIVE, ints_b=(1, 9))  # fmt: skip
-_binary("pow", _pow, _g_pow, doc="a ** b", scalar=operator.pow, a=_POSITIVE, ints_a=(-4, 4), ints_b=(0, 3))
+        b=_POSITIVE, ints_b=(1, 9), also=EVERY, divisor=True)  # fmt: skip
+_binary("pow", _pow, _g_pow, doc="a ** b", scalar=operator.pow, a=_POSITIVE, ints_a=(-4, 4), ints_b=(0, 3),
+        also=("float16",))  # fmt: skip
 _binary("maximum", np.maximum, _g_select(lambda a, b: greater_equal(a, b)), doc="max(a, b); NaN wins",
-        scalar=max)  # fmt: skip
+        scalar=max, also=EVERY)  # fmt: skip
 _binary("minimum", np.minimum, _g_select(lambda a, b: less_equal(a, b)), doc="min(a, b); NaN wins",
-        scalar=min)  # fmt: skip
+        scalar=min, also=EVERY)  # fmt: skip
 _binary("equal", np.equal, NOT_DIFFERENTIABLE, dtypes.ALL, "bool", doc="a == b", scalar=operator.eq,
-        ints_a=(0, 2), ints_b=(0, 2))  # fmt: skip
-_binary("less", np.less, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a < b", scalar=operator.lt)
-_binary("greater", np.greater, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a > b", scalar=operator.gt)
+        ints_a=(0, 2), ints_b=(0, 2), also=EVERY)  # fmt: skip
+_binary("less", np.less, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a < b", scalar=operator.lt, also=EVERY)
+_binary("greater", np.greater, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a > b", scalar=operator.gt,
+        also=EVERY)  # fmt: skip
 _binary("less_equal", np.less_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a <= b", scalar=operator.le,
-        ints_a=(0, 2), ints_b=(0, 2))  # fmt: skip
+        ints_a=(0, 2), ints_b=(0, 2), also=EVERY)  # fmt: skip
 _binary("greater_equal", np.greater_equal, NOT_DIFFERENTIABLE, out_dtype="bool", doc="a >= b",
-        scalar=operator.ge, ints_a=(0, 2), ints_b=(0, 2))  # fmt: skip
+        scalar=operator.ge, ints_a=(0, 2), ints_b=(0, 2), also=EVERY)  # fmt: skip
 _binary(
     "logical_and", np.logical_and, NOT_DIFFERENTIABLE, ("bool",), doc="a and b", scalar=lambda a, b: a and b
 )
@@ -364,6 +393,15 @@ defop(
             (Sample((4,), "bool"), Sample((4,), "int32", -9, 9), Sample((), "int32", -9, 9)),
             expect=per_element(lambda c, a, b: a if c else b),
         ),
+    )
+    + tuple(
+        Example(
+            (Sample((2, 1), "bool"), Sample((3,), dt, -9, 9), Sample((2, 3), dt, -9, 9)),
+            expect=per_element(lambda c, a, b: a if c else b),
+            grad=False,
+        )
+        for dt in EVERY
+        if dt not in ("float32", "int32")
     ),
 )
 
@@ -509,9 +547,9 @@ def _clip1(x, min, max):  # noqa: A002
 
 
 _AWAY = (0.2, 3.0)  # off the kinks at 0 (a gradient check straddling 0 would fail)
-_unary("neg", np.negative, _g_neg, SIGNED, doc="-x", scalar=operator.neg)
-_unary("abs", np.abs, _g_abs, dtypes.NUMERIC, doc="|x|", scalar=operator.abs, domain=_AWAY)
-_unary("sign", np.sign, NOT_DIFFERENTIABLE, dtypes.NUMERIC, doc="-1, 0 or 1", scalar=_sign)
+_unary("neg", np.negative, _g_neg, SIGNED, doc="-x", scalar=operator.neg, also=("int8", "int64"))
+_unary("abs", np.abs, _g_abs, dtypes.NUMERIC, doc="|x|", scalar=operator.abs, domain=_AWAY, also=EVERY)
+_unary("sign", np.sign, NOT_DIFFERENTIABLE, dtypes.NUMERIC, doc="-1, 0 or 1", scalar=_sign, also=EVERY)
 _unary("exp", np.exp, _g_exp, doc="e ** x", scalar=math.exp)
 _unary("log", np.log, _g_log, doc="natural logarithm", scalar=math.log, domain=(0.1, 5.0))
 _unary("sqrt", np.sqrt, _g_sqrt, doc="square root", scalar=math.sqrt, domain=(0.1, 5.0))
@@ -520,7 +558,7 @@ _unary("rsqrt", lambda x: 1 / np.sqrt(x), _g_rsqrt, doc="1 / sqrt(x)", scalar=la
 _unary("tanh", np.tanh, _g_tanh, doc="hyperbolic tangent", scalar=math.tanh)
 _unary("sigmoid", _sigmoid, _g_sigmoid, doc="1 / (1 + exp(-x))", scalar=_sigmoid1, domain=(-8.0, 8.0))
 _unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype), _g_relu, SIGNED, doc="max(x, 0)",
-       scalar=lambda x: max(x, 0))  # fmt: skip
+       scalar=lambda x: max(x, 0), also=("int8", "int64"))  # fmt: skip
 _unary(
     "leaky_relu",
     lambda x, alpha: np.where(x > 0, x, x * x.dtype.type(alpha)),
@@ -557,7 +595,10 @@ _unary(
     attrs={"min": Attr("float", -math.inf), "max": Attr("float", math.inf)},
     doc="min(max(x, min), max); NaN stays NaN; max wins when min > max",
     examples=unary_examples(dtypes.NUMERIC, _clip1, attrs={"min": -1.5, "max": 2.5})
-    + unary_examples(("float32",), _clip1, attrs={"min": 1.0, "max": -1.0}),
+    + unary_examples(("float32",), _clip1, attrs={"min": 1.0, "max": -1.0})
+    # the other integer types, and an integer type with min > max
+    + unary_examples(_MORE_INTS, _clip1, attrs={"min": -1.5, "max": 2.5}, also=_MORE_INTS)
+    + unary_examples(("int32",), _clip1, attrs={"min": 1.0, "max": -1.0}),
 )
 _unary(
     "logical_not",
@@ -634,6 +675,33 @@ def logical_not(x, name=None):
 
 
 # ----------------------------------------------------------------------------- cast
+def _cast1(x, to):
+    """The expectation of a cast of one element: float -> int truncates, integers wrap."""
+    if to == "bool":
+        return bool(x)
+    if dtypes.is_float(to):
+        return float(x)
+    return wrapped(math.trunc(x), dtypes.np_dtype(to))
+
+
+def _cast_examples() -> tuple[Example, ...]:
+    """Every dtype as a cast's target (from float32 values in [-100, 100]: negative ones wrap
+    into the unsigned types) and as its source, to float32 and to bool (the conversions the
+    first four examples leave out)."""
+    cases = [("float32", to) for to in dtypes.NUMERIC if to not in ("int32", "float64")]
+    cases += [(src, "float32") for src in dtypes.ALL if src not in ("float32", "int32")]
+    cases += [(src, "bool") for src in dtypes.ALL if src not in ("int8", "bool")]
+    return tuple(
+        Example(
+            (Sample((2, 4), src, -100, 100),),
+            {"to": to},
+            per_element(_cast1, to=to),
+            grad=False,
+        )
+        for src, to in cases
+    )
+
+
 def _cast_ref(xs, attrs):
     x, to = xs[0], dtypes.np_dtype(attrs["to"])
     if to == np.bool_:
@@ -665,7 +733,8 @@ defop(
         Example((Sample((2, 4), "int32", -100, 100),), {"to": "float32"}, per_element(float)),
         Example((Sample((2, 4), "float32"),), {"to": "float64"}, per_element(float)),
         Example((Sample((2, 4), "int8", -2, 2),), {"to": "bool"}, per_element(bool)),
-    ),
+    )
+    + _cast_examples(),
 )
 
 

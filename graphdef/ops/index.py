@@ -121,7 +121,8 @@ def _expect_scatter_elements(axis, reduction):
         out = data.copy()
         for pos in np.ndindex(indices.shape):
             dst = _at(pos, axis, indices[pos])
-            out[dst] = _COMBINE[reduction](out[dst], updates[pos])
+            with np.errstate(over="ignore"):  # integers wrap
+                out[dst] = _COMBINE[reduction](out[dst], updates[pos])
         return out
 
     return expect
@@ -141,21 +142,92 @@ def _expect_scatter_nd(reduction):
         out = data.copy()
         for pos in np.ndindex(indices.shape[:-1]):
             dst = tuple(int(i) for i in indices[pos])
-            out[dst] = _COMBINE[reduction](out[dst], updates[pos])
+            with np.errstate(over="ignore"):  # integers wrap
+                out[dst] = _COMBINE[reduction](out[dst], updates[pos])
         return out
 
     return expect
 
 
 def _expect_topk(k, axis=-1, largest=True):
-    """Best first, equal values by the smaller index: a stable sort of -x (or x)."""
+    """Best first, NaN above every number, equal values by the smaller index: each line
+    sorted by Python on (value, index)."""
+
+    def rank(v):
+        return (1, 0.0) if v != v else (0, v)  # NaN above every number
 
     def expect(x):
-        order = np.argsort(-x if largest else x, axis=axis, kind="stable")
-        idx = np.take(order, np.arange(k), axis=axis)
+        lines = np.moveaxis(x, axis, -1)
+        idx = np.empty(lines.shape[:-1] + (k,), np.int64)
+        for lead in np.ndindex(lines.shape[:-1]):
+            line = [rank(v) for v in lines[lead].tolist()]
+            if largest:
+                order = sorted(range(len(line)), key=lambda j: (-line[j][0], -line[j][1], j))
+            else:
+                order = sorted(range(len(line)), key=lambda j: (line[j], j))
+            idx[lead] = order[:k]
+        idx = np.moveaxis(idx, -1, axis)
         return np.take_along_axis(x, idx, axis=axis), idx
 
     return expect
+
+
+# The scatters' kernels are instantiated per type (runtime_c/kernels/gather_nd.inc: bool data
+# uses uint8's): the examples below add every other type with each reduction, on repeated
+# targets ("none": distinct ones, as in the first examples); the gathers' kernels move
+# elements by size, so those add 1, 2 and 8 bytes.
+_OTHER_TYPES = ("float64", "float16", "int8", "uint8", "int32", "int64")
+
+
+def _reduced_types():
+    """(dtype, reduction) pairs of the scatter examples below: all but those of both ops' first
+    examples (float32 add, mul and min, int32 max)."""
+    first = {("float32", "add"), ("float32", "mul"), ("float32", "min"), ("int32", "max")}
+    return [(dt, r) for dt in ("float32",) + _OTHER_TYPES for r in REDUCTIONS[1:] if (dt, r) not in first]
+
+
+def _scatter_elements_more() -> tuple[Example, ...]:
+    out = [
+        Example(
+            (Sample((4, 3), dt), _i64([[0, 2, -1], [3, -4, 1], [-3, 1, 0]]), Sample((3, 3), dt)),
+            {"axis": 0, "reduction": "none"},
+            _expect_scatter_elements(0, "none"),
+            grad=False,
+        )
+        for dt in _OTHER_TYPES + ("bool",)
+    ]
+    for dt, red in _reduced_types():
+        if (dt, red) == ("float64", "add"):  # rank 4, along an inner axis
+            ins = (Sample((2, 3, 4, 5), dt), Sample((2, 2, 6, 3), "int64", -4, 3), Sample((2, 2, 6, 3), dt))
+            out.append(
+                Example(ins, {"axis": 2, "reduction": red}, _expect_scatter_elements(2, red), grad=False)
+            )
+            continue
+        ins = (Sample((3, 5), dt, -9, 9), Sample((3, 7), "int32", -5, 4), Sample((3, 7), dt, -9, 9))
+        out.append(
+            Example(ins, {"axis": -1, "reduction": red}, _expect_scatter_elements(-1, red), grad=False)
+        )
+    return tuple(out)
+
+
+def _scatter_nd_more() -> tuple[Example, ...]:
+    out = [
+        Example(
+            (Sample((4, 3), dt), _i64([[-1], [1], [0]]), Sample((3, 3), dt)),
+            {"reduction": "none"},
+            _expect_scatter_nd("none"),
+            grad=False,
+        )
+        for dt in _OTHER_TYPES + ("bool",)
+    ]
+    # no index tuple at all: data unchanged
+    empty = (Sample((3, 4)), np.zeros((0, 1), np.int64), Sample((0, 4)))
+    out.append(Example(empty, {}, _expect_scatter_nd("none"), grad=False))
+    tuples = _i32([[0, 1], [2, -1], [0, 1], [-3, 3], [1, 0], [2, 3]])  # (0, 1) and (2, 3) twice
+    for dt, red in _reduced_types():
+        ins = (Sample((3, 4, 2), dt, -9, 9), tuples, Sample((6, 2), dt, -9, 9))
+        out.append(Example(ins, {"reduction": red}, _expect_scatter_nd(red), grad=False))
+    return tuple(out)
 
 
 # ----------------------------------------------------------------------------- gather_elements
@@ -215,6 +287,23 @@ defop(
             (Sample((2, 5), "int32", -9, 9), _i64([[4, 0, -5], [1, 1, 3]])),
             {"axis": -1},
             _expect_gather_elements(-1),
+        ),
+        # 8, 2 and 1 bytes an element; index axes merged (the last two), an index smaller
+        # than data on the other axes, an index axis of size 1
+        Example(
+            (Sample((5, 2, 3), "float64"), Sample((7, 2, 3), "int32", -5, 4)),
+            {"axis": 0},
+            _expect_gather_elements(0),
+            grad=False,
+        ),
+        Example(
+            (Sample((4, 5, 6), "float16"), Sample((2, 3, 9), "int64", -6, 5)),
+            {"axis": 2},
+            _expect_gather_elements(2),
+            grad=False,
+        ),
+        Example(
+            (Sample((3, 4), "int8", -9, 9), _i64([[3], [-4], [1]])), {"axis": 1}, _expect_gather_elements(1)
         ),
     ),
 )
@@ -326,7 +415,8 @@ defop(
             _expect_scatter_elements(-1, "min"),
             grad=False,
         ),
-    ),
+    )
+    + _scatter_elements_more(),
 )
 
 
@@ -431,6 +521,20 @@ defop(
             {"batch_dims": 1},
             _expect_gather_nd(1),
         ),
+        # 8, 2 and 1 bytes an element: with a batch axis, whole elements of 3-D data, rows
+        Example(
+            (Sample((2, 3, 4), "float64"), Sample((2, 2, 1), "int64", -3, 2)),
+            {"batch_dims": 1},
+            _expect_gather_nd(1),
+            grad=False,
+        ),
+        Example(
+            (Sample((3, 4, 5), "float16"), _i32([[[0, 1, 2], [-1, -4, 4]], [[2, 3, -5], [1, 0, 0]]])),
+            {},
+            _expect_gather_nd(),
+            grad=False,
+        ),
+        Example((Sample((6, 5), "bool"), Sample((4, 1), "int32", -6, 5)), {}, _expect_gather_nd()),
     ),
 )
 
@@ -537,7 +641,8 @@ defop(
             _expect_scatter_nd("min"),
             grad=False,
         ),
-    ),
+    )
+    + _scatter_nd_more(),
 )
 
 
@@ -613,6 +718,25 @@ defop(
             (_i32([[3, 1, 3, 2], [5, 5, 5, 0], [0, 2, 0, 2]]),),
             {"k": 2, "axis": 0, "largest": False},
             _expect_topk(2, 0, False),
+        ),
+        # the other types (the kernel is instantiated per type): NaN and infinities with every
+        # element kept; NaN among ties; k the whole axis; k = 1 of a long axis; many of a longer one
+        Example(
+            (np.array([[1, np.nan, -np.inf, 2, np.nan, 1, np.inf]], np.float64),),
+            {"k": 7, "largest": False},
+            _expect_topk(7, -1, False),
+            grad=False,
+        ),
+        Example(
+            (np.array([[3, np.nan, 1, 3, np.inf, 1, 2], [0, 0, -1, np.nan, np.nan, 2, 0]], np.float16),),
+            {"k": 5},
+            _expect_topk(5),
+            grad=False,
+        ),
+        Example((Sample((6, 4), "int8", 0, 4),), {"k": 6, "axis": 0}, _expect_topk(6, 0)),
+        Example((Sample((3, 100), "uint8", 0, 255),), {"k": 1}, _expect_topk(1)),
+        Example(
+            (Sample((2, 257), "int64", 0, 29),), {"k": 40, "largest": False}, _expect_topk(40, -1, False)
         ),
     ),
 )

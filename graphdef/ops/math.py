@@ -62,6 +62,7 @@ from .elementwise import (
     rsqrt,
     sigmoid,
     sub,
+    unary_examples,
     unbroadcast,
 )
 
@@ -119,26 +120,65 @@ def _g_atanh(op, gys):
     return (div(gys[0], sub(1, mul(x, x))),)
 
 
+def _beyond(scalar, domain):
+    """The examples of an inverse function (``scalar``, drawn from ``domain``) plus, in each
+    float dtype, values at and beyond the ends of its domain: NaN outside, infinities at the
+    poles."""
+
+    def outside(x):
+        try:
+            return scalar(x)
+        except ValueError:  # math's domain error: NaN outside, +-inf at a pole (atanh(+-1))
+            return math.copysign(math.inf, x) if abs(x) == 1 and scalar is math.atanh else math.nan
+
+    return unary_examples(dtypes.FLOATS, scalar, domain) + tuple(
+        Example((np.array((-3.0, 3.0, 1.0, -1.0, 0.5), dt),), expect=per_element(outside), grad=False)
+        for dt in ("float32", "float64", "float16")
+    )
+
+
 _UNIT = (-0.95, 0.95)
 _unary("sin", np.sin, _g_sin, doc="sine", scalar=math.sin)
 _unary("cos", np.cos, _g_cos, doc="cosine", scalar=math.cos)
 _unary("tan", np.tan, _g_tan, doc="tangent", scalar=math.tan, domain=(-1.4, 1.4))
-_unary("asin", np.arcsin, _g_asin, doc="inverse sine; NaN outside [-1, 1]", scalar=math.asin, domain=_UNIT)
+_unary("asin", np.arcsin, _g_asin, doc="inverse sine; NaN outside [-1, 1]",
+       examples=_beyond(math.asin, _UNIT))  # fmt: skip
 _unary("acos", np.arccos, _g_acos, doc="inverse cosine; NaN outside [-1, 1]", scalar=math.acos, domain=_UNIT)
 _unary("atan", np.arctan, _g_atan, doc="inverse tangent", scalar=math.atan)
 _unary("sinh", np.sinh, _g_sinh, doc="hyperbolic sine", scalar=math.sinh)
 _unary("cosh", np.cosh, _g_cosh, doc="hyperbolic cosine", scalar=math.cosh)
 _unary("asinh", np.arcsinh, _g_asinh, doc="inverse hyperbolic sine", scalar=math.asinh)
 _unary("acosh", np.arccosh, _g_acosh, doc="inverse hyperbolic cosine; NaN below 1",
-       scalar=math.acosh, domain=(1.05, 4.0))  # fmt: skip
+       examples=_beyond(math.acosh, (1.05, 4.0)))  # fmt: skip
 _unary("atanh", np.arctanh, _g_atanh, doc="inverse hyperbolic tangent; NaN outside [-1, 1]",
-       scalar=math.atanh, domain=_UNIT)  # fmt: skip
+       examples=_beyond(math.atanh, _UNIT))  # fmt: skip
 
-_unary("floor", np.floor, NOT_DIFFERENTIABLE, doc="largest integer <= x", scalar=math.floor)
-_unary("ceil", np.ceil, NOT_DIFFERENTIABLE, doc="smallest integer >= x", scalar=math.ceil)
-_HALVES = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.2, -3.7], np.float32)
+# signed zeros, halves of both signs, large values, infinities and NaN (each stays as it is)
+_SPECIALS = (0.0, -0.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, -0.3, 0.2, -3.7, 6e4, 7.0,
+             math.inf, -math.inf, math.nan)  # fmt: skip
+
+
+def _rounding_examples(scalar) -> tuple[Example, ...]:
+    """``_SPECIALS`` in each float dtype, expected from ``scalar`` (a result keeps the sign of
+    x, so floor(-0.0), ceil(-0.3) and round(-0.5) are -0.0)."""
+
+    def rounded(x):
+        return x if not math.isfinite(x) else math.copysign(float(scalar(x)), x)
+
+    return tuple(
+        Example((np.array(_SPECIALS, dt),), expect=per_element(rounded))
+        for dt in ("float32", "float64", "float16")
+    )
+
+
+_unary(
+    "floor", np.floor, NOT_DIFFERENTIABLE, doc="largest integer <= x", examples=_rounding_examples(math.floor)
+)
+_unary(
+    "ceil", np.ceil, NOT_DIFFERENTIABLE, doc="smallest integer >= x", examples=_rounding_examples(math.ceil)
+)
 _unary("round", np.round, NOT_DIFFERENTIABLE, doc="nearest integer, halves to even (2.5 -> 2)",
-       examples=(Example((_HALVES,), expect=per_element(builtins.round)),))  # fmt: skip
+       examples=_rounding_examples(builtins.round))  # fmt: skip
 
 
 def sin(x, name=None):
@@ -269,11 +309,17 @@ defop(
     doc="whether x is +inf (if detect_positive) or -inf (if detect_negative) (bool)",
     examples=tuple(
         Example(
-            (np.array([1.0, np.nan, np.inf, -np.inf, 0.0, -2.0], "float32"),),
+            (np.array([1.0, np.nan, np.inf, -np.inf, 0.0, -2.0], dt),),
             {"detect_positive": pos, "detect_negative": neg},
             per_element(lambda x, pos=pos, neg=neg: (x == math.inf and pos) or (x == -math.inf and neg)),
         )
-        for pos, neg in ((True, True), (True, False), (False, True))
+        for dt, pos, neg in (
+            ("float32", True, True),
+            ("float32", True, False),
+            ("float32", False, True),
+            ("float64", False, False),
+            ("float16", True, True),
+        )
     ),
 )
 
@@ -318,6 +364,34 @@ def _g_mod(op, gys):
     return op.want(0, lambda: unbroadcast(g, a.shape)), op.want(1, gb)
 
 
+# the ONNX edge cases of a float mod: signed zeros, infinities, NaN, division by zero (checked
+# against the interpreter, whose values tests/graphdef/test_ops_math.py checks)
+_MOD_A = (0.0, -0.0, 0.0, -0.0, -3.0, 3.0, -1.0, 1.0, math.inf, -math.inf, 1.0, 1.0, math.nan, 1.0)
+_MOD_B = (-2.0, 2.0, 2.0, -2.0, math.inf, math.inf, -math.inf, -math.inf, 2.0, 2.0, 0.0, -0.0, 2.0, math.nan)
+
+
+def _int_fmod(a, b):
+    r = builtins.abs(a) % builtins.abs(b)
+    return -r if a < 0 else r
+
+
+def _mod_edges() -> tuple[Example, ...]:
+    """Both forms in the other dtypes: the float edge cases, the extremes of the signed integer
+    types (the lowest value by -1, by itself, by a small number), and uint8."""
+    out = []
+    for fmod in (False, True):
+        out += [Example((np.array(_MOD_A, dt), np.array(_MOD_B, dt)), {"fmod": fmod}, grad=False)
+                for dt in ("float32", "float64", "float16")]  # fmt: skip
+        expect = per_element(_int_fmod if fmod else operator.mod)
+        for dt in ("int8", "int32", "int64"):
+            lo = int(np.iinfo(dt).min)
+            a, b = np.array([lo, lo, lo, -7, 7, 5], dt), np.array([-1, 3, lo, 2, -2, -5], dt)
+            out.append(Example((a, b), {"fmod": fmod}, expect))
+        divisors = np.array([7, 1, 200], "uint8")
+        out.append(Example((Sample((2, 3), "uint8", 0, 255), divisors), {"fmod": fmod}, expect))
+    return tuple(out)
+
+
 defop(
     "mod",
     ("a", "b"),
@@ -342,7 +416,8 @@ defop(
             {"fmod": True},
             per_element(lambda a, b: int(math.fmod(a, b))),
         ),
-    ),
+    )
+    + _mod_edges(),
 )
 
 
@@ -354,15 +429,16 @@ def mod(a, b, fmod=False, name=None):
 # ----------------------------------------------------------------------------- bitwise
 
 
-_BITS = (-1000, 1000)
+_BITS = (-1000, 1000)  # int8 and uint8 wrap them: every bit pattern
+_BIT_TYPES = ("int8", "uint8", "int64")
 _binary("bitwise_and", np.bitwise_and, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a & b, bit by bit",
-        scalar=operator.and_, ints_a=_BITS, ints_b=_BITS)  # fmt: skip
+        scalar=operator.and_, ints_a=_BITS, ints_b=_BITS, also=_BIT_TYPES)  # fmt: skip
 _binary("bitwise_or", np.bitwise_or, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a | b, bit by bit",
-        scalar=operator.or_, ints_a=_BITS, ints_b=_BITS)  # fmt: skip
+        scalar=operator.or_, ints_a=_BITS, ints_b=_BITS, also=_BIT_TYPES)  # fmt: skip
 _binary("bitwise_xor", np.bitwise_xor, NOT_DIFFERENTIABLE, dtypes.INTS, doc="a ^ b, bit by bit",
-        scalar=operator.xor, ints_a=_BITS, ints_b=_BITS)  # fmt: skip
+        scalar=operator.xor, ints_a=_BITS, ints_b=_BITS, also=_BIT_TYPES)  # fmt: skip
 _unary("bitwise_not", np.invert, NOT_DIFFERENTIABLE, dtypes.INTS, doc="~x, bit by bit",
-       scalar=operator.invert, int_domain=_BITS)  # fmt: skip
+       scalar=operator.invert, int_domain=_BITS, also=_BIT_TYPES)  # fmt: skip
 
 _UNSIGNED = {
     "int8": np.uint8,
@@ -391,6 +467,26 @@ def _bitshift(a, b, direction):
     return np.where(outside, fill, shifted).astype(a.dtype)
 
 
+def _shift(a, b, direction, bits):
+    if not 0 <= b < bits:
+        return -1 if direction == "right" and a < 0 else 0
+    return a << b if direction == "left" else a >> b
+
+
+def _shift_edges() -> tuple[Example, ...]:
+    """Shifts of each type's lowest and highest values (and a few others) by 0, 1, the bit
+    width less one, the bit width, more, and -1 (int8, uint8, int64 both ways; int32 left)."""
+    out = []
+    for dt in ("int8", "uint8", "int32", "int64"):
+        info = np.iinfo(dt)
+        x = np.array([[info.min] * 8, [info.max] * 8, [1, -1, 5, -7, 100, -100, 3, 0]]).astype(dt)
+        y = np.array([0, 1, info.bits - 1, info.bits, info.bits + 5, 3, 2, 0 if info.min == 0 else -1], dt)
+        for direction in ("left",) if dt == "int32" else ("left", "right"):
+            expect = per_element(_shift, direction=direction, bits=info.bits)
+            out.append(Example((x, y), {"direction": direction}, expect))
+    return tuple(out)
+
+
 defop(
     "bitshift",
     ("x", "y"),
@@ -410,7 +506,8 @@ defop(
             {"direction": "right"},
             per_element(lambda a, b: a >> b if 0 <= b < 32 else (-1 if a < 0 else 0)),
         ),
-    ),  # fmt: skip
+    )
+    + _shift_edges(),  # fmt: skip
     doc="x shifted left or right by y bits (right: arithmetic for signed types); "
     "y < 0 or >= the bit width gives 0, or -1 for a right shift of a negative x",
 )
@@ -467,18 +564,22 @@ def _cum_ref(accumulate, identity):
 
 def _cum_examples(step, identity, low=-3.0, high=3.0, int_range=(-9, 9)) -> tuple[Example, ...]:
     """Examples of a running sum (``step`` = add) or product: along an inner, the outer and a
-    negative axis, exclusive and/or reversed, in float32, float64 and int32; checked by a loop
-    that accumulates along each line in the input's dtype."""
+    negative axis, exclusive and/or reversed, in float32, float64 and int32, then in float16
+    and more integer types (wrapping), one along lines of more inner positions than the kernel's
+    block (FC_CUM_BLOCK, 64); checked by a loop that accumulates along each line in the
+    input's dtype (float32 for float16)."""
 
     def expect(axis=0, exclusive=False, reverse=False):
         def fn(x):
             v = np.moveaxis(x, axis, -1)
             out = np.empty_like(v)
             n = v.shape[-1]
+            kind = np.float32 if v.dtype == np.float16 else v.dtype.type
             for lead in np.ndindex(v.shape[:-1]):
-                acc = v.dtype.type(identity)
+                acc = kind(identity)
                 for j in reversed(range(n)) if reverse else range(n):
-                    nxt = step(acc, v[lead + (j,)])
+                    with np.errstate(over="ignore"):
+                        nxt = step(acc, kind(v[lead + (j,)]))
                     out[lead + (j,)] = acc if exclusive else nxt
                     acc = nxt
             return np.moveaxis(out, -1, axis)
@@ -497,6 +598,10 @@ def _cum_examples(step, identity, low=-3.0, high=3.0, int_range=(-9, 9)) -> tupl
         case((4, 3), "float64"),
         case((3, 4), "int32", *int_range, axis=1),
         case((2, 5), "int32", *int_range, axis=-1, exclusive=True, reverse=True),
+        case((2, 6, 3), "float16", axis=1, exclusive=True, reverse=True),
+        case((3, 70, 5), "int8", *int_range, axis=1),
+        case((3, 70, 5), "uint8", 0, int_range[1], axis=2, exclusive=True, reverse=True),
+        case((3, 150), "int64", *int_range, axis=0, reverse=True),
     )
 
 

@@ -94,6 +94,12 @@ defop(
             + (Sample((2,), "float64", 0.5, 2.0),),
             {"epsilon": 1e-3},
         ),
+        Example(
+            (Sample((2, 3, 4), "float16"),)
+            + tuple(Sample((3,), "float16") for _ in range(3))
+            + (Sample((3,), "float16", 0.5, 2.0),),
+            grad=False,
+        ),
     ),
 )
 
@@ -164,6 +170,11 @@ defop(
         Example((Sample((2, 3, 4), "float64"), Sample((3, 4), "float64")), {"axis": 1}),
         # scale and bias broadcast to the normalized shape (3, 4)
         Example((Sample((2, 3, 4)), Sample((4,)), Sample((3, 1))), {"axis": 1, "epsilon": 1e-3}),
+        Example(
+            (Sample((2, 3, 4), "float16"), Sample((3, 4), "float16"), Sample((4,), "float16")),
+            {"axis": 1},
+            grad=False,
+        ),
     ),
 )
 
@@ -229,6 +240,7 @@ defop(
         Example((Sample((2, 3, 4)),), {"axis": 1}, _softmax_expect(1)),
         Example((Sample((3, 5), "float64"),), {}, _softmax_expect(-1)),
         Example((Sample((4, 2)),), {"axis": 0}, _softmax_expect(0)),
+        Example((Sample((2, 5, 3), "float16"),), {"axis": 1}, _softmax_expect(1), grad=False),
     ),
 )
 defop(
@@ -245,6 +257,7 @@ defop(
         Example((Sample((2, 3, 4)),), {"axis": 1}, _softmax_expect(1, log=True)),
         Example((Sample((3, 5), "float64"),), {}, _softmax_expect(-1, log=True)),
         Example((Sample((4, 2)),), {"axis": 0}, _softmax_expect(0, log=True)),
+        Example((Sample((2, 5, 3), "float16"),), {"axis": 1}, _softmax_expect(1, log=True), grad=False),
     ),
 )
 

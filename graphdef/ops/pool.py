@@ -122,6 +122,17 @@ defop(
             (Sample((1, 2, 3, 4, 4), "int32", -9, 9),),
             {"kernel_shape": (2, 2, 2), "strides": (1, 2, 2), "pads": (0, 1, 0, 0, 1, 0)},
         ),
+    )
+    # the other types (runtime_c instantiates the kernel per type; pads start at its lowest
+    # value), uneven pads and a last partial window
+    + tuple(
+        Example(
+            (Sample((2, 2, 6, 5), dt, -9, 9),),
+            {"kernel_shape": (3, 2), "strides": (2, 2), "pads": (1, 0, 1, 1), "ceil_mode": True},
+            grad=False,
+        )
+        for dt in dtypes.NUMERIC
+        if dt not in ("float32", "float64", "int32")
     ),
 )
 defop(
@@ -151,6 +162,17 @@ defop(
         Example(
             (Sample((1, 2, 3, 4, 4), "float64"),),
             {"kernel_shape": (2, 2, 2), "strides": (1, 2, 2), "pads": (0, 1, 0, 0, 1, 0)},
+        ),
+        Example(
+            (Sample((1, 2, 6, 6), "float16"),),
+            {
+                "kernel_shape": (3, 3),
+                "strides": (2, 2),
+                "pads": (1, 1, 1, 1),
+                "ceil_mode": True,
+                "count_include_pad": True,
+            },
+            grad=False,
         ),
     ),
 )
@@ -206,6 +228,11 @@ defop(
         Example(
             (Sample((2, 2, 7), "float64"), Sample((2, 2, 4), "float64")),
             {"kernel_shape": (3,), "strides": (2,), "pads": (1, 1)},
+        ),
+        Example(
+            (Sample((1, 2, 4, 4), "float16"), Sample((1, 2, 2, 2), "float16")),
+            {"kernel_shape": (2, 2), "strides": (2, 2)},
+            grad=False,
         ),
     ),
 )
@@ -279,6 +306,11 @@ defop(
                 "count_include_pad": True,
             },
         ),  # fmt: skip
+        Example(
+            (Sample((1, 2, 4, 4), "float16"),),
+            {"shape": (1, 2, 4, 4), "kernel_shape": (3, 3), "strides": (1, 1), "pads": (1, 1, 1, 1)},
+            grad=False,
+        ),
     ),
 )
 

@@ -115,6 +115,17 @@ defop(
         Example((Sample((2, 1, 3, 4)), Sample((3, 4, 2))), expect=_einsum("...ik,...kj->...ij")),
         Example((Sample((4,), "float64"), Sample((2, 4, 3), "float64")), expect=_einsum("k,bkj->bj")),
         Example((Sample((3, 4), "int32", -9, 9), Sample((4,), "int32", -9, 9)), expect=_einsum("ik,k->i")),
+        # float32 vectors (the fast GEMM takes them as one row or one column)
+        Example((Sample((4,)), Sample((4, 3))), expect=_einsum("k,kj->j"), grad=False),
+        Example((Sample((3, 4)), Sample((4,))), expect=_einsum("ik,k->i"), grad=False),
+    )
+    + tuple(  # the other types of the batched kernel (integers wrap)
+        Example(
+            (Sample((2, 1, 3, 4), dt, -9, 9), Sample((3, 4, 2), dt, -9, 9)),
+            expect=_einsum("...ik,...kj->...ij"),
+            grad=False,
+        )
+        for dt in ("float16", "int8", "int64")
     ),
 )
 

@@ -150,6 +150,9 @@ def _reduce_examples(expect_fn, allowed, low=-3.0, high=3.0, int_range=(-9, 9)) 
     if "int32" in allowed:
         out.append(case((3, 4), "int32", (0,), False, *int_range))
         out.append(case((2, 3), "int32", None, True, *int_range))
+        # the other integer types (runtime_c instantiates the kernels per type), over two
+        # separate axes; unsigned types wrap the negative end of the range to large values
+        out += [case((2, 3, 4), dt, (0, 2), True, *int_range) for dt in dtypes.INTS if dt != "int32"]
     return tuple(out)
 
 
@@ -239,6 +242,12 @@ def _arg_examples(best) -> tuple[Example, ...]:
         case(ties, axis=1, select_last_index=True),
         case(ties.astype(np.float32), axis=0, keepdims=True, select_last_index=True),
         case(ties.astype(np.int64), axis=-2),
+    ) + tuple(  # the other types, the ties as they are stored (-1 wraps in the unsigned ones)
+        case(
+            ties.astype(dt),
+            **({"axis": 1} if i % 2 else {"axis": 0, "keepdims": True, "select_last_index": True}),
+        )
+        for i, dt in enumerate(("float16", "int8", "uint8", "int16", "uint16", "uint32", "uint64"))
     )
 
 

@@ -303,6 +303,50 @@ defop(
                 "extrapolation_value": 7.0,
             },
         ),  # fmt: skip
+        # the two kernels (two taps: nearest and linear; more: cubic, antialias, crop) in
+        # float64 and float16 too, and each coordinate transformation
+        *(
+            Example((Sample((1, 2, 3, 4), dt),), {"scales": (1.0, 1.0, 2.0, 1.5), **attrs}, grad=False)
+            for dt, attrs in (
+                ("float16", {"coordinate_transformation_mode": "asymmetric"}),
+                ("float64", {"mode": "linear"}),
+                ("float16", {"mode": "cubic"}),
+                ("float32", {"mode": "cubic", "coordinate_transformation_mode": "align_corners"}),
+            )
+        ),
+        Example(
+            (Sample((4, 3)),),
+            {"sizes": (5, 3), "mode": "cubic", "coordinate_transformation_mode": "asymmetric"},
+            grad=False,
+        ),
+        Example(
+            (Sample((1, 2, 13, 9)),),
+            {"scales": (1.0, 1.0, 0.3, 0.45), "mode": "linear", "antialias": True},
+            grad=False,
+        ),
+        Example((Sample((1, 1, 9)),), {"sizes": (1, 1, 1), "mode": "cubic"}, grad=False),
+        Example(
+            (Sample((1, 2, 5, 6)),),
+            {
+                "sizes": (1, 2, 4, 5),
+                "mode": "cubic",
+                "coordinate_transformation_mode": "tf_crop_and_resize",
+                "roi": (0.0, 0.0, -0.2, 0.1, 1.0, 1.0, 0.9, 1.4),
+                "extrapolation_value": 7.5,
+            },
+            grad=False,
+        ),  # fmt: skip
+        Example(  # every sample outside the input
+            (Sample((2, 4)),),
+            {
+                "sizes": (2, 3),
+                "mode": "linear",
+                "coordinate_transformation_mode": "tf_crop_and_resize",
+                "roi": (0.0, 1.5, 1.0, 2.5),
+                "extrapolation_value": -1.0,
+            },
+            grad=False,
+        ),  # fmt: skip
     ),
 )
 

@@ -202,6 +202,16 @@ defop(
         Example((Sample((2, 3, 4)),), {"perm": (1, 2, 0)}, lambda x: np.moveaxis(x, 0, -1)),
         Example((Sample((2, 3), "int32", -9, 9),), {"perm": (-1, 0)}, lambda x: np.einsum("ij->ji", x)),
         Example((Sample((2, 2, 3), "bool"),), {"perm": (0, 2, 1)}, lambda x: np.swapaxes(x, 1, 2)),
+        # the copy kernels move elements by size: 2 and 8 bytes too (4: float32, 1: bool)
+        Example(
+            (Sample((2, 3, 4), "float16"),),
+            {"perm": (2, 0, 1)},
+            lambda x: np.transpose(x, (2, 0, 1)),
+            grad=False,
+        ),
+        Example(
+            (Sample((2, 3, 4), "int64", -9, 9),), {"perm": (2, 1, 0)}, lambda x: np.transpose(x, (2, 1, 0))
+        ),
     ),
 )
 
@@ -262,6 +272,15 @@ defop(
             lambda *xs: _joined(xs, 1),
         ),
         Example((Sample((3,), "bool"), Sample((2,), "bool")), {}, lambda *xs: _joined(xs, 0)),
+        Example(
+            (Sample((2, 3), "float16"), Sample((2, 2), "float16")),
+            {"axis": 1},
+            lambda *xs: _joined(xs, 1),
+            grad=False,
+        ),
+        Example(
+            (Sample((1, 3), "int64", -9, 9), Sample((2, 3), "int64", -9, 9)), {}, lambda *xs: _joined(xs, 0)
+        ),
     ),
 )
 
@@ -311,6 +330,16 @@ defop(
             lambda x: (x[:, :1], x[:, 1:3], x[:, 3:]),
         ),
         Example((Sample((2, 3, 2)),), {"axis": 1, "sizes": (3,)}, lambda x: (x,)),
+        # 1, 2 and 8 bytes an element
+        Example(
+            (Sample((2, 4, 2), "int8", -9, 9),), {"axis": 1, "sizes": (1, 3)}, lambda x: (x[:, :1], x[:, 1:])
+        ),
+        Example((Sample((5, 4), "float16"),), {"sizes": (2, 3)}, lambda x: (x[:2], x[2:]), grad=False),
+        Example(
+            (Sample((2, 6), "int64", -9, 9),),
+            {"axis": -1, "sizes": (1, 2, 3)},
+            lambda x: (x[:, :1], x[:, 1:3], x[:, 3:]),
+        ),
     ),
 )
 
@@ -426,6 +455,23 @@ defop(
             {"starts": (1,), "ends": (3,), "axes": (-2,)},
             lambda x: x[:, 1:3, :],
         ),
+        # 1, 2 and 8 bytes an element
+        Example(
+            (Sample((3, 4, 5), "int8", -9, 9),),
+            {"starts": (-1, 1, 0), "ends": (-100, 100, 100), "steps": (-1, 1, 2)},
+            lambda x: x[::-1, 1:, ::2],
+        ),
+        Example(
+            (Sample((4, 6), "float16"),),
+            {"starts": (1, 1), "ends": (3, -1)},
+            lambda x: x[1:3, 1:5],
+            grad=False,
+        ),
+        Example(
+            (Sample((3, 4, 2), "int64", -9, 9),),
+            {"starts": (1,), "ends": (3,), "axes": (-2,)},
+            lambda x: x[:, 1:3, :],
+        ),
     ),
 )
 
@@ -482,6 +528,7 @@ defop(
             (Sample((2, 4, 3)), np.array([[1, -4], [3, 3]], np.int32)), {"axis": 1}, lambda d, i: d[:, i]
         ),
         Example((Sample((3, 4), "int32", -9, 9), np.array(-1, np.int64)), {"axis": -1}, lambda d, i: d[:, 3]),
+        Example((Sample((4, 2), "bool"), np.array([3, 0], np.int64)), {}, lambda d, i: d[i]),
     ),
 )
 
@@ -602,11 +649,21 @@ def _g_pad(op, gys):
     return (pad(gys[0], [-p for p in op.attrs["pads"]]),)
 
 
-def _padded_constant(x):
-    """Expectation of the constant pad example: pads (1, -1, 0, 2), value 1.5, x of shape (2, 4)."""
-    out = np.full((3, 5), 1.5, x.dtype)
+def _padded_constant(x, value=1.5):
+    """Expectation of the constant pad examples: pads (1, -1, 0, 2), x of shape (2, 4)."""
+    out = np.full((3, 5), value, x.dtype)
     out[1:, :3] = x[:, 1:]
     return out
+
+
+def _edged(x):
+    """Expectation of the edge pad examples: pads (1, -1, 0, 2), x of shape (2, 3)."""
+    return x[[0, 0, 1]][:, [1, 2, 2, 2]]
+
+
+def _reflected(x):
+    """Expectation of the reflect pad examples: pads (2, 1, 0, 2), x of shape (3, 4)."""
+    return x[[2, 1, 0, 1, 2]][:, [1, 0, 1, 2, 3, 2, 1]]
 
 
 defop(
@@ -624,16 +681,31 @@ defop(
     doc="pads = begins of every axis, then ends; negative values crop",
     examples=(
         Example((Sample((2, 4)),), {"pads": (1, -1, 0, 2), "value": 1.5}, _padded_constant),
-        Example(
-            (Sample((2, 3), "int32", -9, 9),),
-            {"pads": (1, -1, 0, 2), "mode": "edge"},
-            lambda x: x[[0, 0, 1]][:, [1, 2, 2, 2]],
-        ),
+        Example((Sample((2, 3), "int32", -9, 9),), {"pads": (1, -1, 0, 2), "mode": "edge"}, _edged),
         Example(
             (Sample((3, 4)),),
             {"pads": (2, 1, 0, 2), "mode": "reflect"},
-            lambda x: x[[2, 1, 0, 1, 2]][:, [1, 0, 1, 2, 3, 2, 1]],
+            _reflected,
             grad=False,  # no gradient rule for reflect padding
+        ),
+        # 1, 2 and 8 bytes an element, the fill value stored as each type stores it
+        Example(
+            (Sample((2, 4), "float16"),), {"pads": (1, -1, 0, 2), "value": 1.5}, _padded_constant, grad=False
+        ),
+        Example(
+            (Sample((2, 4), "bool"),),
+            {"pads": (1, -1, 0, 2), "value": 1.0},
+            lambda x: _padded_constant(x, True),
+        ),
+        Example((Sample((3, 4), "int8", -9, 9),), {"pads": (2, 1, 0, 2), "mode": "reflect"}, _reflected),
+        Example((Sample((2, 3), "int64", -9, 9),), {"pads": (1, -1, 0, 2), "mode": "edge"}, _edged),
+        *(
+            Example(
+                (Sample((2, 4), dt, -9, 9),),
+                {"pads": (1, -1, 0, 2), "value": -7.0},
+                lambda x: _padded_constant(x, -7),
+            )
+            for dt in ("int8", "int64")
         ),
     ),
 )
@@ -665,6 +737,13 @@ defop(
             (Sample((1, 3), "int32", -9, 9),), {"shape": (2, 1)}, lambda x: x + np.zeros((2, 3), x.dtype)
         ),
         Example((Sample((3,), "bool"),), {"shape": (2, 1)}, lambda x: x | np.zeros((2, 3), bool)),
+        Example(
+            (Sample((3, 1), "float16"),),
+            {"shape": (2, 1, 4)},
+            lambda x: np.broadcast_to(x, (2, 3, 4)),
+            grad=False,
+        ),
+        Example((Sample((1, 3), "int64", -9, 9),), {"shape": (2, 1)}, lambda x: np.broadcast_to(x, (2, 3))),
     ),
 )
 
@@ -707,6 +786,8 @@ defop(
             lambda x: np.concatenate([np.concatenate([x, x], 2)] * 3, 0),
         ),
         Example((Sample((3,), "bool"),), {"repeats": (2,)}, lambda x: np.concatenate([x, x])),
+        Example((Sample((2, 3), "float16"),), {"repeats": (1, 2)}, lambda x: np.tile(x, (1, 2)), grad=False),
+        Example((Sample((3,), "int64", -9, 9),), {"repeats": (2,)}, lambda x: np.concatenate([x, x])),
     ),
 )
 

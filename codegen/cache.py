@@ -6,11 +6,13 @@ unchanged graph loads its library instead of compiling again. Every backend's co
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -63,14 +65,19 @@ def build_cached(graph: Graph, options: pipeline.Options, key: str, cache: bool)
     folder = cache_root() / key
     library, meta_path = folder / f"lib{options.name}.so", folder / "metadata.json"
     if not (cache and library.is_file() and meta_path.is_file()):
-        tmp = toolchain.temp_dir_beside(folder)
-        try:
-            pipeline.run(graph, options, until="build", folder=tmp)
-            if folder.exists():
-                shutil.rmtree(folder, ignore_errors=True)
-            os.replace(tmp, folder)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        tmp = _beside(folder)
+        if tmp is None:  # a cache that cannot be written: built in a folder of this process's own
+            folder = _private_folder()
+            library, meta_path = folder / f"lib{options.name}.so", folder / "metadata.json"
+            pipeline.run(graph, options, until="build", folder=folder)
+        else:
+            try:
+                pipeline.run(graph, options, until="build", folder=tmp)
+                if folder.exists():
+                    shutil.rmtree(folder, ignore_errors=True)
+                os.replace(tmp, folder)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
     metadata = json.loads(meta_path.read_text())
     _loaded[key] = (library, metadata)
     return library, metadata
@@ -144,14 +151,36 @@ def bundle_cached(items, options_of) -> tuple[Path, list[dict]]:
     folder = cache_root() / key
     library = folder / "libbundle.so"
     if not library.is_file():
-        tmp = toolchain.temp_dir_beside(folder)
+        tmp = _beside(folder)
+        if tmp is None:  # a cache that cannot be written: built in a folder of this process's own
+            folder = tmp = _private_folder()
+            library = folder / "libbundle.so"
         try:
             runs = [pipeline.run(g, options_of(n, o), until="render") for n, g, o in items]
             runs[0].backend.bundle([c.sources for c in runs], tmp, runs[0].options)
             for (n, _, _), c in zip(items, runs):
                 (tmp / f"{n}.metadata.json").write_text(json.dumps(c.sources.metadata))
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(tmp, folder)
+            if tmp != folder:
+                shutil.rmtree(folder, ignore_errors=True)
+                os.replace(tmp, folder)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp != folder:
+                shutil.rmtree(tmp, ignore_errors=True)
     return library, [json.loads((folder / f"{n}.metadata.json").read_text()) for n, _, _ in items]
+
+
+def _beside(folder: Path) -> Path | None:
+    """A new temporary folder beside ``folder`` in the cache, None when the cache cannot be
+    written (a file, a read-only folder)."""
+    try:
+        return toolchain.temp_dir_beside(folder)
+    except OSError:
+        return None
+
+
+def _private_folder() -> Path:
+    """A temporary folder of this process's own, removed when it exits (its libraries stay
+    loaded until then)."""
+    folder = Path(tempfile.mkdtemp(prefix="flowc-build-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder

@@ -118,14 +118,14 @@ def weights(program: Program, name: str, names: Names, mode: str, align: int) ->
     arrays += [(f"init:{v}", g.variables[v]) for v in program.variables]
     total = sum(_align(a.nbytes) for _, a in arrays)
     blob_mode = mode == "blob" or (mode == "auto" and total > BLOB_THRESHOLD)
-    consts, expr, blob, offset = [], {}, bytearray(), 0
+    consts, expr, blob, offset = [], {}, [], 0
     for key, array in arrays:
         dt = array.dtype.name
         ctype = STORAGE[dt]
         if blob_mode:
             expr[key] = f"((const {ctype} *)({name}_weights + {offset}))"
-            data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
-            blob += data + bytes(_align(len(data), align) - len(data))
+            data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+            blob += [data, bytes(_align(len(data), align) - len(data))]
             offset += _align(len(data), align)
         else:
             cname = names(f"{name}_w_{key}", "w")
@@ -139,7 +139,7 @@ def weights(program: Program, name: str, names: Names, mode: str, align: int) ->
                     "comment": c_comment(f"{key}: {dt}{list(array.shape)}"),
                 }
             )
-    return Weights(expr, consts, bytes(blob) if blob_mode else None, align)
+    return Weights(expr, consts, b"".join(blob) if blob_mode else None, align)
 
 
 @dataclass

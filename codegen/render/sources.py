@@ -16,13 +16,39 @@ TEMPLATES = ROOT / "templates"
 RUNTIME = ROOT / "runtime_c"  # the C every backend's output includes (runtime_c/README.md)
 
 
+class _Compiled(jinja2.FileSystemBytecodeCache):
+    """The templates compiled by an earlier process (a third of a `flowc compile`'s Python time
+    before the first compiler starts, otherwise), in flowc's cache folder; each one is checked
+    against its template's text, written atomically, and a folder that cannot be written is
+    passed over (the template is compiled in this process)."""
+
+    def dump_bytecode(self, bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _compiled_templates() -> jinja2.BytecodeCache | None:
+    from ..cachedir import cache_root
+
+    folder = cache_root() / "templates"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return _Compiled(str(folder))
+
+
 @functools.cache
 def environment() -> jinja2.Environment:
     """The Jinja environment of every backend's templates, built once per process: Jinja
-    compiles each template on first use and keeps it (most of a render's time otherwise).
+    compiles each template on first use and keeps it (most of a render's time otherwise), and
+    keeps the compiled code in the cache folder for the next process (``_Compiled``).
     Renders only read it (no globals or filters are set per render)."""
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        bytecode_cache=_compiled_templates(),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

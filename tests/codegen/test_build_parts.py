@@ -5,9 +5,12 @@ objects started before the Python stages end (``prefetch``). Each way checked ag
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,3 +180,23 @@ def test_a_cache_that_cannot_be_written_leaves_the_build_working(tmp_path, monke
     argv = [str(out / "model"), "--in", f"x={tmp_path / 'x.npy'}", "--out-dir", str(tmp_path / "res")]
     assert subprocess.run(argv).returncode == 0
     close(np.load(tmp_path / "res" / "y.npy"), expect(g, f))
+
+
+def test_the_next_process_renders_from_the_templates_compiled_before(tmp_path):
+    """The templates' compiled code is kept in the cache folder (render/sources.py): a second
+    process renders the same sources from it, and a cache that is a file is passed over."""
+    digits = f"{Path(__file__).resolve().parents[2] / 'samples' / 'digits.py'}:build"
+    (tmp_path / "a-file").write_text("")
+
+    def compile_with(cache, out):
+        env = {**os.environ, "FLOWC_CACHE": str(cache)}
+        argv = [sys.executable, "-m", "codegen.cli", "compile", digits, "-o", str(out), "--no-build"]
+        subprocess.run([*argv, "--no-cache"], check=True, env=env, capture_output=True)
+        return {f.name: f.read_bytes() for f in out.iterdir() if f.suffix in (".c", ".h")}
+
+    first = compile_with(tmp_path / "cache", tmp_path / "one")
+    kept = sorted((tmp_path / "cache" / "templates").iterdir())
+    assert kept, "no compiled template kept"
+    assert compile_with(tmp_path / "cache", tmp_path / "two") == first
+    assert sorted((tmp_path / "cache" / "templates").iterdir()) == kept  # read, not compiled again
+    assert compile_with(tmp_path / "a-file", tmp_path / "three") == first

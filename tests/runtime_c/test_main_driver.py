@@ -178,3 +178,14 @@ def test_bad_arguments_are_one_line_and_exit_2(toy, tmp_path, kind, args, messag
     res = _run(toy[kind], *args, cwd=tmp_path)
     assert res.returncode == 2 and message in res.stderr and len(res.stderr.splitlines()) == 1, res.stderr
     assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("name", ["main_driver", "Main_Driver"])
+def test_a_model_named_like_the_drivers_header_is_refused(name):
+    """NAME.h, first on main.c's include path, would hide runtime/main_driver.h (the SPMD main's
+    fc_spmd_main.h is in fc_'s name space, refused as such)."""
+    from codegen.loaded import check_name
+    from graphdef.errors import FlowcError
+
+    with pytest.raises(FlowcError, match="hides flowc's runtime/main_driver.h"):
+        check_name(name)

@@ -265,6 +265,49 @@ def io_metadata(items) -> list[dict]:
     ]
 
 
+def main_descriptor(
+    name: str, ins: list[dict], outs: list[dict], state_vars=(), pool: bool = False, arena: bool = True
+) -> dict:
+    """What a program's main.c tells its driver of the model (runtime_c/main_driver.h; the SPMD
+    program's mpi/fc_spmd_main.h), for templates/build/main_model.c.j2 and the mains around it:
+    the tensors as fc_main_tensor rows (escaped name, dtype, rank, shape, bytes of one run, an
+    output's file, the rank that owns it: 0 in one process) and the sizes and entry points the
+    driver reads, each a C expression, 0 or NULL where the model has none. ``state_vars``: the
+    variables of a model whose state the program sets up (Frame.state_vars); ``pool``: the model
+    runs on a thread pool; ``arena``: the driver allocates the model's arena."""
+    NAME = name.upper()
+
+    def rows(items: list[dict], output: bool) -> list[dict]:
+        return [
+            {
+                "literal": t["literal"],
+                "dtype": t["dtype"],
+                "rank": t["rank"],
+                "shape8": t["shape8"],
+                "nbytes": t["nbytes"],
+                "file": f'"{t["file"]}.npy"' if output else "NULL",
+                "owner": t.get("owner", 0),
+            }
+            for t in items
+        ]
+
+    state = bool(state_vars)
+    return {
+        "inputs": rows(ins, False),
+        "outputs": rows(outs, True),
+        "arena_bytes": f"{NAME}_ARENA_BYTES" if arena else "0",
+        "state_bytes": f"{NAME}_STATE_BYTES" if state else "0",
+        "state_init": f"{name}_state_init" if state else "NULL",
+        "vars": "vars" if state else "NULL",  # templates/build/state_vars.c.j2
+        "n_vars": len(state_vars),
+        **{f: f"{name}_{f}" if pool else "NULL" for f in ("pool_bytes", "pool_start", "pool_stop")},
+    }
+
+
+MAIN_ARGS = {"arena": "a->arena", "state": "a->state", "pool": "a->pool", "mpi": "a->ctx"}
+"""How main.c's run adapter passes the driver's buffers (fc_main_args *a) to the model's run."""
+
+
 def state_metadata(program: Program) -> list[dict]:
     """The state variables as metadata.json lists them: name, dtype, shape, byte offset."""
     g = program.graph

@@ -71,6 +71,10 @@ C_HEADERS = frozenset(
     "cuda_fp16 cuda_bf16 mma cublas cufft".split()
 )
 
+MAIN_HEADERS = ("main_driver",)
+"""flowc's runtime headers a generated main.c includes beside NAME.h (runtime_c/main_driver.h;
+the SPMD program's fc_spmd_main.h is in fc_'s name space): NAME.h would hide one."""
+
 OUTPUT_FILES = frozenset(
     # what flowc writes beside NAME.h, NAME.c and the binary NAME in an output folder
     "main firmware firmware_data train bundle state_vars Makefile runtime mpi".split()
@@ -115,6 +119,9 @@ def model_name_problem(name: str) -> str | None:
     for header in C_HEADERS:
         if folded == header.casefold():
             return f"would write {name}.h, which hides the C header <{header}.h>"
+    for header in MAIN_HEADERS:
+        if folded == header.casefold():
+            return f"would write {name}.h, which hides flowc's runtime/{header}.h that main.c includes"
     for file in OUTPUT_FILES:
         if folded == file.casefold():
             kind = "folder" if file in ("runtime", "mpi") else "file"

@@ -130,9 +130,11 @@ def build(sources: Sources, folder: Path, options) -> Built:
                 "there (make MPICC=...), or compile with --no-build"
             )
         mpicc = toolchain.find_mpicc(options.cc)
-        build_fn = toolchain.build_binary if product == "program" else toolchain.build_shared
         flags = (*options.flags, "-Impi")
-        return Built(folder, product, build_fn(folder, name, sources, mpicc, flags, target))
+        if product == "shared":
+            return Built(folder, product, toolchain.build_shared(folder, name, sources, mpicc, flags, target))
+        path = toolchain.build_binary(folder, name, sources, mpicc, flags, target, emit.SPMD_DRIVER_C)
+        return Built(folder, product, path)
     cc = toolchain.find_cc(options.cc, target)
     if product == "shared":
         return Built(

@@ -20,7 +20,16 @@ import numpy as np
 from ... import schedule
 from ...program import Program
 from ...render.api import EntryPoints
-from ...render.frame import Frame, Pointers, _value_lines, frame, run_params, run_parts
+from ...render.frame import (
+    MAIN_ARGS,
+    Frame,
+    Pointers,
+    _value_lines,
+    frame,
+    main_descriptor,
+    run_params,
+    run_parts,
+)
 from ...render.sources import RUNTIME, VERSION, Sources, environment  # noqa: F401  (re-read by tests)
 from ...render.spelling import c_comment
 from ...storage import ALIGN
@@ -39,9 +48,19 @@ KERNEL_SOURCES = {
     "kernels/conv_tiles.h": "runtime/kernels/conv_tiles.c",
 }
 # what a standalone program's driver (main.c, train.c) links besides the model: file handling
-# (files.c: every open, temporary and rename), .npy / .npz I/O, checkpoints, and the command
-# line and .npy I/O every main shares (driver.c)
-DRIVER_C = ("runtime/files.c", "runtime/npy.c", "runtime/npz.c", "runtime/checkpoint.c", "runtime/driver.c")
+# (files.c: every open, temporary and rename), .npy / .npz I/O, checkpoints, the command line
+# and .npy I/O every main shares (driver.c), and the binary's main itself (main_driver.c)
+DRIVER_C = (
+    "runtime/files.c",
+    "runtime/npy.c",
+    "runtime/npz.c",
+    "runtime/checkpoint.c",
+    "runtime/driver.c",
+    "runtime/main_driver.c",
+)
+# what the SPMD program's main.c links: the same, and its main over MPI ranks, beside the MPI
+# layer since it calls MPI (runtime_c builds without it)
+SPMD_DRIVER_C = (*DRIVER_C, "mpi/fc_spmd_main.c")
 
 
 @functools.cache
@@ -291,17 +310,16 @@ def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> 
             "pool": [_decl(fn) for fn in api.pool],
             "status": _decl(api.status_string),
         },
-        # how the drivers call the model: main.c with its .npy buffers, firmware.c with static arrays
+        # how the drivers call the model: main.c on the buffers of runtime_c/main_driver.c (its
+        # fc_main_args), firmware.c with static arrays
         "main_call": api.run.call(
             {
-                "input": lambda p: f"(const {ins[p.index]['ctype']} *)in[{p.index}].data",
-                "output": lambda p: f"({outs[p.index]['ctype']} *)out[{p.index}]",
-                "arena": "arena",
-                "state": "state",
-                "pool": "pool",
-                "mpi": "mpi",
+                "input": lambda p: f"(const {ins[p.index]['ctype']} *)a->in[{p.index}]",
+                "output": lambda p: f"({outs[p.index]['ctype']} *)a->out[{p.index}]",
+                **MAIN_ARGS,
             }
         ),
+        "main": main_descriptor(name, ins, outs, f.state_vars if has_state else (), bool(api.pool)),
         "firmware_call": api.run.call(
             {
                 "input": lambda p: f"fw_{ins[p.index]['cname']}",
@@ -335,7 +353,6 @@ def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> 
         "state_init": f.state_init,
         "state_vars": f.state_vars,
         "trainer": False,  # main.c also runs the training driver (trainer.py)
-        "cuda": False,  # main.c drives a CUDA model's context (backends/cuda/emit.py)
         "mpi": False,  # built with MPI's compiler (a data-parallel training binary)
         "uses_arena": uses_arena,
         "null_checks": null_checks or ["0"],

@@ -7,12 +7,14 @@ run taking the rank's MPI context; templates/mpi/ then wraps them:
   output and calls the calling rank's part, which reads the inputs and writes the outputs
   that rank owns (the others may be NULL); ``<name>_mpi_start`` makes a rank's context from
   a communicator (refusing one of another size), ``<name>_arena_bytes(rank)``;
-- ``main.c``: the program ``mpiexec -n R`` runs: each rank reads its inputs, runs its part
-  (``--microbatches K`` times on slices of the batch axis, so the stages overlap), writes its
-  outputs, and ``--bench`` reports the step time (the slowest rank) and each rank's compute
-  and wait time;
+- ``main.c``: the program ``mpiexec -n R`` runs: the model's tensors, with the rank that owns
+  each, and its entry points described for mpi/fc_spmd_main.c, with which each rank reads its
+  inputs, runs its part (``--microbatches K`` times on slices of the batch axis, so the stages
+  overlap), writes its outputs, and ``--bench`` reports the step time (the slowest rank) and
+  each rank's compute and wait time;
 - ``Makefile`` / ``CMakeLists.txt``: the build with mpicc, without flowc;
-- mpi/fc_mpi.c (the communication layer) is copied beside them by the build.
+- mpi/fc_mpi.c (the communication layer) and mpi/fc_spmd_main.c are copied beside them by the
+  build.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from graphdef.errors import FlowcError
 
 from ... import partition as partition_mod
 from ...render.api import entry_points
-from ...render.frame import io_metadata, io_tensors
+from ...render.frame import MAIN_ARGS, io_metadata, io_tensors, main_descriptor
 from ...render.sources import VERSION, Sources, environment
 from ...render.spelling import Names, c_comment
 from ...storage import ALIGN
-from .emit import DRIVER_C, emit
+from .emit import SPMD_DRIVER_C, emit
 
 MPI_C = "mpi/fc_mpi.c"
 
@@ -130,14 +132,9 @@ def render_ranks(
         },
         # main.c's call: this microbatch's slice of every tensor the rank owns (NULL otherwise)
         "main_call": api.run.call(
-            {
-                "input": lambda p: f"(const void *)in_mb[{p.index}]",
-                "output": lambda p: f"(void *)out_mb[{p.index}]",
-                "arena": "arena",
-                "pool": "pool",
-                "mpi": "&ctx",
-            }
+            {"input": lambda p: f"a->in[{p.index}]", "output": lambda p: f"a->out[{p.index}]", **MAIN_ARGS}
         ),
+        "main": main_descriptor(name, ins, outs, pool=target.threads > 1),
         "cflags": " ".join(target.cflags()),
         "ldflags": " ".join(target.ldflags()),
         "arch": target.arch,
@@ -155,7 +152,7 @@ def render_ranks(
         src.c_files.append("runtime/threadpool.c")
     src.files["main.c"] = env.get_template("mpi/main.c.j2").render(m=m)
     for file, template in (("Makefile", "mpi/Makefile.j2"), ("CMakeLists.txt", "mpi/CMakeLists.txt.j2")):
-        src.files[file] = env.get_template(template).render(m=m, sources=src.c_files, driver=DRIVER_C)
+        src.files[file] = env.get_template(template).render(m=m, sources=src.c_files, driver=SPMD_DRIVER_C)
     src.api = api
     src.context = m
     src.metadata = _metadata(name, whole, part, parts, ins, outs, api, target)

@@ -28,7 +28,8 @@ from .sgemm import isa_from_macros
 
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
 RUNTIME_FILES = ("flowc_rt.h", "files.c", "files.h", "npy.c", "npy.h", "npz.c", "npz.h", "checkpoint.c",
-                 "checkpoint.h", "driver.c", "driver.h", "fc_train.c", "fc_train.h", "timing.h",
+                 "checkpoint.h", "driver.c", "driver.h", "main_driver.c", "main_driver.h", "fc_train.c",
+                 "fc_train.h", "timing.h",
                  "threadpool.c", "threadpool.h")  # fmt: skip
 
 
@@ -88,9 +89,10 @@ MPI_LAYER = Path(__file__).resolve().parents[3] / "mpi"
 
 def copy_mpi(dest: Path) -> None:
     """The MPI communication layer (mpi/fc_mpi.c, .h, and fc_allreduce.h, the float16 sum of
-    gradient buckets) into dest/mpi, for a multi-rank or data-parallel build."""
+    gradient buckets) and the SPMD program's main (fc_spmd_main.c, .h) into dest/mpi, for a
+    multi-rank or data-parallel build."""
     (dest / "mpi").mkdir(parents=True, exist_ok=True)
-    for name in ("fc_mpi.c", "fc_mpi.h", "fc_allreduce.h"):
+    for name in ("fc_mpi.c", "fc_mpi.h", "fc_allreduce.h", "fc_spmd_main.c", "fc_spmd_main.h"):
         shutil.copyfile(MPI_LAYER / name, dest / "mpi" / name)
 
 
@@ -252,13 +254,20 @@ def _prefetch_one(cmd: list[str], src: str, key: str, target: Target) -> None:
 
 
 def build_binary(
-    folder: Path, name: str, sources: Sources, cc: str | None = None, flags=(), target: Target | None = None
+    folder: Path,
+    name: str,
+    sources: Sources,
+    cc: str | None = None,
+    flags=(),
+    target: Target | None = None,
+    drivers=DRIVER_C,
 ) -> Path:
-    """Compile the standalone program folder/name (the same command the Makefile runs);
-    statically linked for a cross-compiled Linux arch."""
+    """Compile the standalone program folder/name (the same command the Makefile runs), main.c
+    with ``drivers`` (SPMD_DRIVER_C for an SPMD program); statically linked for a cross-compiled
+    Linux arch."""
     target = target or Target()
     cmd = compile_command(find_cc(cc, target), target, flags)
-    with objects(cmd, ["main.c", *DRIVER_C, *sources.c_files], folder) as objs:
+    with objects(cmd, ["main.c", *drivers, *sources.c_files], folder) as objs:
         run([*link_command(cmd), "-o", name, *objs, *target.ldflags(), *libraries(target)], cwd=folder)
     return folder / name
 

@@ -3,8 +3,8 @@
 - kernels.py: the backend's own kernels (runtime_c/cuda/gemm.cuh: products and convolutions
   as tiled, shared-memory GEMMs) and which steps run them;
 - precision.py: ``--precision`` (fp32, tf32, bf16, fp16) and the float16 graph pass;
-- emit.py: a Program through templates/cuda/ (the model, its header, Makefile, CMakeLists.txt)
-  and templates/build/main.c.j2 (the same .npy driver as the C backend's binaries); every
+- emit.py: a Program through templates/cuda/ (the model, its header, Makefile, CMakeLists.txt,
+  and main.c: the C backend's binary, runtime_c/main_driver.c, opening the model's context); every
   other step runs the C backend's body of it, compiled for the device;
 - toolchain.py: nvcc builds, and builds for runtime_c/cuda/sim.h, the CPU simulator that
   runs the generated CUDA here without a GPU.
@@ -74,7 +74,7 @@ def render_ranks(programs, partition, output_names, options):
     env = contract.environment()
     m = {**src.context, "name": options.name, "nranks": len(programs), "version": contract.VERSION}
     src.files["Makefile"] = env.get_template("cuda/Makefile.mpi.j2").render(
-        m=m, sm=list(options.sm), c_files=src.c_files, cu_files=src.cu_files, driver=emit.cemit.DRIVER_C
+        m=m, sm=list(options.sm), c_files=src.c_files, cu_files=src.cu_files, driver=emit.cemit.SPMD_DRIVER_C
     )
     src.files.pop("CMakeLists.txt", None)
     src.metadata.update(target="cuda", sm=list(options.sm), precision=options.precision)

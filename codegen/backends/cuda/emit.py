@@ -23,7 +23,7 @@ from graphdef.errors import UnsupportedError
 from graphdef.registry import ELEMENTWISE, get_op
 
 from ...render import sources as contract
-from ...render.frame import frame
+from ...render.frame import frame, main_descriptor
 from ...render.spelling import TensorCtx, c_comment, c_string
 from ...storage import ALIGN
 from ..c import emit as cemit
@@ -174,17 +174,18 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
         "state_init": f.state_init,
         "sm": ", ".join(f"sm_{v}" for v in sm),
         "const_align": ALIGN,
-        # main.c (templates/build/main.c.j2) drives a CUDA model through its context
-        "cuda": True,
+        # main.c (templates/cuda/main.c.j2) drives a CUDA model through its context, on the
+        # buffers of runtime_c/main_driver.c (fc_main_args *a); it keeps its state on the device
         "threads": 1,
         "trainer": False,
-        "main_call": f"{name}_run_host(ctx, "
+        "main": main_descriptor(name, ins, outs, arena=False),
+        "main_call": f"{name}_run_host(({name}_ctx *)a->ctx, "
         + ", ".join(
-            [f"(const {t['ctype']} *)in[{t['index']}].data" for t in ins]
-            + [f"({t['ctype']} *)out[{t['index']}]" for t in outs]
+            [f"(const {t['ctype']} *)a->in[{t['index']}]" for t in ins]
+            + [f"({t['ctype']} *)a->out[{t['index']}]" for t in outs]
         )
         + ")",  # fmt: skip
-        "bench_call": f"{name}_run_staged(ctx)",
+        "bench_call": f"{name}_run_staged(({name}_ctx *)a->ctx)",
     }
     src = contract.Sources(context=m)
     src.files[f"{name}.h"] = env.get_template("cuda/header.h.j2").render(m=m)
@@ -198,7 +199,7 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
         src.context["host_arena_bytes"] = HOST_ARENA
         return src
     # the CUDA model keeps its state on the device: its binary starts from the initial values
-    src.files["main.c"] = env.get_template("build/main.c.j2").render(m={**m, "has_state": False})
+    src.files["main.c"] = env.get_template("cuda/main.c.j2").render(m={**m, "has_state": False})
     for file, template in (("Makefile", "cuda/Makefile.j2"), ("CMakeLists.txt", "cuda/CMakeLists.txt.j2")):
         src.files[file] = env.get_template(template).render(m=m, sm=list(sm), driver=cemit.DRIVER_C)
     src.metadata = {

@@ -13,6 +13,7 @@ from graphdef.errors import ToolchainError
 
 from ...render.sources import RUNTIME
 from ..c import toolchain as ctool
+from ..c.emit import SPMD_DRIVER_C
 
 NVCC_FLAGS = ("-O3", "-std=c++17", "--Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror")
 SIM_FLAGS = (
@@ -78,7 +79,7 @@ def build_mpi(folder: Path, name: str, sources, cc: str | None, sm) -> Path:
     mpicc = ctool.find_mpicc()
     beside = Path(shlex.split(mpicc)[0]).with_name("mpicxx")
     mpicxx = str(beside) if shutil.which(str(beside)) else "mpicxx"
-    c_files = ["main.c", *ctool.DRIVER_C, *sources.c_files]
+    c_files = ["main.c", *SPMD_DRIVER_C, *sources.c_files]
     return _compile_link(folder, name, c_files, sources.cu_files, cc, sm, False, (mpicc, mpicxx))
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from .spelling import c_comment
+
 
 @dataclass(frozen=True)
 class Param:
@@ -83,6 +85,21 @@ class EntryPoints:
 
     def cdef(self) -> str:
         return "\n".join(f.cdef() for f in self.functions())
+
+    def declarations(self) -> dict:
+        """What a header prints of them: the run's declaration and argument names, and the
+        state, pool and status functions' declarations with their (escaped) comments."""
+
+        def described(f):
+            return None if f is None else {"text": f.declaration(), "doc": c_comment(f.doc, limit=200)}
+
+        return {
+            "run": self.run.declaration(),
+            "run_args": ", ".join(p.name for p in self.run.params),
+            "state_init": described(self.state_init),
+            "pool": [described(f) for f in self.pool],
+            "status": described(self.status_string),
+        }
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -18,9 +18,11 @@ import numpy as np
 
 from graphdef.ir import ValueRef
 
+from .. import schedule
 from ..program import Program
 from ..storage import ALIGN, Loc
 from .api import EntryPoints, entry_points
+from .sources import VERSION
 from .spelling import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
 
 BLOB_THRESHOLD = 64 * 1024  # weights above this go into a binary blob pulled in by the assembler
@@ -351,10 +353,12 @@ class Frame:
             mpi=mpi,
         )
 
-    def metadata(self) -> dict:
-        """What metadata.json says of every model: version, names, interface, memory, state."""
+    def metadata(self, **extra) -> dict:
+        """What metadata.json says of every model: version, names, interface, memory, state,
+        then a backend's ``extra`` and the schedule with each step's cost."""
         p = self.program
         return {
+            "flowc": VERSION,
             "name": self.name,
             "graph": p.graph.name,
             "inputs": io_metadata(self.ins),
@@ -364,6 +368,11 @@ class Frame:
             "weight_bytes": p.weight_bytes,
             "state_bytes": p.state_bytes,
             "state": state_metadata(p),
+            **extra,
+            "schedule": [
+                {"step": i, "node": n.name, "op": n.op, "flops": schedule.cost(p.graph, n).flops}
+                for i, n in enumerate(p.steps)
+            ],
         }
 
 

@@ -17,9 +17,7 @@ from dataclasses import dataclass
 import jinja2
 import numpy as np
 
-from ... import schedule
 from ...program import Program
-from ...render.api import EntryPoints
 from ...render.frame import (
     MAIN_ARGS,
     Frame,
@@ -136,11 +134,11 @@ def split_step(
     if lowered.scratch:
         fields.append("unsigned char *scratch")
         init.append("(unsigned char *)scratch")
-        per_part = lowered.part_scratch()
+        per_part = lowered.part_scratch
         call.append(f"A->scratch ? A->scratch + (long)part * {per_part} : NULL" if per_part else "A->scratch")
     split = {
         "parts": step.parts,
-        "bounds": lowered.bounds(),
+        "bounds": lowered.bounds,
         "params": params + ["long lo", "long hi"],
         "fields": fields,
         "init": init,
@@ -258,7 +256,8 @@ def emit(
     src.c_files = [file for file, _ in files] + ([f"{name}_weights.c"] if blob is not None else [])
     src.c_files += kernel_sources(st.headers, target)
     src.c_files += [THREADPOOL] if target.threads > 1 and rank is None else []
-    src.metadata = metadata(f, m["api"], program)
+    weights = "blob" if f.weights.blob is not None else "c"
+    src.metadata = {**f.metadata(weights=weights), "api": m["api"].to_json()}
     if rank is not None:  # the SPMD program's drivers and build files come from spmd.py
         return src
     src.files.update(project_files(env, m, src.c_files, target, f.ins))
@@ -303,13 +302,7 @@ def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> 
         "outputs": outs,
         "api": api,
         "run_decl": api.run.declaration(),
-        "decl": {
-            "run": api.run.declaration(),
-            "run_args": ", ".join(p.name for p in api.run.params),
-            "state_init": _decl(api.state_init),
-            "pool": [_decl(fn) for fn in api.pool],
-            "status": _decl(api.status_string),
-        },
+        "decl": api.declarations(),
         # how the drivers call the model: main.c on the buffers of runtime_c/main_driver.c (its
         # fc_main_args), firmware.c with static arrays
         "main_call": api.run.call(
@@ -405,25 +398,6 @@ def project_files(env: jinja2.Environment, m: dict, sources: list[str], target: 
         m=m, sources=sources, driver=DRIVER_C
     )
     return files
-
-
-def metadata(f: Frame, api: EntryPoints, program: Program) -> dict:
-    """metadata.json: the frame's, the weights' form, the schedule with each step's cost, the API."""
-    g = program.graph
-    return {
-        "flowc": VERSION,
-        **f.metadata(),
-        "weights": "blob" if f.weights.blob is not None else "c",
-        "schedule": [
-            {"step": i, "node": n.name, "op": n.op, "flops": schedule.cost(g, n).flops}
-            for i, n in enumerate(program.steps)
-        ],
-        "api": api.to_json(),
-    }
-
-
-def _decl(f) -> dict | None:
-    return None if f is None else {"text": f.declaration(), "doc": c_comment(f.doc, limit=200)}
 
 
 # How the firmware is linked (the Makefile's `firmware.elf` rule and codegen.mcu run the same):

@@ -231,11 +231,13 @@ def part_scratch(node: Node, ins: list[TensorType], isa: str, parts: int) -> int
 # ----------------------------------------------------------------------------- threads
 
 
-def split_of(node: Node, ins: list[TensorType]) -> Split | None:
+def split_of(node: Node, ins: list[TensorType], elementwise: bool | None = None) -> Split | None:
     """How the step of ``node`` splits over threads: elementwise steps by blocks of elements,
-    kernels by their ``split`` (None: the step is not split)."""
-    opdef = get_op(node.op)
-    if opdef.kind == ELEMENTWISE:
+    kernels by their ``split`` (None: the step is not split). ``elementwise``: whether its op
+    is, when the caller knows (else read from the op's record)."""
+    if elementwise is None:
+        elementwise = get_op(node.op).kind == ELEMENTWISE
+    if elementwise:
         out = node.outputs[0]
         return Split(out.size, work(ins, node.outputs, out.size * element_ops(node)), grain=16)
     entry = KERNELS.get(node.op)

@@ -26,15 +26,8 @@ class Lowered:
     call: Call
     split: Split | None  # how its work divides over threads (None: it does not)
     scratch: bool  # it takes step-local memory (placed in the arena)
-
-    def part_scratch(self) -> int:
-        """Scratch bytes of one part (op_table.part_scratch)."""
-        s = self.step
-        return part_scratch(s.node, s.ins, s.isa, s.parts)
-
-    def bounds(self) -> list[int]:
-        """The parts' unit bounds (splits.part_bounds)."""
-        return part_bounds(self.split, self.step.parts)
+    part_scratch: int = 0  # split in parts: scratch bytes of one part (op_table.part_scratch)
+    bounds: list[int] | None = None  # split in parts: their unit bounds (splits.part_bounds)
 
 
 def lower_step(
@@ -50,7 +43,7 @@ def lower_step(
     parts run it (more than 1: the lowering renders a range [lo, hi) of the step's units)."""
     elementwise = get_op(node.op).kind == ELEMENTWISE
     kernel = None if elementwise else kernel_of(node.op)
-    split = split_of(node, in_t)
+    split = split_of(node, in_t, elementwise)
     if parts is None:
         parts = parts_for(split, threads)
     step = Step(
@@ -64,4 +57,8 @@ def lower_step(
         parts=parts,
     )
     call = elementwise_step(step) if kernel is None else kernel.lower(step)
-    return Lowered(step, call, split, kernel is not None and kernel.scratch is not None)
+    scratch = kernel is not None and kernel.scratch is not None
+    if parts <= 1:
+        return Lowered(step, call, split, scratch)
+    per_part = part_scratch(node, step.ins, isa, parts) if scratch else 0
+    return Lowered(step, call, split, scratch, per_part, part_bounds(split, parts))

@@ -202,14 +202,6 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
     src.files["main.c"] = env.get_template("cuda/main.c.j2").render(m={**m, "has_state": False})
     for file, template in (("Makefile", "cuda/Makefile.j2"), ("CMakeLists.txt", "cuda/CMakeLists.txt.j2")):
         src.files[file] = env.get_template(template).render(m=m, sm=list(sm), driver=cemit.DRIVER_C)
-    src.metadata = {
-        "flowc": contract.VERSION,
-        **f.metadata(),
-        "target": "cuda",
-        "sm": list(sm),
-        "precision": precision,
-        "serial_steps": st["serial"],
-        "schedule": [{"step": i, "node": n.name, "op": n.op} for i, n in enumerate(program.steps)],
-    }
+    src.metadata = f.metadata(target="cuda", sm=list(sm), precision=precision, serial_steps=st["serial"])
     src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
     return src

@@ -284,8 +284,6 @@ def check_ranks(args) -> None:
     """--ranks and its options, before the model loads."""
     if args.ranks is not None and args.ranks < 1:
         raise FlowcError(f"--ranks must be at least 1, got {args.ranks}")
-    if args.ranks is not None:
-        partition.check_rank_count(args.ranks)
     if getattr(args, "train", None) is not None:
         if args.ranks is not None or args.arch != "host":
             raise FlowcError("--train builds a training binary for this machine: no --ranks, no --arch")
@@ -303,6 +301,8 @@ def check_ranks(args) -> None:
 def cmd_inspect(args) -> int:
     """What ``flowc compile`` with the same options builds, stage by stage (codegen.pipeline)."""
     check_ranks(args)
+    if args.ranks is not None:
+        partition.check_rank_count(args.ranks)
     target = Target(args.arch, args.portable, args.threads)
     options = pipeline.Options(target=target, backend=args.target)
     if args.ranks is not None:

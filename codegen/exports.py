@@ -102,41 +102,41 @@ def write(graph: Graph, out_dir, options: pipeline.Options, cache: bool = True) 
     write of the same graph with the same options is answered from the build cache (cache.py)
     without running a compiler; ``cache=False``: build anew."""
     out_dir = outdir.check(out_dir)
-    name, target = options.name, options.target
-    limits = {"max_ram": options.max_ram, "max_flash": options.max_flash}
     key = graph_key(graph, options.outputs or graph.outputs, key_options(options))
     tmp = outdir.prepare(out_dir)
     try:
-        if cache and restore_export(key, tmp):
-            outdir.publish(tmp, out_dir, name)
-            return out_dir
-        ram = {}
-
-        def check_plan(stage, value):  # a model over the limits is refused before any build
-            if stage == "plan" and options.trainer is None:
-                for program in value if options.ranks is not None else [value]:
-                    ram.update(arena=program.arena_bytes, state=program.state_bytes)
-                    check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
-
-        c = pipeline.run(graph, options, until="build", folder=tmp, trace=check_plan)
-        built = c.results["build"]
-        if built.footprint is not None:
-            fp = built.footprint
-            check_limits(
-                name,
-                target,
-                limits,
-                {**ram, "stack": fp.stack, "data": fp.data},
-                {"code": fp.code, "weights": fp.weights},
-            )
-            c.sources.metadata["footprint"] = fp.to_json()
-            (tmp / "metadata.json").write_text(json.dumps(c.sources.metadata, indent=1) + "\n")
-        if cache:
-            store_export(key, tmp)
-        outdir.publish(tmp, out_dir, name)
+        if not (cache and restore_export(key, tmp)):
+            _build(graph, options, tmp)
+            if cache:
+                store_export(key, tmp)
+        outdir.publish(tmp, out_dir, options.name)
     finally:
         outdir.discard(tmp)
     return out_dir
+
+
+def _build(graph: Graph, options: pipeline.Options, folder: Path) -> None:
+    """The pipeline to its build in ``folder``, the limits checked as soon as they can be: the
+    RAM and weights at the plan (before any build), a microcontroller's code, stack and data
+    once built (its footprint then goes into metadata.json)."""
+    name, target = options.name, options.target
+    limits = {"max_ram": options.max_ram, "max_flash": options.max_flash}
+    ram = {}
+
+    def check(stage, value):
+        if stage == "plan" and options.trainer is None:
+            for program in value if options.ranks is not None else [value]:
+                ram.update(arena=program.arena_bytes, state=program.state_bytes)
+                check_limits(name, target, limits, ram, {"weights": program.weight_bytes})
+        elif stage == "build" and value.footprint is not None:
+            fp = value.footprint
+            ram.update(stack=fp.stack, data=fp.data)
+            check_limits(name, target, limits, ram, {"code": fp.code, "weights": fp.weights})
+
+    c = pipeline.run(graph, options, until="build", folder=folder, trace=check)
+    if c.results["build"].footprint is not None:
+        c.sources.metadata["footprint"] = c.results["build"].footprint.to_json()
+        (folder / "metadata.json").write_text(json.dumps(c.sources.metadata, indent=1) + "\n")
 
 
 def export(

@@ -5,10 +5,12 @@ objects started before the Python stages end (``prefetch``). Each way checked ag
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import subprocess
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -200,3 +202,34 @@ def test_the_next_process_renders_from_the_templates_compiled_before(tmp_path):
     assert compile_with(tmp_path / "cache", tmp_path / "two") == first
     assert sorted((tmp_path / "cache" / "templates").iterdir()) == kept  # read, not compiled again
     assert compile_with(tmp_path / "a-file", tmp_path / "three") == first
+
+
+def test_a_kernel_the_prefetch_has_not_started_is_compiled_by_the_build(cache, compiles, tmp_path):
+    """A kernel file queued for prefetch behind another is taken over by the build, which
+    compiles it beside its other files instead of waiting for the queue (a cold compile of a
+    network with convolutions: the direct-conv tiles no longer wait for the GEMM tiles)."""
+    target = Target()
+    if not target.spec.packed_gemm:
+        pytest.skip("this host's target has no packed GEMM")
+    cmd = toolchain.compile_command(toolchain.find_cc(None, target), target)
+    gate = threading.Event()
+    toolchain.prefetch(cmd, [], target)  # the prefetch thread, busy until the gate opens
+    if not toolchain._prefetcher:
+        toolchain._prefetcher.append(concurrent.futures.ThreadPoolExecutor(1, "flowc-kernels"))
+    busy = toolchain._prefetcher[0].submit(gate.wait, 60)
+    toolchain.prefetch(cmd, ["runtime/kernels/conv_tiles.c"], target)
+    assert len(toolchain._inflight) == 1  # queued behind the busy one
+    toolchain.copy_runtime(tmp_path, target)
+    done = []
+
+    def build():
+        with toolchain.objects(cmd, ["runtime/kernels/conv_tiles.c"], tmp_path) as objs:
+            done.append(objs)
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    builder.join(timeout=30)
+    gate.set()
+    busy.result()
+    assert done and not builder.is_alive(), "the build waited for the queued prefetch"
+    assert compiles.count("runtime/kernels/conv_tiles.c") == 1 and not toolchain._inflight

@@ -141,8 +141,15 @@ def objects(cmd: list[str], files: list[str], folder: Path):
     try:
         objs = [str((tmp / (f.replace("/", "_")[: -len(".c")] + ".o")).relative_to(folder)) for f in files]
         jobs = list(zip(files, objs))
-        with _inflight_lock:  # objects prefetch is building: taken once built, after the others
-            later = {f for f in files if _inflight.get(_object_key(cmd, f) or "") is not None}
+        later = set()  # objects prefetch is building: taken once built, after the others
+        with _inflight_lock:
+            for f in files:
+                key = _object_key(cmd, f) or ""
+                pending = _inflight.get(key)
+                if pending is not None and pending.cancel():  # still queued: compiled here, in parallel
+                    del _inflight[key]
+                elif pending is not None:
+                    later.add(f)
         # the tile kernels first (the longest compiles), then the largest files
         order = sorted(
             (j for j in jobs if j[0] not in later),

@@ -282,6 +282,17 @@ def observe(fn: Callable[[str], None]):
         _observers.remove(fn)
 
 
+def prefetch(options: Options) -> None:
+    """Start the work a build with these options can do before its graph is known (the C
+    backend: compiling the tile kernels into the object cache), on a core the Python stages
+    leave idle; a backend without such work (no ``prefetch``) does nothing. ``run`` calls it
+    for a build; a caller that has the options before the graph (the CLI, before it reads the
+    model file) can call it sooner."""
+    early = getattr(backends.get(options.backend), "prefetch", None)
+    if early is not None and options.product != "none":
+        early(options)
+
+
 NEUTRAL = "prune_inlined"  # the last target-neutral pass: what every backend's lowering starts from
 
 
@@ -380,8 +391,7 @@ def run(
         raise FlowcError(f"unknown stage '{until}'; stages: {', '.join(names)}")
     if check:
         gd.verify(graph)
-    prefetch = getattr(c.backend, "prefetch", None)  # optional: work a build can start early
-    if until == "build" and prefetch is not None:
+    if until == "build":
         prefetch(options)
     value = graph
     for stage in stages(options):

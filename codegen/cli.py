@@ -210,7 +210,6 @@ def cmd_compile(args) -> int:
         mpi=False if args.no_mpi else None, sm=parse_sm(args.sm) if args.target == "cuda" else (80, 90),
     )  # fmt: skip
     outdir.check(args.output)  # and an output folder flowc may not replace
-    pipeline.prefetch(options)  # the kernels compile while the model file is read
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
     t0 = time.perf_counter()
     said = io.StringIO()  # printed once the progress line is gone

@@ -85,7 +85,7 @@ def build_cached(graph: Graph, options: pipeline.Options, key: str, cache: bool)
 
 def key_options(options: pipeline.Options) -> dict:
     """Every option as plain data for the cache key (the outputs: graph_key hashes them
-    resolved), and the C flags the target's build passes (they follow the machine's CPU)."""
+    resolved); the target's with the C flags its build passes (Target.key)."""
     key = {}
     for f in dataclasses.fields(options):
         if f.name == "outputs":
@@ -94,8 +94,13 @@ def key_options(options: pipeline.Options) -> dict:
         if isinstance(value, Target):
             value = value.key()
         key[f.name] = list(value) if isinstance(value, tuple) else value
-    key["cflags"] = list(options.target.cflags())
     return key
+
+
+def build_key(graph: Graph, options: pipeline.Options) -> str:
+    """The cache key of a build of ``graph`` with ``options``: every option and the graph."""
+    opts = key_options(options)
+    return graph_key(graph, options.outputs or graph.outputs, opts)
 
 
 def _export_folder(key: str) -> Path:
@@ -145,9 +150,9 @@ def bundle_cached(items, options_of) -> tuple[Path, list[dict]]:
     its sources (``options_of(name, outputs)``), all of them built by their backend's
     ``bundle`` into one shared library, cached under the key of them all. (library, the
     models' metadata, in order)."""
-    key = hashlib.sha256(
-        "".join(graph_key(g, o or g.outputs, key_options(options_of(n, o))) for n, g, o in items).encode()
-    ).hexdigest()[:32]
+    key = hashlib.sha256("".join(build_key(g, options_of(n, o)) for n, g, o in items).encode()).hexdigest()[
+        :32
+    ]
     folder = cache_root() / key
     library = folder / "libbundle.so"
     if not library.is_file():

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import signal
@@ -50,110 +49,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import graphdef as gd
 from graphdef.errors import FlowcError, UnsupportedError, printable
 from graphdef.ir import Graph
 
 from . import backends, exports, memory, outdir, partition, pipeline, schedule
 from .compiled_cuda import parse_sm
+from .model_files import load_model, parse_shapes, parse_values
 from .target import ARCHES, Target, parse_bytes
-
-
-def parse_shapes(items) -> dict:
-    """``["x=1x3x224x224", ...]`` -> {"x": (1, 3, 224, 224)}."""
-    out = {}
-    for item in items or ():
-        name, sep, dims = item.rpartition("=")
-        try:
-            shape = tuple(int(d) for d in dims.lower().split("x")) if sep and name else None
-        except ValueError:
-            shape = None
-        if shape is None or any(d < 0 for d in shape):
-            raise FlowcError(f"--shape expects NAME=D0xD1x..., got '{item}'")
-        out[name] = shape
-    return out
-
-
-def parse_values(items) -> dict:
-    """``["axes=1,2", "w=w.npy"]`` -> {"axes": array([1, 2]), "w": <array from w.npy>}."""
-    import numpy as np
-
-    out = {}
-    for item in items or ():
-        name, sep, text = item.partition("=")
-        if not sep or not name:
-            raise FlowcError(f"--value expects NAME=V0,V1,... or NAME=FILE.npy, got '{item}'")
-        if text.endswith(".npy"):
-            try:
-                out[name] = np.load(text, allow_pickle=False)
-            except (OSError, ValueError) as e:
-                raise FlowcError(f"--value {name}: cannot read {text} ({e})") from None
-            continue
-        try:
-            nums = [float(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            raise FlowcError(f"--value {name}: '{text}' is not a list of numbers") from None
-        out[name] = np.array([int(v) for v in nums] if all(v.is_integer() for v in nums) else nums)
-    return out
-
-
-def load_model(spec: str, shapes: dict | None = None, values: dict | None = None) -> gd.Graph:
-    """A Graph from an .onnx file, a .flowc file or ``file.py:function``."""
-    path, _, func = (
-        spec.partition(":") if spec.count(":") == 1 and not spec.endswith(".flowc") else (spec, "", "")
-    )
-    if spec.endswith(".onnx"):
-        return gd.load_onnx(spec, shapes=shapes, values=values)
-    if shapes or values:
-        raise FlowcError("--shape and --value apply to ONNX models only")
-    if func:
-        file = Path(path)
-        if not file.is_file():
-            raise FlowcError(f"{file}: no such file")
-        mod_spec = importlib.util.spec_from_file_location(f"flowc_model_{file.stem}", file)
-        module = importlib.util.module_from_spec(mod_spec)
-        try:
-            mod_spec.loader.exec_module(module)
-        except Exception as e:  # the user's file: report, do not crash
-            raise FlowcError(f"{file}: importing it failed: {type(e).__name__}: {e}") from None
-        fn = getattr(module, func, None)
-        if not callable(fn):
-            raise FlowcError(f"{file}: has no function '{func}'")
-        try:
-            graph = fn()
-        except Exception as e:  # the user's code failed: the user's error, shown in the user's frames
-            raise _user_error(e, file, func) from None
-        if not isinstance(graph, Graph):
-            raise FlowcError(f"{spec} returned {type(graph).__name__}, not a graphdef Graph")
-        return graph
-    if not Path(spec).is_file():
-        raise FlowcError(f"{spec}: no such file")
-    return gd.load(spec)
-
-
-def _user_error(e: Exception, file: Path, func: str) -> FlowcError:
-    """The error of a model's ``build()`` as the user's: a FlowcError (flowc's builder refusing
-    a node) stays one line and gains "(at FILE:LINE)", the user's line that made the node; any
-    other exception becomes "FILE:FUNC failed: TYPE: MESSAGE" after the frames of the user's
-    file in its traceback (flowc's own frames left out), printed to stderr like Python's."""
-    import traceback
-
-    here = file.resolve()
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if _same_file(f.filename, here)]
-    if isinstance(e, FlowcError):
-        where = f" (at {file}:{frames[-1].lineno})" if frames else ""
-        return type(e)(f"{e}{where}")
-    if frames:
-        print("Traceback (most recent call last), in the model's file:", file=sys.stderr)
-        print("".join(traceback.format_list(frames)), end="", file=sys.stderr)
-    return FlowcError(f"{file}:{func} failed: {type(e).__name__}: {e}")
-
-
-def _same_file(name: str, path: Path) -> bool:
-    try:
-        return Path(name).resolve() == path
-    except (OSError, ValueError):
-        return False
 
 
 class Progress:

@@ -19,7 +19,7 @@ from graphdef.ir import Graph, TensorType
 
 from . import pipeline
 from .backends.c import toolchain
-from .cache import build_cached, bundle_cached, graph_key, key_options
+from .cache import build_cached, build_key, bundle_cached
 from .loaded import Guarded, TensorSpec, check_name, with_train
 from .program import Program
 from .render.api import EntryPoints
@@ -334,7 +334,7 @@ def compile(
         placement=placement,
         compress=compress,
     )
-    key = graph_key(graph, outputs or graph.outputs, key_options(options))
+    key = build_key(graph, options)
     if ranks is None:
         return CompiledModel(*build_cached(graph, options, key, cache))
     comm = _communicator(comm, ranks)

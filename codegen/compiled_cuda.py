@@ -17,7 +17,7 @@ from graphdef.interpret import feed_value
 from graphdef.ir import Graph, TensorType
 
 from . import pipeline
-from .cache import build_cached, bundle_cached, graph_key, key_options
+from .cache import build_cached, build_key, bundle_cached
 from .loaded import Guarded, TensorSpec, check_name, with_train
 from .render import layout as L
 
@@ -258,7 +258,7 @@ def compile(  # noqa: A001
     """``codegen.compile(graph, target="cuda", ...)``: see codegen.compile."""
     check_name(name)
     o = options(name, cc, sm, planner, with_train(graph, outputs, train), precision)
-    key = graph_key(graph, o.outputs or graph.outputs, key_options(o))
+    key = build_key(graph, o)
     return CudaModel(*build_cached(graph, o, key, cache))
 
 

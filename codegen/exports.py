@@ -13,7 +13,7 @@ from graphdef.ir import Graph
 
 from . import backends, outdir, partition, pipeline
 from .backends.c import toolchain
-from .cache import graph_key, key_options, restore_export, store_export
+from .cache import build_key, restore_export, store_export
 from .loaded import check_name, with_train
 from .target import Target, parse_bytes
 
@@ -66,25 +66,16 @@ def project_options(
             backend="cuda", outputs=outputs, name=name, cc=cc, sm=tuple(sm), planner=planner,
             precision=precision, product=product, ranks=ranks, placement=placement, compress=compress,
         )  # fmt: skip
-    allreduce = None
     if trainer is not None:
         from graphdef.builder import Tensor
 
         trainer = str(trainer.ref) if isinstance(trainer, Tensor) else trainer
-        if mpi is None:
-            try:
-                toolchain.find_mpicc(cc)
-                mpi = True
-            except toolchain.ToolchainError:
-                mpi = False
+    cc, mpi = toolchain.choose_cc(cc, tgt, mpi, trainer is not None, ranks, build_binary)
+    allreduce = None
+    if trainer is not None:
         if compress is not None and not mpi:
             raise FlowcError("--compress sends the gradients between MPI ranks: it needs a build with MPI")
         allreduce, compress = ((compress or "float32") if mpi else None), None
-        cc = toolchain.find_mpicc(cc) if mpi else toolchain.find_cc(cc, tgt)
-    elif ranks is None:
-        cc = toolchain.find_cc(cc, tgt)
-    elif build_binary:
-        cc = toolchain.find_mpicc(cc)
     return pipeline.Options(
         target=tgt, outputs=outputs, planner=planner, cc=cc, flags=tuple(flags), name=name,
         product=None if build_binary and trainer is None else product, ranks=ranks, placement=placement,
@@ -101,9 +92,8 @@ def write(graph: Graph, out_dir, options: pipeline.Options, cache: bool = True) 
     before any build (a microcontroller's code, stack and data checked once built). A repeated
     write of the same graph with the same options is answered from the build cache (cache.py)
     without running a compiler; ``cache=False``: build anew."""
-    out_dir = outdir.check(out_dir)
-    key = graph_key(graph, options.outputs or graph.outputs, key_options(options))
-    tmp = outdir.prepare(out_dir)
+    tmp = outdir.prepare(out_dir)  # refuses a folder flowc may not replace first
+    key = build_key(graph, options)
     try:
         if not (cache and restore_export(key, tmp)):
             _build(graph, options, tmp)

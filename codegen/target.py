@@ -153,6 +153,10 @@ ARCH_LIST = (
     ),
 )
 ARCHES = {a.name: a for a in ARCH_LIST}
+# a tool of an arch that is not on PATH: what to install (Target.missing, toolchain.find_cc)
+MISSING_TOOL = (
+    "--arch {arch} needs {prog}, which is not on PATH; install it (Debian: apt-get install {packages})"
+)
 
 
 @dataclass(frozen=True)
@@ -199,8 +203,7 @@ class Target:
     def missing(self, prog: str) -> ToolchainError:
         """The error for a tool of this arch that is not installed, naming the packages."""
         return ToolchainError(
-            f"--arch {self.arch} needs {prog}, which is not on PATH; install it "
-            f"(Debian: apt-get install {' '.join(self.spec.packages)})"
+            MISSING_TOOL.format(arch=self.arch, prog=prog, packages=" ".join(self.spec.packages))
         )
 
     def runner(self) -> list[str]:
@@ -239,7 +242,9 @@ class Target:
         return self.spec.ldflags
 
     def key(self) -> dict:
-        return asdict(self)
+        """The target as plain data for a build's cache key, with the C flags it builds with
+        (they follow the machine's CPU)."""
+        return {**asdict(self), "cflags": list(self.cflags())}
 
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20}

@@ -22,7 +22,7 @@ from graphdef.errors import ToolchainError
 
 from ...cachedir import cache_root
 from ...render.sources import RUNTIME, Sources
-from ...target import Target
+from ...target import MISSING_TOOL, Target
 from .emit import DRIVER_C
 from .sgemm import isa_from_macros
 
@@ -40,7 +40,9 @@ def find_cc(cc: str | None = None, target: Target | None = None) -> str:
     if target is not None and target.kind != "host":
         prog = cc or target.compiler
         if not shutil.which(shlex.split(prog)[0]):
-            raise target.missing(prog)
+            raise ToolchainError(
+                MISSING_TOOL.format(arch=target.arch, prog=prog, packages=" ".join(target.spec.packages))
+            )
         return prog
     candidates = [cc] if cc else [os.environ.get("CC")] if os.environ.get("CC") else ["cc", "gcc", "clang"]
     for c in candidates:
@@ -365,6 +367,25 @@ def _find_mpi_tool(what: str, prog: str, given: str | None, env: str) -> str:
         f"no {what} found (looked for ${env}, {beside} and {prog} on PATH); install MPI: {MPI_INSTALL}, "
         f"or set {env}"
     )
+
+
+def choose_cc(
+    cc: str | None, target: Target, mpi: bool | None, trainer: bool, ranks: int | None, build: bool
+) -> tuple[str | None, bool | None]:
+    """(compiler, mpi) of a project folder: MPI's compiler for a program over ranks that is
+    built, or for a training binary with MPI (``mpi`` None: with MPI when mpicc is found; the
+    answer says which); the target's C compiler otherwise. ToolchainError when missing."""
+    if trainer:
+        if mpi is None:
+            try:
+                find_mpicc(cc)
+                mpi = True
+            except ToolchainError:
+                mpi = False
+        return (find_mpicc(cc) if mpi else find_cc(cc, target)), mpi
+    if ranks is None:
+        return find_cc(cc, target), mpi
+    return (find_mpicc(cc) if build else cc), mpi
 
 
 def find_mpicc(mpicc: str | None = None) -> str:

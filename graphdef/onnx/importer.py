@@ -285,8 +285,14 @@ def _tensor_array(t, base: Path | None, what: str) -> np.ndarray:
         )
     if t.data_location == TensorProto.EXTERNAL:
         return _external_array(t, base, dims, dtype, nbytes)
-    if t.HasField("raw_data") and len(t.raw_data) != nbytes:
-        raise OnnxImportError(f"tensor {_q(t.name)}: {len(t.raw_data)} bytes of data for {nbytes} declared")
+    if t.HasField("raw_data"):
+        raw = t.raw_data  # each read of the field copies it: read once
+        if len(raw) != nbytes:
+            raise OnnxImportError(f"tensor {_q(t.name)}: {len(raw)} bytes of data for {nbytes} declared")
+        np_type = dtypes.np_dtype(dtype)
+        if np_type.kind in "biuf" and np_type.itemsize == dtypes.itemsize(dtype):
+            # little-endian bytes as they are (a read-only view of them, no copy)
+            return np.frombuffer(raw, dtype=np_type.newbyteorder("<")).astype(np_type, copy=False).reshape(dims)
     try:
         array = numpy_helper.to_array(t)
         return np.asarray(array, dtype=dtypes.np_dtype(dtype)).reshape(tuple(dims))

@@ -108,7 +108,8 @@ def build(sources: Sources, folder: Path, options) -> Built:
     from . import mcu
 
     target, name, product = options.target, options.name, options.product
-    toolchain.write_sources(sources, folder, target)
+    if "trainer" in sources.metadata or sources.metadata.get("ranks"):
+        toolchain.write_sources(sources, folder, target)
     if "trainer" in sources.metadata:  # a training binary (render_trainer); data parallel: with mpicc
         from . import trainer
 
@@ -136,6 +137,8 @@ def build(sources: Sources, folder: Path, options) -> Built:
         path = toolchain.build_binary(folder, name, sources, mpicc, flags, target, emit.SPMD_DRIVER_C)
         return Built(folder, product, path)
     cc = toolchain.find_cc(options.cc, target)
+    # a program's or shared library's weights blob is written while the C compiler runs
+    toolchain.write_sources(sources, folder, target, blobs=product not in ("shared", "program"))
     if product == "shared":
         return Built(
             folder, product, toolchain.build_shared(folder, name, sources, cc, options.flags, target)

@@ -292,7 +292,8 @@ def _tensor_array(t, base: Path | None, what: str) -> np.ndarray:
         np_type = dtypes.np_dtype(dtype)
         if np_type.kind in "biuf" and np_type.itemsize == dtypes.itemsize(dtype):
             # little-endian bytes as they are (a read-only view of them, no copy)
-            return np.frombuffer(raw, dtype=np_type.newbyteorder("<")).astype(np_type, copy=False).reshape(dims)
+            data = np.frombuffer(raw, dtype=np_type.newbyteorder("<"))
+            return data.astype(np_type, copy=False).reshape(dims)
     try:
         array = numpy_helper.to_array(t)
         return np.asarray(array, dtype=dtypes.np_dtype(dtype)).reshape(tuple(dims))

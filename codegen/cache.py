@@ -73,9 +73,7 @@ def build_cached(graph: Graph, options: pipeline.Options, key: str, cache: bool)
         else:
             try:
                 pipeline.run(graph, options, until="build", folder=tmp)
-                if folder.exists():
-                    shutil.rmtree(folder, ignore_errors=True)
-                os.replace(tmp, folder)
+                _place(tmp, folder, lambda: library.is_file() and meta_path.is_file())
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     metadata = json.loads(meta_path.read_text())
@@ -136,9 +134,7 @@ def store_export(key: str, folder: Path) -> None:
         try:
             shutil.copytree(folder, tmp, dirs_exist_ok=True)
             (tmp / COMPLETE).write_text("")
-            if dest.exists():
-                shutil.rmtree(dest, ignore_errors=True)
-            os.replace(tmp, dest)
+            _place(tmp, dest, (dest / COMPLETE).is_file)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError:
@@ -166,12 +162,25 @@ def bundle_cached(items, options_of) -> tuple[Path, list[dict]]:
             for (n, _, _), c in zip(items, runs):
                 (tmp / f"{n}.metadata.json").write_text(json.dumps(c.sources.metadata))
             if tmp != folder:
-                shutil.rmtree(folder, ignore_errors=True)
-                os.replace(tmp, folder)
+                _place(tmp, folder, library.is_file)
         finally:
             if tmp != folder:
                 shutil.rmtree(tmp, ignore_errors=True)
     return library, [json.loads((folder / f"{n}.metadata.json").read_text()) for n, _, _ in items]
+
+
+def _place(tmp: Path, folder: Path, complete) -> None:
+    """Rename the finished build ``tmp`` to ``folder``. Another process (a test worker, a second
+    compile) may have put the same build there first, and may be loading it: then it stays and
+    ``tmp`` is dropped. An incomplete folder left there (``complete()`` false) is replaced."""
+    try:
+        os.rename(tmp, folder)
+        return
+    except OSError:
+        if complete():
+            return
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
 
 
 def _beside(folder: Path) -> Path | None:

@@ -188,3 +188,25 @@ def test_a_repeated_export_is_answered_from_the_cache(tmp_path, monkeypatch):
     calls.clear()
     codegen.export(_mlp(5), tmp_path / "d", name="net", cache=False)
     assert calls, "cache=False must build"
+
+
+def test_a_build_put_in_place_by_another_process_is_kept(tmp_path):
+    """Two processes (test workers, two compiles) building one key: the second to finish keeps
+    the first's folder, which the first may be loading, and drops its own; an incomplete folder
+    there is replaced."""
+    from codegen.cache import _place
+
+    folder, mine = tmp_path / "key", tmp_path / "mine"
+    folder.mkdir()
+    (folder / "lib.so").write_text("first")
+    mine.mkdir()
+    (mine / "lib.so").write_text("second")
+    _place(mine, folder, (folder / "lib.so").is_file)
+    assert (folder / "lib.so").read_text() == "first"
+
+    (folder / "lib.so").unlink()
+    (folder / "partial").write_text("")
+    mine.mkdir(exist_ok=True)
+    (mine / "lib.so").write_text("second")
+    _place(mine, folder, (folder / "lib.so").is_file)
+    assert (folder / "lib.so").read_text() == "second" and not (folder / "partial").exists()

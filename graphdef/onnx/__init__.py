@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (registers converters; ops_signal's Resize overri
     ops_math,
     ops_nn,
     ops_quant,
+    ops_quant_ms,
     ops_rnn,
     ops_signal,
 )

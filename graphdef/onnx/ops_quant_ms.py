@@ -1,0 +1,228 @@
+"""Converters for the quantized ops onnxruntime's quantizer writes in the com.microsoft domain
+(QOperator format): QGemm, QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
+QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool and QLinearSoftmax.
+
+Each is the float op between a dequantize and a quantize, computed as onnxruntime defines it:
+- dequantize: ``(x - zero_point) * scale`` in float32 (the zero point subtracted in int32);
+- quantize: ``x / scale`` in float32 rounded half to even, plus the zero point, saturated to the
+  output type (int8 or uint8, the type of ``x``);
+- QGemm: the integer product ``(A - a_zp) @ (B - b_zp)`` in int32 with the int32 bias ``C``,
+  then requantized (ops_quant's ``_requantize``: ``alpha * a_scale * b_scale / y_scale``,
+  per output column for a per-channel ``b_scale``) or, without ``y_scale``, scaled to float32.
+
+onnxruntime computes some of these through 256-entry lookup tables built with the same float
+arithmetic (the unary ops) or through fixed-point shortcuts (average pools, softmax): flowc's
+results agree with it to at most 1 unit in the last place of the output type; the tests
+(tests/onnx/test_convert_qoperator.py) check that bound on models quantized by onnxruntime.
+
+``channels_last`` pools (NHWC) are refused: onnxruntime's quantizer writes them only for
+models it transposed itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..builder import Tensor, constant
+from ..ops import elementwise as E
+from ..ops import math as M
+from ..ops import nn as N
+from ..ops import shape as S
+from .importer import converter
+from .ops_basic import _pool_args
+from .ops_quant import (
+    _BYTES,
+    _check_zero_point,
+    _col,
+    _minus_zero_point,
+    _need,
+    _requantize,
+    _saturate,
+    _scalar,
+    _size,
+    _zero_point,
+    quantize,
+)
+
+MS = "com.microsoft"
+
+
+def _per_tensor(node, i: int, what: str) -> None:
+    if node.has(i) and _size(node.tensor(i)) != 1:
+        raise node.unsupported(f"{what} of shape {node.shape(i)} must be one value (per tensor)")
+
+
+def _dequantized(node, x: int, scale: int, zp: int, names: tuple[str, str, str]) -> Tensor:
+    """Input ``x`` (int8 or uint8, per-tensor ``scale`` and ``zp``) as float32."""
+    t = _need(node, x, _BYTES, names[0])
+    s = _need(node, scale, ("float32",), names[1])
+    _per_tensor(node, scale, names[1])
+    _per_tensor(node, zp, names[2])
+    _check_zero_point(node, zp, t.dtype, names[2])
+    z = _zero_point(node, zp)
+    v = E.cast(_minus_zero_point(t, None if z is None else _scalar(z), "int32"), "float32")
+    return E.mul(v, _scalar(s))
+
+
+def _quantized(node, y: Tensor, scale: int, zp: int, out: str, names: tuple[str, str]) -> Tensor:
+    """float32 ``y`` quantized with per-tensor ``scale`` and ``zp`` (inputs) to ``out``."""
+    s = _need(node, scale, ("float32",), names[0])
+    _per_tensor(node, scale, names[0])
+    _per_tensor(node, zp, names[1])
+    _check_zero_point(node, zp, out, names[1])
+    z = _zero_point(node, zp)
+    return quantize(y, _scalar(s), None if z is None else _scalar(z), out, "float32")
+
+
+_X = ("X", "X_scale", "X_zero_point")
+_Y = ("Y_scale", "Y_zero_point")
+
+
+def _unary(fn):
+    """X, X_scale, X_zero_point, Y_scale, Y_zero_point -> quantize(fn(dequantize(X)))."""
+
+    def convert(node):
+        x = _dequantized(node, 0, 1, 2, _X)
+        return _quantized(node, fn(node, x), 3, 4, node.dtype(0), _Y)
+
+    return convert
+
+
+converter("QLinearSigmoid", 1, MS)(_unary(lambda node, x: E.sigmoid(x)))
+converter("QLinearLeakyRelu", 1, MS)(_unary(lambda node, x: E.leaky_relu(x, node.attr("alpha", 0.01))))
+
+
+def _avg_pool(node, x: Tensor) -> Tensor:
+    if node.attr("channels_last", 0):
+        raise node.unsupported("channels_last=1 (NHWC) is not supported")
+    kernel, strides, pads, dil = _pool_args(node, x)
+    return N.avg_pool(
+        x,
+        kernel,
+        strides,
+        pads,
+        dil,
+        bool(node.attr("ceil_mode", 0)),
+        bool(node.attr("count_include_pad", 0)),
+    )
+
+
+def _global_avg_pool(node, x: Tensor) -> Tensor:
+    if node.attr("channels_last", 0):
+        raise node.unsupported("channels_last=1 (NHWC) is not supported")
+    return N.global_avg_pool(x)
+
+
+def _softmax(node, x: Tensor) -> Tensor:
+    axis = node.attr("axis", -1)
+    if node.attr("opset", 13) >= 13:
+        return N.softmax(x, axis=axis)
+    axis %= max(x.rank, 1)  # before opset 13: over the 2-D view [prod(shape[:axis]), prod(shape[axis:])]
+    flat = S.reshape(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+    return S.reshape(N.softmax(flat, axis=1), x.shape)
+
+
+converter("QLinearAveragePool", 1, MS)(_unary(_avg_pool))
+converter("QLinearGlobalAveragePool", 1, MS)(_unary(_global_avg_pool))
+converter("QLinearSoftmax", 1, MS)(_unary(_softmax))
+
+
+def _binary(op: str):
+    """A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point, broadcasting,
+    as onnxruntime computes them in float32 with the output zero point inside the rounding:
+    Add: ``a * (a_s / c_s) + (b * (b_s / c_s) + (c_zp - (a_zp * a_s / c_s + b_zp * b_s / c_s)))``;
+    Mul: ``(a - a_zp) * (b - b_zp) * (a_s * b_s / c_s) + c_zp``; rounded half to even."""
+
+    def convert(node):
+        a, b = _need(node, 0, _BYTES, "A"), _need(node, 3, _BYTES, "B")
+        if a.dtype != b.dtype:
+            raise node.unsupported(f"A is {a.dtype} and B is {b.dtype}: they must be one type")
+        for i, what in ((1, "A_scale"), (4, "B_scale"), (6, "C_scale")):
+            _need(node, i, ("float32",), what)
+            _per_tensor(node, i, what)
+        for i, what in ((2, "A_zero_point"), (5, "B_zero_point"), (7, "C_zero_point")):
+            _per_tensor(node, i, what)
+            _check_zero_point(node, i, a.dtype, what)
+        a_s, b_s, c_s = (_scalar(node.tensor(i)) for i in (1, 4, 6))
+        a_z, b_z, c_z = (_as_float(node, i) for i in (2, 5, 7))
+        af, bf = E.cast(a, "float32"), E.cast(b, "float32")
+        if op == "add":
+            ra, rb = E.div(a_s, c_s), E.div(b_s, c_s)
+            fixed = E.sub(c_z, E.add(E.mul(ra, a_z), E.mul(rb, b_z)))
+            v = E.add(E.mul(af, ra), E.add(E.mul(bf, rb), fixed))
+        else:
+            v = E.add(E.mul(E.mul(E.sub(af, a_z), E.sub(bf, b_z)), E.div(E.mul(a_s, b_s), c_s)), c_z)
+        return _saturate(M.round(v), None, a.dtype)
+
+    return convert
+
+
+def _as_float(node, i: int) -> Tensor:
+    """Zero point ``i`` (absent: 0) as a float32 scalar."""
+    z = _zero_point(node, i)
+    return constant(np.float32(0)) if z is None else E.cast(_scalar(z), "float32")
+
+
+converter("QLinearAdd", 1, MS)(_binary("add"))
+converter("QLinearMul", 1, MS)(_binary("mul"))
+
+
+@converter("QLinearConcat", 1, MS)
+def _qlinear_concat(node):
+    """Y_scale, Y_zero_point, then (tensor, scale, zero point) for each input."""
+    n = len(node.inputs)
+    if n < 5 or (n - 2) % 3:
+        raise node.unsupported(
+            f"has {n} inputs; it takes Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples"
+        )
+    xs = [
+        _dequantized(node, i, i + 1, i + 2, (f"input {i}", f"input {i + 1}", f"input {i + 2}"))
+        for i in range(2, n, 3)
+    ]
+    out = node.dtype(2)
+    if any(node.dtype(i) != out for i in range(2, n, 3)):
+        raise node.unsupported("the inputs have different types: they must be all int8 or all uint8")
+    return _quantized(node, S.concat(xs, node.attr("axis")), 0, 1, out, _Y)
+
+
+@converter("QGemm", 1, MS)
+def _qgemm(node):
+    """A, a_scale, a_zero_point, B, b_scale, b_zero_point, C (int32 bias, optional), y_scale and
+    y_zero_point (optional: without them the output is float32); alpha, transA, transB."""
+    a, b = _need(node, 0, _BYTES, "A"), _need(node, 3, _BYTES, "B")
+    a_scale = _need(node, 1, ("float32",), "a_scale")
+    b_scale = _need(node, 4, ("float32",), "b_scale")
+    _per_tensor(node, 1, "a_scale")
+    _per_tensor(node, 2, "a_zero_point")
+    _check_zero_point(node, 2, a.dtype, "a_zero_point")
+    _check_zero_point(node, 5, b.dtype, "b_zero_point")
+    if a.rank != 2 or b.rank != 2:
+        raise node.unsupported(f"A {a.shape} and B {b.shape} must be matrices")
+    if node.attr("transA", 0):
+        a = S.transpose(a, (1, 0))
+    b_zp = _zero_point(node, 5)
+    if node.attr("transB", 0):  # the per-column parameters stay per column of the product
+        b = S.transpose(b, (1, 0))
+    a_zp = _zero_point(node, 2)
+    acc = N.matmul(
+        _minus_zero_point(a, None if a_zp is None else _scalar(a_zp), "int32"),
+        _minus_zero_point(b, None if b_zp is None else _col(node, b_zp, b.shape, "b_zero_point"), "int32"),
+    )
+    if node.has(6):
+        acc = E.add(acc, _need(node, 6, ("int32",), "C"))
+    scale = E.mul(
+        E.mul(_scalar(a_scale), _col(node, b_scale, b.shape, "b_scale")), float(node.attr("alpha", 1.0))
+    )
+    if not node.has(7):
+        if node.has(8):
+            raise node.unsupported("y_zero_point is given without y_scale")
+        return E.mul(E.cast(acc, "float32"), scale)
+    y_scale = _need(node, 7, ("float32",), "y_scale")
+    _per_tensor(node, 7, "y_scale")
+    _per_tensor(node, 8, "y_zero_point")
+    _check_zero_point(node, 8, a.dtype, "y_zero_point")
+    if not node.has(8):
+        raise node.unsupported("y_scale is given without y_zero_point")
+    return _requantize(node, acc, E.div(scale, _scalar(y_scale)), 8)

@@ -439,6 +439,36 @@ def reduce_pow(graph: Graph) -> Graph:
     return rb.finish()
 
 
+def cancel_transposes(graph: Graph) -> Graph:
+    """A transpose of a transpose as one transpose, or as nothing where the two permutations
+    undo each other (a model imported from NHWC layout: each convolution's input goes to
+    NCHW and its output back, and the pairs between consecutive convolutions cancel). The
+    values are moved, never computed: exact."""
+    producer = {n.name: n for n in graph.nodes}
+    targets = {}
+    for n in graph.nodes:
+        if n.op == "transpose":
+            first = producer[n.inputs[0].node]
+            if first.op == "transpose" and not n.control_inputs:
+                outer, inner = n.attrs["perm"], first.attrs["perm"]
+                targets[n.name] = (first.inputs[0], tuple(inner[p] for p in outer))
+    if not targets:
+        return graph
+    rb = Rebuild(graph)
+    for node in graph.nodes:
+        if node.name not in targets:
+            rb.keep(node)
+            continue
+        source, perm = targets[node.name]
+        if perm == tuple(range(len(perm))):
+            rb.bind(node, [rb.refs[source]])
+            continue
+        with rb.building(node, controls=False):
+            y = gd.transpose(Tensor(rb.new, rb.refs[source]), perm)
+        rb.bind(node, [y.ref])
+    return rb.finish()
+
+
 FUSE_MAX_OPS = 128
 """The most ops one ``fused`` node evaluates. Its loop body is one basic block, and GCC's time
 per op grows with the block past a few hundred ops (PRE, loop splitting, points-to analysis):
@@ -571,6 +601,7 @@ def pipeline(
         ("check_constants", check_constants),
         ("reduce_pow", reduce_pow),
         ("cse", cse),
+        ("cancel_transposes", cancel_transposes),
         ("prune_dead", prune),
         ("fuse_elementwise", fuse_elementwise),
         ("prune_inlined", prune),

@@ -249,3 +249,25 @@ def test_reduce_pow_compiled_matches_numpy(dtype, ulps):
             assert np.array_equal(np.signbit(have[want == 0]), np.signbit(want[want == 0])), c
             spacing = np.spacing(np.abs(want[finite]))
             assert np.all(np.abs(have[finite] - want[finite]) <= ulps * spacing), c
+
+
+def test_cancel_transposes_removes_pairs_that_undo_each_other_and_merges_the_others():
+    """NHWC -> NCHW -> relu -> NHWC -> NCHW: the last two cancel; transpose of a transpose that
+    does not undo it becomes one transpose; a transpose read elsewhere stays. Same values."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    g = gd.Graph("t")
+    with g:
+        xp = gd.placeholder("x", x.shape)
+        a = gd.relu(gd.transpose(xp, (0, 3, 1, 2)))
+        back = gd.transpose(a, (0, 2, 3, 1))
+        again = gd.transpose(back, (0, 3, 1, 2))  # undoes back: a itself
+        twisted = gd.transpose(gd.transpose(xp, (1, 0, 2, 3)), (0, 2, 1, 3))  # one transpose
+        g.set_outputs(gd.sigmoid(again), twisted, back)
+    out = passes.prune(passes.cancel_transposes(g.freeze()))
+    ops = [n.op for n in out.nodes]
+    assert ops.count("transpose") == 3, ops  # the first, back (an output) and twisted as one
+    want = [np.asarray(v) for v in gd.run(g, {"x": x}, [str(o) for o in g.outputs])]
+    have = [np.asarray(v) for v in gd.run(out, {"x": x}, [str(o) for o in out.outputs])]
+    for h, w_ in zip(have, want):
+        np.testing.assert_array_equal(h, w_)
+    np.testing.assert_array_equal(have[1], x.transpose(1, 0, 2, 3).transpose(0, 2, 1, 3))

@@ -52,7 +52,7 @@ def parse_values(items) -> dict:
 
 
 def load_model(spec: str, shapes: dict | None = None, values: dict | None = None) -> gd.Graph:
-    """A Graph from an .onnx file, a .flowc file or ``file.py:function``."""
+    """A Graph from an .onnx file, a .tflite file, a .flowc file or ``file.py:function``."""
     path, _, func = (
         spec.partition(":") if spec.count(":") == 1 and not spec.endswith(".flowc") else (spec, "", "")
     )
@@ -82,7 +82,31 @@ def load_model(spec: str, shapes: dict | None = None, values: dict | None = None
         return graph
     if not Path(spec).is_file():
         raise FlowcError(f"{spec}: no such file")
-    return gd.load(spec)
+    return load_file(Path(spec))
+
+
+def load_file(path: Path) -> gd.Graph:
+    """A Graph from a model file whatever its name: TFLite (its "TFL3" identifier), a flowc
+    graph (a zip archive) or ONNX (anything else that parses as one); one line naming the
+    three formats otherwise."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if len(head) >= 8 and head[4:8] == b"TFL3":
+        return gd.load_tflite(path)
+    if head.startswith(b"PK") or path.suffix == ".flowc":
+        return gd.load(path)
+    if path.suffix == ".tflite":
+        raise FlowcError(f"{path}: not a TFLite flatbuffer (no TFL3 file identifier)")
+    try:
+        import onnx
+
+        onnx.load_model(path, load_external_data=False)
+    except Exception:
+        raise FlowcError(
+            f"{path}: not a model flowc reads: an ONNX model (.onnx), a TFLite flatbuffer (.tflite) "
+            "or a flowc graph (.flowc)"
+        ) from None
+    return gd.load_onnx(path)
 
 
 def _user_error(e: Exception, file: Path, func: str) -> FlowcError:

@@ -80,6 +80,13 @@ def load_onnx(
     return _load(path, shapes, name, values, trainable=trainable, **limits)
 
 
+def load_tflite(path, name: str | None = None) -> Graph:
+    """Import a .tflite model (needs the ``tflite`` package); see ``graphdef.tflite``."""
+    from .tflite import load_tflite as _load
+
+    return _load(path, name)
+
+
 def _bind_operators() -> None:
     E, N, S = _elementwise, _nn, _shape
 

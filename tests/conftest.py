@@ -129,3 +129,19 @@ def zoo(_zoo) -> gd.Graph:
 @pytest.fixture(scope="session")
 def zoo_feeds(_zoo) -> dict:
     return _zoo[1]
+
+
+@pytest.fixture(scope="module")
+def compile_graphs():
+    """compile_graphs({key: graph}) -> {key: CompiledModel}, all in one shared library; the
+    caller's tests skip when there is no C compiler."""
+
+    def compile_all(graphs: dict):
+
+        try:
+            codegen.backends.c.toolchain.find_cc()
+        except gd.errors.FlowcError as e:
+            pytest.skip(str(e))
+        return dict(zip(graphs, codegen.compile_many(list(graphs.items()))))
+
+    return compile_all

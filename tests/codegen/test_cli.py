@@ -171,7 +171,7 @@ def test_inspect_lists_the_ops_the_backend_has_no_code_for(tmp_path, target):
         (["compile", DIGITS, "-o", "OUT", "--name", "bad-name"], "must be a C identifier"),
         (["compile", DIGITS, "-o", "OUT", "--arch", "pdp11"], "unknown or unsupported arch 'pdp11'"),
         (["compile", f"{ROOT / 'samples' / 'digits.py'}:nope", "-o", "OUT"], "has no function 'nope'"),
-        (["inspect", "GARBAGE"], "not a readable flowc graph file"),
+        (["inspect", "GARBAGE"], "not a model flowc reads: an ONNX model (.onnx), a TFLite flatbuffer"),
         (["inspect", DIGITS, "--stage", "nope"], "--stage 'nope' is not a stage; stages: outputs, limits"),
     ],
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 import graphdef as gd
-from graphdef.errors import FlowcError
 
 
 @pytest.fixture(scope="module")
@@ -23,20 +22,3 @@ def import_models(tmp_path_factory):
         return graphs
 
     return load_all
-
-
-@pytest.fixture(scope="module")
-def compile_graphs():
-    """compile_graphs({key: graph}) -> {key: CompiledModel}, all in one shared library; the
-    caller's tests skip when there is no C compiler."""
-
-    def compile_all(graphs: dict):
-        import codegen
-
-        try:
-            codegen.backends.c.toolchain.find_cc()
-        except FlowcError as e:
-            pytest.skip(str(e))
-        return dict(zip(graphs, codegen.compile_many(list(graphs.items()))))
-
-    return compile_all

@@ -1,0 +1,488 @@
+"""TFLite import: ``load_tflite(path)`` turns a .tflite flatbuffer into a static-shaped Graph.
+
+The file is read with the ``tflite`` package (the published TFLite schema, generated for
+Python). One subgraph (the model's main one; files with control-flow subgraphs are refused),
+its inputs as placeholders in TFLite's own layout (NHWC for images) and names, its constant
+tensors as constants, each operator by a converter below. Every operator the file uses that
+flowc has no converter for is listed in one error before anything is built.
+
+Layout: TFLite convolutions and pools work on NHWC tensors with OHWI weights (depthwise:
+1HWC); flowc's on NCHW with OIHW weights. Each converter transposes its input to NCHW and its
+result back; pairs of transposes between consecutive convolutions cancel in flowc's optimizer.
+
+Float32 models compute as LiteRT's float kernels do, to float32 rounding (the tests compare
+with LiteRT's interpreter). QUANTIZE and DEQUANTIZE follow TFLite's reference: ``round(x /
+scale) + zero_point`` with halves away from zero, saturated; ``(q - zero_point) * scale``.
+Integer (int8) arithmetic operators are not imported yet: they are refused by name.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..builder import Graph, Tensor, constant, placeholder
+from ..errors import FlowcError, UnsupportedError
+from ..ops import elementwise as E
+from ..ops import math as M
+from ..ops import nn as N
+from ..ops import reduce as R
+from ..ops import shape as S
+
+# TensorType codes of the schema -> flowc dtypes
+_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8",
+           10: "float64"}  # fmt: skip
+_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+MAX_TENSOR_BYTES = 1 << 31
+
+
+class TfliteImportError(FlowcError):
+    """A .tflite file flowc cannot read (malformed, or a part of the format it does not take)."""
+
+
+def _schema():
+    try:
+        import tflite
+    except ImportError:
+        raise FlowcError("reading .tflite files needs the tflite package: pip install tflite") from None
+    return tflite
+
+
+def is_tflite(data: bytes) -> bool:
+    """Whether ``data`` starts like a TFLite flatbuffer (the "TFL3" file identifier)."""
+    return len(data) >= 8 and data[4:8] == b"TFL3"
+
+
+def load_tflite(path, name: str | None = None) -> Graph:
+    """Import the .tflite model at ``path`` as a Graph named ``name`` (default: the file's stem)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TfliteImportError(f"{path}: cannot read it ({e.strerror})") from None
+    if not is_tflite(data):
+        raise TfliteImportError(f"{path}: not a TFLite flatbuffer (no TFL3 file identifier)")
+    tfl = _schema()
+    try:
+        return _Importer(tfl, data, path, name or path.stem).run()
+    except (FlowcError, UnsupportedError):
+        raise
+    except Exception as e:  # a malformed flatbuffer: offsets out of range, bad unions
+        raise TfliteImportError(f"{path}: malformed TFLite file ({type(e).__name__}: {e})") from None
+
+
+def _op_names(tfl) -> dict[int, str]:
+    return {
+        v: k for k, v in vars(tfl.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)
+    }
+
+
+class _Importer:
+    def __init__(self, tfl, data: bytes, path: Path, name: str):
+        self.tfl, self.data, self.path, self.name = tfl, data, path, name
+        self.model = tfl.Model.GetRootAs(data, 0)
+        if self.model.SubgraphsLength() != 1:
+            raise TfliteImportError(
+                f"{path}: {self.model.SubgraphsLength()} subgraphs; flowc imports models of one "
+                "(control flow such as WHILE and IF is not supported)"
+            )
+        self.sg = self.model.Subgraphs(0)
+        self.names = _op_names(tfl)
+        self.values: dict[int, Tensor] = {}
+
+    # -- tensors
+    def tensor_info(self, i: int):
+        t = self.sg.Tensors(int(i))
+        code = t.Type()
+        if code not in _DTYPES:
+            raise TfliteImportError(
+                f"{self.path}: tensor {i} has TFLite type {code}, which flowc does not have"
+            )
+        shape = tuple(int(d) for d in (t.ShapeAsNumpy() if t.ShapeLength() else []))
+        if any(d < 0 for d in shape):
+            raise TfliteImportError(
+                f"{self.path}: tensor {i} ({self._label(t)}) has a dynamic shape {list(shape)}"
+            )
+        return t, _DTYPES[code], shape
+
+    def _label(self, t) -> str:
+        raw = t.Name()
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def quant(self, i: int):
+        """(scale, zero_point, axis) of tensor i as numpy arrays, or None when not quantized."""
+        q = self.sg.Tensors(int(i)).Quantization()
+        if q is None or q.ScaleLength() == 0:
+            return None
+        scale = q.ScaleAsNumpy().astype(np.float32)
+        zp = q.ZeroPointAsNumpy().astype(np.int64) if q.ZeroPointLength() else np.zeros(scale.shape, np.int64)
+        return scale, zp, int(q.QuantizedDimension())
+
+    def const_array(self, i: int) -> np.ndarray | None:
+        t, dtype, shape = self.tensor_info(i)
+        b = self.model.Buffers(t.Buffer())
+        if b is None:
+            return None
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if nbytes > MAX_TENSOR_BYTES:
+            raise TfliteImportError(
+                f"{self.path}: tensor {i} declares {nbytes} bytes, more than flowc allocates"
+            )
+        if b.DataLength():
+            raw = b.DataAsNumpy().tobytes()
+        elif b.Offset() > 1:  # data after the flatbuffer (files over 2 GB)
+            start, size = int(b.Offset()), int(b.Size())
+            raw = self.data[start : start + size]
+        else:
+            return None
+        if len(raw) != nbytes:
+            raise TfliteImportError(
+                f"{self.path}: tensor {i} has {len(raw)} bytes of data for {nbytes} declared"
+            )
+        return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)
+
+    def value(self, i: int) -> Tensor:
+        if i not in self.values:
+            array = self.const_array(i)
+            if array is None:
+                raise TfliteImportError(f"{self.path}: tensor {i} is read before any operator writes it")
+            self.values[i] = constant(array)
+        return self.values[i]
+
+    # -- the graph
+    def opname(self, op) -> str:
+        code = self.model.OperatorCodes(op.OpcodeIndex())
+        builtin = max(int(code.BuiltinCode()), int(code.DeprecatedBuiltinCode()))
+        if builtin == self.tfl.BuiltinOperator.CUSTOM:
+            custom = code.CustomCode()
+            return f"CUSTOM:{custom.decode('utf-8', 'replace') if custom else '?'}"
+        return self.names.get(builtin, f"builtin {builtin}")
+
+    def run(self) -> Graph:
+        ops = [self.sg.Operators(k) for k in range(self.sg.OperatorsLength())]
+        missing = sorted({self.opname(op) for op in ops} - set(CONVERTERS))
+        if missing:
+            raise UnsupportedError(
+                f"{self.path}: TFLite operators flowc does not import: {', '.join(missing)}"
+            )
+        graph = Graph(self.name)
+        with graph:
+            for i in self.sg.InputsAsNumpy():
+                t, dtype, shape = self.tensor_info(i)
+                self.values[int(i)] = placeholder(self._label(t) or f"input_{i}", shape, dtype)
+            for k, op in enumerate(ops):
+                name = self.opname(op)
+                node = _Op(self, op, name, k)
+                outs = CONVERTERS[name](node)
+                outs = outs if isinstance(outs, (list, tuple)) else [outs]
+                for j, v in zip(op.OutputsAsNumpy(), outs):
+                    _, dtype, shape = self.tensor_info(j)
+                    if tuple(v.shape) != shape:
+                        raise TfliteImportError(
+                            f"{node.where()}: computes shape {list(v.shape)}, the file says {list(shape)}"
+                        )
+                    self.values[int(j)] = v
+            graph.set_outputs(*[self.value(int(i)) for i in self.sg.OutputsAsNumpy()])
+        return graph
+
+
+class _Op:
+    """What a converter sees: the operator, its options, its inputs."""
+
+    def __init__(self, imp: _Importer, op, name: str, index: int):
+        self.imp, self.op, self.name, self.index = imp, op, name, index
+        self.inputs = [int(i) for i in op.InputsAsNumpy()] if op.InputsLength() else []
+
+    def where(self) -> str:
+        return f"{self.imp.path}: operator {self.index} ({self.name})"
+
+    def has(self, k: int) -> bool:
+        return k < len(self.inputs) and self.inputs[k] >= 0
+
+    def x(self, k: int) -> Tensor:
+        if not self.has(k):
+            raise TfliteImportError(f"{self.where()}: input {k} is missing")
+        return self.imp.value(self.inputs[k])
+
+    def const(self, k: int) -> np.ndarray:
+        array = self.imp.const_array(self.inputs[k]) if self.has(k) else None
+        if array is None:
+            raise UnsupportedError(f"{self.where()}: input {k} must be a constant in the file")
+        return array
+
+    def out_info(self, k: int = 0):
+        return self.imp.tensor_info(int(self.op.OutputsAsNumpy()[k]))
+
+    def options(self, cls_name: str):
+        table = self.op.BuiltinOptions()
+        cls = getattr(self.imp.tfl, cls_name)
+        opts = cls()
+        if table is not None:
+            opts.Init(table.Bytes, table.Pos)
+            return opts
+        return None
+
+    def unsupported(self, why: str) -> UnsupportedError:
+        return UnsupportedError(f"{self.where()}: {why}")
+
+    def float_only(self) -> None:
+        for k in range(len(self.inputs)):
+            if self.has(k) and self.imp.quant(self.inputs[k]) is not None:
+                _, dtype, _ = self.imp.tensor_info(self.inputs[k])
+                if dtype != "float32":
+                    raise self.unsupported(f"quantized {dtype} operands are not supported yet (float32 only)")
+
+
+CONVERTERS: dict = {}
+
+
+def converter(*names: str):
+    def register(fn):
+        for n in names:
+            CONVERTERS[n] = fn
+        return fn
+
+    return register
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _activation(node: _Op, y: Tensor, code: int, tanh: bool = False) -> Tensor:
+    """A fused activation; TANH only where LiteRT's kernel applies it (``tanh``; its convolutions,
+    pools and fully connected layers ignore it, so a file that asks for it there is refused)."""
+    act = node.imp.tfl.ActivationFunctionType
+    if code == act.NONE:
+        return y
+    if code == act.TANH and not tanh:
+        raise node.unsupported("a fused TANH activation is not applied by TFLite's kernel for this operator")
+    if code == act.RELU:
+        return E.relu(y)
+    if code == act.RELU6:
+        return E.clip(y, 0.0, 6.0)
+    if code == act.RELU_N1_TO_1:
+        return E.clip(y, -1.0, 1.0)
+    if code == act.TANH:
+        return E.tanh(y)
+    raise node.unsupported(f"fused activation {code} is not supported")
+
+
+def _nchw(x: Tensor) -> Tensor:
+    return S.transpose(x, (0, 3, 1, 2))
+
+
+def _nhwc(x: Tensor) -> Tensor:
+    return S.transpose(x, (0, 2, 3, 1))
+
+
+def _pads(node: _Op, padding: int, in_hw, kernel, strides, dilations) -> tuple:
+    """ONNX-style pads (begins, ends) of TFLite's SAME (the extra pixel at the end) or VALID."""
+    if padding == node.imp.tfl.Padding.VALID:
+        return (0, 0, 0, 0)
+    begins, ends = [], []
+    for size, k, s, d in zip(in_hw, kernel, strides, dilations):
+        out = -(-size // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+        begins.append(total // 2)
+        ends.append(total - total // 2)
+    return (*begins, *ends)
+
+
+def _need_rank(node: _Op, x: Tensor, rank: int, what: str = "input") -> None:
+    if x.rank != rank:
+        raise node.unsupported(f"{what} of shape {list(x.shape)} must have rank {rank}")
+
+
+# ----------------------------------------------------------------------------- convolutions
+
+
+@converter("CONV_2D")
+def _conv(node: _Op):
+    node.float_only()
+    o = node.options("Conv2DOptions")
+    x, w = node.x(0), node.x(1)
+    _need_rank(node, x, 4)
+    _need_rank(node, w, 4, "the filter")
+    strides, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
+    kernel = w.shape[1:3]
+    if x.shape[3] % w.shape[3]:
+        raise node.unsupported(f"input channels {x.shape[3]} are not a multiple of the filter's {w.shape[3]}")
+    groups = x.shape[3] // w.shape[3]
+    pads = _pads(node, o.Padding(), x.shape[1:3], kernel, strides, dil)
+    b = node.x(2) if node.has(2) else None
+    y = N.conv(_nchw(x), S.transpose(w, (0, 3, 1, 2)), b, strides, pads, dil, groups)
+    return _nhwc(_activation(node, y, o.FusedActivationFunction()))
+
+
+@converter("DEPTHWISE_CONV_2D")
+def _depthwise(node: _Op):
+    node.float_only()
+    o = node.options("DepthwiseConv2DOptions")
+    x, w = node.x(0), node.x(1)
+    _need_rank(node, x, 4)
+    _need_rank(node, w, 4, "the filter")
+    c, m = x.shape[3], w.shape[3]
+    if w.shape[0] != 1 or m % c:
+        raise node.unsupported(f"filter of shape {list(w.shape)} is not 1 x H x W x (C*multiplier) for C={c}")
+    strides, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
+    kernel = w.shape[1:3]
+    pads = _pads(node, o.Padding(), x.shape[1:3], kernel, strides, dil)
+    b = node.x(2) if node.has(2) else None
+    y = N.conv(_nchw(x), S.transpose(w, (3, 0, 1, 2)), b, strides, pads, dil, c)
+    return _nhwc(_activation(node, y, o.FusedActivationFunction()))
+
+
+@converter("FULLY_CONNECTED")
+def _fully_connected(node: _Op):
+    node.float_only()
+    o = node.options("FullyConnectedOptions")
+    x, w = node.x(0), node.x(1)
+    _need_rank(node, w, 2, "the weights")
+    k = w.shape[1]
+    if math.prod(x.shape) % k:
+        raise node.unsupported(f"input of shape {list(x.shape)} does not split into rows of {k}")
+    flat = S.reshape(x, (math.prod(x.shape) // k, k))
+    y = N.gemm(flat, w, node.x(2) if node.has(2) else None, 1.0, 1.0, False, True)
+    y = _activation(node, y, o.FusedActivationFunction() if o is not None else 0)
+    _, _, shape = node.out_info()
+    return S.reshape(y, shape)
+
+
+# ----------------------------------------------------------------------------- pools
+
+
+def _pool(node: _Op, kind: str):
+    node.float_only()
+    o = node.options("Pool2DOptions")
+    x = node.x(0)
+    _need_rank(node, x, 4)
+    kernel, strides = (o.FilterHeight(), o.FilterWidth()), (o.StrideH(), o.StrideW())
+    pads = _pads(node, o.Padding(), x.shape[1:3], kernel, strides, (1, 1))
+    if kind == "avg":  # TFLite averages over the window's pixels inside the input only
+        y = N.avg_pool(_nchw(x), kernel, strides, pads, (1, 1), False, False)
+    else:
+        y = N.max_pool(_nchw(x), kernel, strides, pads, (1, 1), False)
+    return _nhwc(_activation(node, y, o.FusedActivationFunction()))
+
+
+converter("AVERAGE_POOL_2D")(lambda node: _pool(node, "avg"))
+converter("MAX_POOL_2D")(lambda node: _pool(node, "max"))
+
+
+@converter("MEAN")
+def _mean(node: _Op):
+    node.float_only()
+    o = node.options("ReducerOptions")
+    x = node.x(0)
+    axes = tuple(int(a) % max(x.rank, 1) for a in np.asarray(node.const(1)).reshape(-1))
+    return R.reduce_mean(x, axes=axes, keepdims=bool(o.KeepDims()) if o is not None else False)
+
+
+# ----------------------------------------------------------------------------- elementwise
+
+
+def _binary(fn, options: str):
+    def convert(node: _Op):
+        node.float_only()
+        o = node.options(options)
+        y = fn(node.x(0), node.x(1))
+        return _activation(node, y, o.FusedActivationFunction() if o is not None else 0)
+
+    return convert
+
+
+converter("ADD")(_binary(E.add, "AddOptions"))
+converter("MUL")(_binary(E.mul, "MulOptions"))
+converter("SUB")(_binary(E.sub, "SubOptions"))
+
+
+def _unary(fn):
+    def convert(node: _Op):
+        node.float_only()
+        return fn(node.x(0))
+
+    return convert
+
+
+converter("RELU")(_unary(E.relu))
+converter("RELU6")(_unary(lambda x: E.clip(x, 0.0, 6.0)))
+converter("LOGISTIC")(_unary(E.sigmoid))
+converter("TANH")(_unary(E.tanh))
+converter("HARD_SWISH")(_unary(lambda x: E.mul(x, E.div(E.clip(E.add(x, 3.0), 0.0, 6.0), 6.0))))
+
+
+@converter("SOFTMAX")
+def _softmax(node: _Op):
+    node.float_only()
+    o = node.options("SoftmaxOptions")
+    x = node.x(0)
+    beta = float(o.Beta()) if o is not None else 1.0
+    return N.softmax(x if beta == 1.0 else E.mul(x, beta), axis=-1)
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+@converter("RESHAPE")
+def _reshape(node: _Op):
+    _, _, shape = node.out_info()
+    return S.reshape(node.x(0), shape)
+
+
+@converter("CONCATENATION")
+def _concat(node: _Op):
+    node.float_only()
+    o = node.options("ConcatenationOptions")
+    xs = [node.x(k) for k in range(len(node.inputs))]
+    if o.FusedActivationFunction() != node.imp.tfl.ActivationFunctionType.NONE:
+        raise node.unsupported("a fused activation is not applied by TFLite's concatenation kernel")
+    return S.concat(xs, int(o.Axis()) % xs[0].rank)
+
+
+@converter("PAD", "PADV2")
+def _pad(node: _Op):
+    node.float_only()
+    x = node.x(0)
+    p = np.asarray(node.const(1)).reshape(-1, 2)
+    if p.shape[0] != x.rank:
+        raise node.unsupported(f"paddings of shape {list(p.shape)} for an input of rank {x.rank}")
+    value = float(np.asarray(node.const(2)).reshape(-1)[0]) if node.name == "PADV2" and node.has(2) else 0.0
+    return S.pad(x, [int(v) for v in p[:, 0]] + [int(v) for v in p[:, 1]], value=value)
+
+
+# ----------------------------------------------------------------------------- quantization
+
+
+@converter("QUANTIZE")
+def _quantize(node: _Op):
+    x = node.x(0)
+    _, dtype, _ = node.out_info()
+    q = node.imp.quant(int(node.op.OutputsAsNumpy()[0]))
+    if x.dtype != "float32" or dtype not in _RANGE or q is None or q[0].size != 1:
+        raise node.unsupported(
+            f"quantizes {x.dtype} to {dtype}; flowc takes float32 to int8/uint8/int16 per tensor"
+        )
+    scale, zp, _ = q
+    v = E.div(x, float(scale[0]))
+    v = E.mul(E.sign(v), M.floor(E.add(E.abs(v), 0.5)))  # halves away from zero
+    lo, hi = _RANGE[dtype]
+    return E.cast(E.clip(E.add(v, float(zp[0])), float(lo), float(hi)), dtype)
+
+
+@converter("DEQUANTIZE")
+def _dequantize(node: _Op):
+    x = node.x(0)
+    q = node.imp.quant(node.inputs[0])
+    if x.dtype == "float16":
+        return E.cast(x, "float32")
+    if x.dtype not in _RANGE or q is None:
+        raise node.unsupported(f"dequantizes {x.dtype}; flowc takes int8/uint8/int16 (or float16)")
+    scale, zp, axis = q
+    if scale.size == 1:
+        return E.mul(E.cast(E.sub(E.cast(x, "int32"), int(zp[0])), "float32"), float(scale[0]))
+    shape = [1] * x.rank
+    shape[axis] = scale.size
+    zps = constant(zp.astype(np.int32).reshape(shape))
+    return E.mul(E.cast(E.sub(E.cast(x, "int32"), zps), "float32"), constant(scale.reshape(shape)))

@@ -13,7 +13,13 @@ result back; pairs of transposes between consecutive convolutions cancel in flow
 Float32 models compute as LiteRT's float kernels do, to float32 rounding (the tests compare
 with LiteRT's interpreter). QUANTIZE and DEQUANTIZE follow TFLite's reference: ``round(x /
 scale) + zero_point`` with halves away from zero, saturated; ``(q - zero_point) * scale``.
-Integer (int8) arithmetic operators are not imported yet: they are refused by name.
+
+int8 (and uint8 per-tensor) CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, MUL,
+AVERAGE_POOL_2D, MAX_POOL_2D, PAD, RESHAPE and CONCATENATION (of alike-quantized inputs) follow
+TFLite's integer reference kernels bit for bit (integer.py: fixed-point requantization, fused
+activations as quantized bounds); other operators on quantized operands (SOFTMAX, LOGISTIC,
+TANH, HARD_SWISH, MEAN, ...) are refused by name. The integer steps are still graphs of flowc's
+float64 convolutions (exact for these integers) and int64 elementwise ops: right, not fast.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from ..ops import math as M
 from ..ops import nn as N
 from ..ops import reduce as R
 from ..ops import shape as S
+from . import integer as I
 
 # TensorType codes of the schema -> flowc dtypes
 _DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8",
@@ -224,6 +231,19 @@ class _Op:
             return opts
         return None
 
+    def qparams(self, k: int):
+        """(scales, zero points, axis) of input k; refused where it is not quantized."""
+        q = self.imp.quant(self.inputs[k]) if self.has(k) else None
+        if q is None:
+            raise self.unsupported(f"input {k} has no quantization parameters")
+        return q
+
+    def qparams_out(self, k: int = 0):
+        q = self.imp.quant(int(self.op.OutputsAsNumpy()[k]))
+        if q is None or q[0].size != 1:
+            raise self.unsupported(f"output {k} is not quantized per tensor")
+        return q
+
     def unsupported(self, why: str) -> UnsupportedError:
         return UnsupportedError(f"{self.where()}: {why}")
 
@@ -298,45 +318,70 @@ def _need_rank(node: _Op, x: Tensor, rank: int, what: str = "input") -> None:
 # ----------------------------------------------------------------------------- convolutions
 
 
-@converter("CONV_2D")
-def _conv(node: _Op):
-    node.float_only()
-    o = node.options("Conv2DOptions")
+def _conv_common(node: _Op, depthwise: bool) -> Tensor:
+    o = node.options("DepthwiseConv2DOptions" if depthwise else "Conv2DOptions")
     x, w = node.x(0), node.x(1)
     _need_rank(node, x, 4)
     _need_rank(node, w, 4, "the filter")
     strides, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
     kernel = w.shape[1:3]
-    if x.shape[3] % w.shape[3]:
-        raise node.unsupported(f"input channels {x.shape[3]} are not a multiple of the filter's {w.shape[3]}")
-    groups = x.shape[3] // w.shape[3]
     pads = _pads(node, o.Padding(), x.shape[1:3], kernel, strides, dil)
-    b = node.x(2) if node.has(2) else None
-    y = N.conv(_nchw(x), S.transpose(w, (0, 3, 1, 2)), b, strides, pads, dil, groups)
-    return _nhwc(_activation(node, y, o.FusedActivationFunction()))
-
-
-@converter("DEPTHWISE_CONV_2D")
-def _depthwise(node: _Op):
+    if depthwise:
+        c, m = x.shape[3], w.shape[3]
+        if w.shape[0] != 1 or m % c:
+            raise node.unsupported(
+                f"filter of shape {list(w.shape)} is not 1 x H x W x (C*multiplier) for C={c}"
+            )
+        perm, groups = (3, 0, 1, 2), c
+    else:
+        if x.shape[3] % w.shape[3]:
+            raise node.unsupported(
+                f"input channels {x.shape[3]} are not a multiple of the filter's {w.shape[3]}"
+            )
+        perm, groups = (0, 3, 1, 2), x.shape[3] // w.shape[3]
+    if x.dtype in I.RANGE:
+        return _int_conv(node, o, x, w, perm, strides, pads, dil, groups)
     node.float_only()
-    o = node.options("DepthwiseConv2DOptions")
-    x, w = node.x(0), node.x(1)
-    _need_rank(node, x, 4)
-    _need_rank(node, w, 4, "the filter")
-    c, m = x.shape[3], w.shape[3]
-    if w.shape[0] != 1 or m % c:
-        raise node.unsupported(f"filter of shape {list(w.shape)} is not 1 x H x W x (C*multiplier) for C={c}")
-    strides, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
-    kernel = w.shape[1:3]
-    pads = _pads(node, o.Padding(), x.shape[1:3], kernel, strides, dil)
     b = node.x(2) if node.has(2) else None
-    y = N.conv(_nchw(x), S.transpose(w, (3, 0, 1, 2)), b, strides, pads, dil, c)
+    y = N.conv(_nchw(x), S.transpose(w, perm), b, strides, pads, dil, groups)
     return _nhwc(_activation(node, y, o.FusedActivationFunction()))
+
+
+def _int_conv(node: _Op, o, x: Tensor, w: Tensor, perm, strides, pads, dil, groups) -> Tensor:
+    """An int8/uint8 convolution: int32 sums of (x - x_zp) * w, the int32 bias, requantized per
+    output channel by input scale x filter scale / output scale (in double)."""
+    xq, wq, yq = node.qparams(0), node.qparams(1), node.qparams_out()
+    if np.any(wq[1]):
+        raise node.unsupported("a filter zero point other than 0 is not supported (TFLite's are 0)")
+    out_dtype = node.out_info()[1]
+    acc = N.conv(
+        _nchw(E.cast(I.offset(x, int(xq[1][0])), "float64")),
+        S.transpose(E.cast(w, "float64"), perm),
+        None, strides, pads, dil, groups,
+    )  # fmt: skip
+    acc = E.cast(acc, "int64")
+    m = acc.shape[1]
+    if node.has(2):
+        acc = E.add(acc, S.reshape(E.cast(node.x(2), "int64"), (1, m, 1, 1)))
+    w_scales = np.broadcast_to(wq[0].astype(np.float64), (m,))
+    multipliers = float(xq[0][0]) * w_scales / float(yq[0][0])
+    y = I.requantize(acc, multipliers, (1, m, 1, 1))
+    bounds = I.activation_range(
+        o.FusedActivationFunction(),
+        node.imp.tfl.ActivationFunctionType,
+        float(yq[0][0]),
+        int(yq[1][0]),
+        out_dtype,
+    )
+    return _nhwc(I.output(y, int(yq[1][0]), bounds, out_dtype))
+
+
+converter("CONV_2D")(lambda node: _conv_common(node, False))
+converter("DEPTHWISE_CONV_2D")(lambda node: _conv_common(node, True))
 
 
 @converter("FULLY_CONNECTED")
 def _fully_connected(node: _Op):
-    node.float_only()
     o = node.options("FullyConnectedOptions")
     x, w = node.x(0), node.x(1)
     _need_rank(node, w, 2, "the weights")
@@ -344,27 +389,84 @@ def _fully_connected(node: _Op):
     if math.prod(x.shape) % k:
         raise node.unsupported(f"input of shape {list(x.shape)} does not split into rows of {k}")
     flat = S.reshape(x, (math.prod(x.shape) // k, k))
+    act = o.FusedActivationFunction() if o is not None else 0
+    _, out_dtype, shape = node.out_info()
+    if x.dtype in I.RANGE:
+        xq, wq, yq = node.qparams(0), node.qparams(1), node.qparams_out()
+        acc = N.matmul(
+            E.cast(I.offset(flat, int(xq[1][0])), "float64"),
+            S.transpose(E.cast(I.offset(w, int(wq[1][0])), "float64"), (1, 0)),
+        )
+        acc = E.cast(acc, "int64")
+        if node.has(2):
+            acc = E.add(acc, E.cast(node.x(2), "int64"))
+        n = w.shape[0]
+        if wq[0].size == 1:  # the product of the scales in float, as TFLite's fully connected
+            multipliers = float(np.float32(xq[0][0]) * np.float32(wq[0][0])) / float(yq[0][0])
+        else:
+            multipliers = float(xq[0][0]) * wq[0].astype(np.float64) / float(yq[0][0])
+        y = I.requantize(acc, np.broadcast_to(multipliers, (n,)) if wq[0].size > 1 else multipliers,
+                         (1, n) if wq[0].size > 1 else ())  # fmt: skip
+        bounds = I.activation_range(
+            act, node.imp.tfl.ActivationFunctionType, float(yq[0][0]), int(yq[1][0]), out_dtype
+        )
+        return S.reshape(I.output(y, int(yq[1][0]), bounds, out_dtype), shape)
+    node.float_only()
     y = N.gemm(flat, w, node.x(2) if node.has(2) else None, 1.0, 1.0, False, True)
-    y = _activation(node, y, o.FusedActivationFunction() if o is not None else 0)
-    _, _, shape = node.out_info()
-    return S.reshape(y, shape)
+    return S.reshape(_activation(node, y, act), shape)
 
 
 # ----------------------------------------------------------------------------- pools
 
 
 def _pool(node: _Op, kind: str):
-    node.float_only()
     o = node.options("Pool2DOptions")
     x = node.x(0)
     _need_rank(node, x, 4)
     kernel, strides = (o.FilterHeight(), o.FilterWidth()), (o.StrideH(), o.StrideW())
     pads = _pads(node, o.Padding(), x.shape[1:3], kernel, strides, (1, 1))
+    if x.dtype in I.RANGE:
+        return _int_pool(node, o, x, kind, kernel, strides, pads)
+    node.float_only()
     if kind == "avg":  # TFLite averages over the window's pixels inside the input only
         y = N.avg_pool(_nchw(x), kernel, strides, pads, (1, 1), False, False)
     else:
         y = N.max_pool(_nchw(x), kernel, strides, pads, (1, 1), False)
     return _nhwc(_activation(node, y, o.FusedActivationFunction()))
+
+
+def _int_pool(node: _Op, o, x: Tensor, kind: str, kernel, strides, pads) -> Tensor:
+    """int8/uint8 pools on the input's own scale: the maximum, or the sum over the window's
+    pixels inside the input divided by their count, rounded half away from zero (TFLite's
+    reference: (sum +- count / 2) / count, truncating)."""
+    xq, yq = node.qparams(0), node.qparams_out()
+    out_dtype = node.out_info()[1]
+    if not (np.array_equal(xq[0], yq[0]) and np.array_equal(xq[1], yq[1])):
+        raise node.unsupported("input and output quantization differ; TFLite's pools keep the input's")
+    xf = _nchw(E.cast(x, "float64"))
+    if kind == "max":
+        y = E.cast(N.max_pool(xf, kernel, strides, pads, (1, 1), False), "int64")
+    else:
+        c = xf.shape[1]
+        ones = constant(np.ones((c, 1, *kernel), np.float64))
+        total = E.cast(N.conv(xf, ones, None, strides, pads, (1, 1), c), "int64")
+        h, w_ = x.shape[1:3]
+        inside = np.zeros((1, 1, h + pads[0] + pads[2], w_ + pads[1] + pads[3]))
+        inside[:, :, pads[0] : pads[0] + h, pads[1] : pads[1] + w_] = 1.0
+        win = np.lib.stride_tricks.sliding_window_view(inside, kernel, axis=(2, 3))
+        count = win[:, :, :: strides[0], :: strides[1]].sum(axis=(-1, -2)).astype(np.int64)
+        count = count[:, :, : total.shape[2], : total.shape[3]]
+        half = constant(count // 2)
+        signed = E.where(E.greater(total, constant(np.int64(0))), E.add(total, half), E.sub(total, half))
+        y = E.div(signed, constant(count))
+    bounds = I.activation_range(
+        o.FusedActivationFunction(),
+        node.imp.tfl.ActivationFunctionType,
+        float(yq[0][0]),
+        int(yq[1][0]),
+        out_dtype,
+    )
+    return _nhwc(I.output(y, 0, bounds, out_dtype))
 
 
 converter("AVERAGE_POOL_2D")(lambda node: _pool(node, "avg"))
@@ -385,12 +487,34 @@ def _mean(node: _Op):
 
 def _binary(fn, options: str):
     def convert(node: _Op):
-        node.float_only()
         o = node.options(options)
-        y = fn(node.x(0), node.x(1))
-        return _activation(node, y, o.FusedActivationFunction() if o is not None else 0)
+        act = o.FusedActivationFunction() if o is not None else 0
+        if node.x(0).dtype in I.RANGE and fn in (E.add, E.mul):
+            return _int_binary(node, fn, act)
+        node.float_only()
+        return _activation(node, fn(node.x(0), node.x(1)), act)
 
     return convert
+
+
+def _int_binary(node: _Op, fn, act: int) -> Tensor:
+    """int8/uint8 ADD (TFLite's reference: both inputs shifted left 20 bits, rescaled to twice
+    the larger input scale, summed, rescaled to the output) and MUL ((a - a_zp) * (b - b_zp)
+    requantized by a_scale * b_scale / out_scale)."""
+    a, b = node.x(0), node.x(1)
+    aq, bq, yq = node.qparams(0), node.qparams(1), node.qparams_out()
+    sa, sb, sy = float(aq[0][0]), float(bq[0][0]), float(yq[0][0])
+    av, bv = I.offset(a, int(aq[1][0])), I.offset(b, int(bq[1][0]))
+    out_dtype = node.out_info()[1]
+    if fn is E.add:
+        twice = 2.0 * max(sa, sb)
+        shifted = [E.mul(v, constant(np.int64(1 << 20))) for v in (av, bv)]
+        total = E.add(I.requantize(shifted[0], sa / twice, ()), I.requantize(shifted[1], sb / twice, ()))
+        y = I.requantize(total, twice / ((1 << 20) * sy), ())
+    else:
+        y = I.requantize(E.mul(av, bv), sa * sb / sy, ())
+    bounds = I.activation_range(act, node.imp.tfl.ActivationFunctionType, sy, int(yq[1][0]), out_dtype)
+    return I.output(y, int(yq[1][0]), bounds, out_dtype)
 
 
 converter("ADD")(_binary(E.add, "AddOptions"))
@@ -433,22 +557,28 @@ def _reshape(node: _Op):
 
 @converter("CONCATENATION")
 def _concat(node: _Op):
-    node.float_only()
     o = node.options("ConcatenationOptions")
     xs = [node.x(k) for k in range(len(node.inputs))]
     if o.FusedActivationFunction() != node.imp.tfl.ActivationFunctionType.NONE:
         raise node.unsupported("a fused activation is not applied by TFLite's concatenation kernel")
+    if xs[0].dtype in I.RANGE:
+        yq = node.qparams_out()
+        for k in range(len(xs)):
+            q = node.qparams(k)
+            if not (np.array_equal(q[0], yq[0]) and np.array_equal(q[1], yq[1])):
+                raise node.unsupported("inputs quantized unlike the output are not supported yet")
     return S.concat(xs, int(o.Axis()) % xs[0].rank)
 
 
 @converter("PAD", "PADV2")
 def _pad(node: _Op):
-    node.float_only()
     x = node.x(0)
     p = np.asarray(node.const(1)).reshape(-1, 2)
     if p.shape[0] != x.rank:
         raise node.unsupported(f"paddings of shape {list(p.shape)} for an input of rank {x.rank}")
     value = float(np.asarray(node.const(2)).reshape(-1)[0]) if node.name == "PADV2" and node.has(2) else 0.0
+    if x.dtype in I.RANGE and not (node.name == "PADV2" and node.has(2)):
+        value = float(node.qparams(0)[1][0])  # the zero point: a real 0
     return S.pad(x, [int(v) for v in p[:, 0]] + [int(v) for v in p[:, 1]], value=value)
 
 

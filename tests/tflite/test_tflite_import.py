@@ -173,7 +173,126 @@ def _cases() -> list[Case]:
     return cases + _others()
 
 
-CASES = _cases()
+def qi(key, *shape, dtype=np.int8):
+    info = np.iinfo(dtype)
+    return _rng(key + str(shape)).integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+
+def scales(key, n, lo=0.004, hi=0.02):
+    return _rng(key + "s").uniform(lo, hi, n).astype(np.float32)
+
+
+def int_conv_case(
+    key,
+    x_shape,
+    w_shape,
+    out_shape,
+    padding,
+    stride,
+    act=ACT.NONE,
+    depthwise=False,
+    xq=(0.05, -3),
+    yq=(0.1, 5),
+):
+    """An int8 convolution with per-channel symmetric int8 filters (LiteRT takes per-channel
+    filters with int8 activations only)."""
+    dt = "int8"
+    m = Model()
+    x = m.input("x", x_shape, dt, quant=([xq[0]], [xq[1]], 0))
+    n = w_shape[3] if depthwise else w_shape[0]
+    ws = scales(key, n)
+    wt = m.const("w", qi(key, *w_shape), quant=(ws, np.zeros(n, np.int64), 3 if depthwise else 0))
+    bias = _rng(key + "b").integers(-3000, 3000, n).astype(np.int32)
+    bt = m.const("b", bias, quant=(xq[0] * ws, np.zeros(n, np.int64), 0))
+    y = m.tensor("y", out_shape, dt, quant=([yq[0]], [yq[1]], 0))
+    if depthwise:
+        m.op("DEPTHWISE_CONV_2D", [x, wt, bt], [y], "DepthwiseConv2DOptions", Padding=padding, StrideH=stride,
+             StrideW=stride, DepthMultiplier=n // x_shape[3], DilationHFactor=1, DilationWFactor=1,
+             FusedActivationFunction=act)  # fmt: skip
+    else:
+        m.op("CONV_2D", [x, wt, bt], [y], "Conv2DOptions", Padding=padding, StrideH=stride, StrideW=stride,
+             DilationHFactor=1, DilationWFactor=1, FusedActivationFunction=act)  # fmt: skip
+    m.outputs = [y]
+    return Case(key, m.write(), [qi(key + "x", *x_shape)])
+
+
+def _int_cases() -> list[Case]:
+    out = [
+        int_conv_case("int8_conv_same", (1, 9, 9, 8), (6, 3, 3, 8), (1, 9, 9, 6), SAME, 1),
+        int_conv_case("int8_conv_stride2_relu", (1, 9, 9, 8), (6, 3, 3, 8), (1, 5, 5, 6), SAME, 2, ACT.RELU),
+        int_conv_case(
+            "int8_conv_1x1_relu6",
+            (1, 6, 6, 16),
+            (8, 1, 1, 16),
+            (1, 6, 6, 8),
+            VALID,
+            1,
+            ACT.RELU6,
+            yq=(0.03, -20),
+        ),  # fmt: skip
+        int_conv_case(
+            "int8_conv_deep_valid", (1, 6, 6, 64), (4, 3, 3, 64), (1, 4, 4, 4), VALID, 1, yq=(0.4, 0)
+        ),
+        int_conv_case(
+            "int8_depthwise_relu",
+            (1, 8, 8, 4),
+            (1, 3, 3, 4),
+            (1, 8, 8, 4),
+            SAME,
+            1,
+            ACT.RELU,
+            depthwise=True,
+            yq=(0.03, -7),
+        ),  # fmt: skip
+        int_conv_case(
+            "int8_depthwise_mult2_stride2", (1, 9, 9, 3), (1, 3, 3, 6), (1, 5, 5, 6), SAME, 2, depthwise=True
+        ),  # fmt: skip
+    ]
+    m = Model()  # FULLY_CONNECTED, per-tensor filter
+    x = m.input("x", (2, 32), "int8", quant=([0.05], [1], 0))
+    w = m.const("w", qi("fcw", 10, 32), quant=([0.01], [0], 0))
+    b = m.const("b", _rng("fcb").integers(-500, 500, 10).astype(np.int32), quant=([0.0005], [0], 0))
+    y = m.tensor("y", (2, 10), "int8", quant=([0.07], [-2], 0))
+    m.op("FULLY_CONNECTED", [x, w, b], [y], "FullyConnectedOptions", FusedActivationFunction=ACT.RELU)
+    m.outputs = [y]
+    out.append(Case("int8_fully_connected", m.write(), [qi("fcx", 2, 32)]))
+    for op, options, sy in (("ADD", "AddOptions", 0.1), ("MUL", "MulOptions", 0.2)):
+        for k, (sa, za, sb, zb) in enumerate([(0.05, 3, 0.08, -4), (0.5, -128, 0.002, 127)]):
+            m = Model()
+            a = m.input("a", (2, 3, 64), "int8", quant=([sa], [za], 0))
+            b = m.input("b", (3, 64), "int8", quant=([sb], [zb], 0))
+            y = m.tensor("y", (2, 3, 64), "int8", quant=([sy * (1 + 9 * k)], [1], 0))
+            m.op(op, [a, b], [y], options, FusedActivationFunction=ACT.RELU if k else ACT.NONE)
+            m.outputs = [y]
+            out.append(
+                Case(f"int8_{op.lower()}_{k}", m.write(), [qi(f"{op}a{k}", 2, 3, 64), qi(f"{op}b{k}", 3, 64)])
+            )
+    for op in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+        for padding in (SAME, VALID):
+            m = Model()
+            x = m.input("x", (1, 7, 7, 3), "int8", quant=([0.05], [3], 0))
+            side = 4 if padding == SAME else 3
+            y = m.tensor("y", (1, side, side, 3), "int8", quant=([0.05], [3], 0))
+            window = dict(StrideH=2, StrideW=2, FilterHeight=3, FilterWidth=3)
+            m.op(op, [x], [y], "Pool2DOptions", Padding=padding, FusedActivationFunction=ACT.RELU, **window)
+            m.outputs = [y]
+            out.append(Case(f"int8_{op.lower()}_{'same' if padding == SAME else 'valid'}", m.write(),
+                            [qi(f"{op}{padding}", 1, 7, 7, 3)]))  # fmt: skip
+    m = Model()  # PAD with the zero point, RESHAPE, CONCATENATION of alike-quantized tensors
+    x = m.input("x", (1, 4, 4, 2), "int8", quant=([0.05], [-9], 0))
+    z = m.input("z", (1, 36, 1), "int8", quant=([0.05], [-9], 0))
+    padded = m.tensor("p", (1, 6, 6, 2), "int8", quant=([0.05], [-9], 0))
+    m.op("PAD", [x, m.const("pads", np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))], [padded])
+    r = m.tensor("r", (1, 6, 6, 1), "int8", quant=([0.05], [-9], 0))
+    m.op("RESHAPE", [z, m.const("shape", np.array([1, 6, 6, 1], np.int32))], [r])
+    y = m.tensor("y", (1, 6, 6, 3), "int8", quant=([0.05], [-9], 0))
+    m.op("CONCATENATION", [padded, r], [y], "ConcatenationOptions", Axis=3, FusedActivationFunction=ACT.NONE)
+    m.outputs = [y]
+    out.append(Case("int8_pad_reshape_concat", m.write(), [qi("px", 1, 4, 4, 2), qi("pz", 1, 36, 1)]))
+    return out
+
+
+CASES = _cases() + _int_cases()
 
 
 def ds_cnn() -> Case:
@@ -208,7 +327,54 @@ def ds_cnn() -> Case:
     return Case("ds_cnn", m.write(), [w("mfcc", 1, 49, 10, 1, scale=3.0)])
 
 
-ALL = CASES + [ds_cnn()]
+def ds_cnn_int8() -> Case:
+    """The keyword spotter quantized as TFLite's converter writes it: a float input quantized to
+    int8, int8 convolutions with per-channel filters and int32 biases, an int8 average pool and
+    fully connected layer, dequantized to float for the softmax."""
+    m, c, sx = Model(), 16, 0.08
+    x = m.input("input", (1, 49, 10, 1))
+    q = m.tensor("q", (1, 49, 10, 1), "int8", quant=([sx], [-1], 0))
+    m.op("QUANTIZE", [x], [q])
+    h, s_in = q, sx
+
+    def conv(name, h, s_in, w_shape, out_shape, depthwise, stride, padding):
+        n = w_shape[3] if depthwise else w_shape[0]
+        ws = scales(name, n)
+        wt = m.const(
+            name + "_w", qi(name, *w_shape), quant=(ws, np.zeros(n, np.int64), 3 if depthwise else 0)
+        )
+        bias = _rng(name + "b").integers(-2000, 2000, n).astype(np.int32)
+        bt = m.const(name + "_b", bias, quant=(s_in * ws, np.zeros(n, np.int64), 0))
+        s_out = 0.05
+        y = m.tensor(name, out_shape, "int8", quant=([s_out], [-128], 0))
+        opts = dict(Padding=padding, StrideH=stride, StrideW=stride, DilationHFactor=1, DilationWFactor=1,
+                    FusedActivationFunction=ACT.RELU)  # fmt: skip
+        if depthwise:
+            m.op("DEPTHWISE_CONV_2D", [h, wt, bt], [y], "DepthwiseConv2DOptions", DepthMultiplier=1, **opts)
+        else:
+            m.op("CONV_2D", [h, wt, bt], [y], "Conv2DOptions", **opts)
+        return y, s_out
+
+    h, s_in = conv("c0", h, s_in, (c, 10, 4, 1), (1, 25, 5, c), False, 2, SAME)
+    for k in range(3):
+        h, s_in = conv(f"dw{k}", h, s_in, (1, 3, 3, c), (1, 25, 5, c), True, 1, SAME)
+        h, s_in = conv(f"pw{k}", h, s_in, (c, 1, 1, c), (1, 25, 5, c), False, 1, VALID)
+    p = m.tensor("pool", (1, 1, 1, c), "int8", quant=([s_in], [-128], 0))
+    m.op("AVERAGE_POOL_2D", [h], [p], "Pool2DOptions", Padding=VALID, StrideH=25, StrideW=5, FilterHeight=25,
+         FilterWidth=5, FusedActivationFunction=ACT.NONE)  # fmt: skip
+    fq = m.tensor("logits_q", (1, 12), "int8", quant=([0.1], [3], 0))
+    fw = m.const("fw", qi("fw", 12, c), quant=([0.02], [0], 0))
+    fb = m.const("fb", _rng("fb").integers(-300, 300, 12).astype(np.int32), quant=([s_in * 0.02], [0], 0))
+    m.op("FULLY_CONNECTED", [p, fw, fb], [fq], "FullyConnectedOptions", FusedActivationFunction=ACT.NONE)
+    f = m.tensor("logits", (1, 12))
+    m.op("DEQUANTIZE", [fq], [f])
+    y = m.tensor("probabilities", (1, 12))
+    m.op("SOFTMAX", [f], [y], "SoftmaxOptions", Beta=1.0)
+    m.outputs = [fq, y]
+    return Case("ds_cnn_int8", m.write(), [w("mfcc8", 1, 49, 10, 1, scale=3.0)])
+
+
+ALL = CASES + [ds_cnn(), ds_cnn_int8()]
 
 
 @pytest.fixture(scope="module")
@@ -303,14 +469,11 @@ def _unsupported_model() -> bytes:
     return m.write()
 
 
-def _int8_conv_model() -> bytes:
+def _int8_softmax_model() -> bytes:
     m = Model()
-    x = m.input("x", (1, 4, 4, 2), "int8", quant=([0.1], [0], 0))
-    wq = _rng("q").integers(-127, 127, (2, 1, 1, 2)).astype(np.int8)
-    y = m.tensor("y", (1, 4, 4, 2), "int8", quant=([0.2], [-1], 0))
-    ins = [x, m.const("w", wq, quant=([0.01, 0.02], [0, 0], 0))]
-    m.op("CONV_2D", ins, [y], "Conv2DOptions", Padding=VALID, StrideH=1, StrideW=1, DilationHFactor=1,
-         DilationWFactor=1, FusedActivationFunction=ACT.NONE)  # fmt: skip
+    x = m.input("x", (1, 10), "int8", quant=([0.1], [0], 0))
+    y = m.tensor("y", (1, 10), "int8", quant=([1 / 256], [-128], 0))
+    m.op("SOFTMAX", [x], [y], "SoftmaxOptions", Beta=1.0)
     m.outputs = [y]
     return m.write()
 
@@ -319,7 +482,7 @@ def _int8_conv_model() -> bytes:
     "data,words",
     [
         (_unsupported_model(), "TFLite operators flowc does not import: EXP, FLOOR"),
-        (_int8_conv_model(), "operator 0 (CONV_2D): quantized int8 operands are not supported yet"),
+        (_int8_softmax_model(), "operator 0 (SOFTMAX): quantized int8 operands are not supported yet"),
         (b"\x18\x00\x00\x00TFL3" + b"\x00" * 8, "malformed TFLite file"),
         (b"\x00" * 16, "not a TFLite flatbuffer (no TFL3 file identifier)"),
     ],

@@ -15,10 +15,11 @@ with LiteRT's interpreter). QUANTIZE and DEQUANTIZE follow TFLite's reference: `
 scale) + zero_point`` with halves away from zero, saturated; ``(q - zero_point) * scale``.
 
 int8 (and uint8 per-tensor) CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, MUL,
-AVERAGE_POOL_2D, MAX_POOL_2D, PAD, RESHAPE and CONCATENATION (of alike-quantized inputs) follow
-TFLite's integer reference kernels bit for bit (integer.py: fixed-point requantization, fused
-activations as quantized bounds); other operators on quantized operands (SOFTMAX, LOGISTIC,
-TANH, HARD_SWISH, MEAN, ...) are refused by name. The integer steps are still graphs of flowc's
+AVERAGE_POOL_2D, MAX_POOL_2D, PAD, RESHAPE, CONCATENATION (of alike-quantized inputs) and
+SOFTMAX follow TFLite's integer reference kernels bit for bit (integer.py: fixed-point
+requantization, fused activations as quantized bounds, the softmax's fixed-point exp and
+reciprocal); other operators on quantized operands (LOGISTIC, TANH, HARD_SWISH, MEAN, ...) are
+refused by name. The integer steps are still graphs of flowc's
 float64 convolutions (exact for these integers) and int64 elementwise ops: right, not fast.
 """
 
@@ -539,10 +540,19 @@ converter("HARD_SWISH")(_unary(lambda x: E.mul(x, E.div(E.clip(E.add(x, 3.0), 0.
 
 @converter("SOFTMAX")
 def _softmax(node: _Op):
-    node.float_only()
     o = node.options("SoftmaxOptions")
     x = node.x(0)
     beta = float(o.Beta()) if o is not None else 1.0
+    if x.dtype in I.RANGE:
+        out_dtype = node.out_info()[1]
+        yq = node.qparams_out()
+        want = (1 / 256, -128 if out_dtype == "int8" else 0)
+        if out_dtype != x.dtype or not (float(yq[0][0]) == want[0] and int(yq[1][0]) == want[1]):
+            raise node.unsupported(
+                f"a quantized softmax outputs {x.dtype} with scale 1/256, zero point {want[1]}"
+            )
+        return I.softmax(x, beta, float(node.qparams(0)[0][0]), out_dtype)
+    node.float_only()
     return N.softmax(x if beta == 1.0 else E.mul(x, beta), axis=-1)
 
 

@@ -110,3 +110,133 @@ def offset(x: Tensor, zero_point: int) -> Tensor:
     """x - zero_point in int64."""
     v = E.cast(x, "int64")
     return v if zero_point == 0 else E.sub(v, _i64(zero_point))
+
+
+# ----------------------------------------------------------------------------- softmax
+# TFLite's int8/uint8 softmax (its reference kernel, and TFLite Micro's): exp of the scaled
+# difference to the row's maximum in gemmlowp's fixed point (Q5.26 in, Q0.31 out), the sum in
+# Q12.19, its reciprocal by three Newton-Raphson steps in Q2.29, each output 1/256 steps from
+# -128 (or 0 for uint8). The exp of each of the 256 possible differences is a table computed
+# here (``_exp_on_negative``); the sum and the reciprocal are per-row graph values.
+
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _srdhm(a: int, b: int) -> int:
+    """SaturatingRoundingDoublingHighMul of two int32 values."""
+    if a == b == _INT32_MIN:
+        return _INT32_MAX
+    ab = a * b
+    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    return _trunc_div(ab + nudge, 1 << 31)
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _rdbpot(x: int, exponent: int) -> int:
+    """RoundingDivideByPOT: x / 2**exponent, halves away from zero."""
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> exponent) + (1 if remainder > threshold else 0)
+
+
+def _mul_pot(x: int, exponent: int) -> int:
+    """SaturatingRoundingMultiplyByPOT of an int32 value."""
+    if exponent <= 0:
+        return _rdbpot(x, -exponent)
+    threshold = (1 << (31 - exponent)) - 1
+    return _INT32_MAX if x > threshold else _INT32_MIN if x < -threshold else x << exponent
+
+
+def _exp_quarter(a: int) -> int:
+    """exp(a) for a in [-1/4, 0), Q0.31 in and out: Taylor around -1/8."""
+    constant_term, one_third = 1895147668, 715827883
+    x = a + (1 << 28)
+    x2 = _srdhm(x, x)
+    x3 = _srdhm(x2, x)
+    x4 = _srdhm(x2, x2)
+    x4_over_4 = _mul_pot(x4, -2)
+    poly = _mul_pot(_srdhm(x4_over_4 + x3, one_third) + x2, -1)
+    return constant_term + _srdhm(constant_term, x + poly)
+
+
+_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535), (3, 720401),
+           (4, 242))  # fmt: skip
+
+
+def _exp_on_negative(a: int, integer_bits: int = 5) -> int:
+    """exp(a) for a <= 0 in Q(integer_bits).(31 - integer_bits), result in Q0.31."""
+    frac = 31 - integer_bits
+    quarter = 1 << (frac - 2)
+    a_mod = (a & (quarter - 1)) - quarter
+    result = _exp_quarter(_mul_pot(a_mod, integer_bits))
+    remainder = a_mod - a
+    for exponent, multiplier in _BARREL:
+        if integer_bits > exponent and remainder & (1 << (frac + exponent)):
+            result = _srdhm(result, multiplier)
+    return _INT32_MAX if a == 0 else result
+
+
+def softmax(x: Tensor, beta: float, scale: float, dtype: str) -> Tensor:
+    """TFLite's quantized softmax over the last axis of ``x`` (int8 or uint8, input ``scale``),
+    to ``dtype`` (int8: zero point -128, uint8: 0; scale 1/256)."""
+    from ..ops import reduce as R
+    from ..ops import shape as X
+
+    real = min(float(np.float32(beta) * np.float32(scale) * np.float32(1 << 26)), float(_INT32_MAX))
+    q, left = quantize_multiplier(real)
+    left = max(left, 0)
+    radius = ((1 << 5) - 1) * (1 << 26) / (1 << left)
+    diff_min = -int(math.floor(radius))
+    exps = []
+    for d in range(256):  # the table, by -(x - max)
+        diff = -d
+        exps.append(_exp_on_negative(_srdhm(diff * (1 << left), q)) if diff >= diff_min else 0)
+    exps = np.array(exps, np.int64)
+    summed = np.array([_rdbpot(int(v), 12) for v in exps], np.int64)
+
+    xi = E.cast(x, "int64")
+    neg = E.sub(R.reduce_max(xi, axes=(-1,), keepdims=True), xi)  # -(x - max) in [0, 255]
+    e = X.gather(constant(exps), neg, 0)
+    total = R.reduce_sum(X.gather(constant(summed), neg, 0), axes=(-1,), keepdims=True)
+    # GetReciprocal(total, 12): the leading zeros, the sum shifted to [1, 2) less one, 1 / (1 + that)
+    clz = R.reduce_sum(
+        E.cast(E.less(total, _i64([1 << j for j in range(1, 32)])), "int64"), axes=(-1,), keepdims=True
+    )
+    pow2 = constant(np.array([1 << j for j in range(63)], np.int64))
+    a = E.sub(E.mul(total, X.gather(pow2, clz, 0)), _i64(1 << 31))
+    half = E.div(E.add(a, _i64(1 << 31)), _i64(2))
+    r = E.add(_i64(1515870810), _srdhm_graph(half, _i64(-1010580540)))
+    for _ in range(3):
+        one_minus = E.sub(_i64(1 << 29), _srdhm_graph(half, r))
+        r = E.add(r, _mul_pot_graph(_srdhm_graph(r, one_minus), 2))
+    shifted_scale = _mul_pot_graph(r, 1)
+    exponent = E.sub(_i64(35), clz)  # num_bits_over_unit + 31 - 8, with num_bits_over_unit = 12 - clz
+    d = X.gather(pow2, exponent, 0)
+    v = _srdhm_graph(shifted_scale, e)
+    t = E.div(v, d)
+    floor = E.sub(t, E.where(E.less(E.sub(v, E.mul(t, d)), _i64(0)), _i64(1), _i64(0)))
+    remainder = E.sub(v, E.mul(floor, d))
+    threshold = E.add(E.div(E.sub(d, _i64(1)), _i64(2)), E.where(E.less(v, _i64(0)), _i64(1), _i64(0)))
+    unsat = E.add(floor, E.where(E.greater(remainder, threshold), _i64(1), _i64(0)))
+    lo, hi = RANGE[dtype]
+    out = E.minimum(E.maximum(E.add(unsat, _i64(lo)), _i64(lo)), _i64(hi))
+    out = E.where(E.less(_i64(-diff_min), neg), _i64(lo), out)
+    return E.cast(out, dtype)
+
+
+def _srdhm_graph(a: Tensor, b: Tensor) -> Tensor:
+    ab = E.mul(a, b)
+    nudge = E.where(E.greater_equal(ab, _i64(0)), _i64(1 << 30), _i64(1 - (1 << 30)))
+    return E.div(E.add(ab, nudge), _i64(1 << 31))
+
+
+def _mul_pot_graph(x: Tensor, exponent: int) -> Tensor:
+    threshold = (1 << (31 - exponent)) - 1
+    shifted = E.mul(x, _i64(1 << exponent))
+    return E.where(E.greater(x, _i64(threshold)), _i64(_INT32_MAX),
+                   E.where(E.less(x, _i64(-threshold)), _i64(_INT32_MIN), shifted))  # fmt: skip

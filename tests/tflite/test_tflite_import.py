@@ -278,6 +278,22 @@ def _int_cases() -> list[Case]:
             m.outputs = [y]
             out.append(Case(f"int8_{op.lower()}_{'same' if padding == SAME else 'valid'}", m.write(),
                             [qi(f"{op}{padding}", 1, 7, 7, 3)]))  # fmt: skip
+    for k, (sx, beta, shape, dt) in enumerate(
+        [
+            (0.1, 1.0, (4, 12), "int8"),
+            (0.02, 1.0, (3, 100), "int8"),
+            (0.5, 0.5, (2, 37), "int8"),
+            (0.05, 1.0, (2, 3, 16), "uint8"),
+        ]
+    ):
+        lo = -128 if dt == "int8" else 0
+        m = Model()  # SOFTMAX: gemmlowp's fixed-point exp and reciprocal
+        x = m.input("x", shape, dt, quant=([sx], [3 if dt == "int8" else 128], 0))
+        y = m.tensor("y", shape, dt, quant=([1 / 256], [lo], 0))
+        m.op("SOFTMAX", [x], [y], "SoftmaxOptions", Beta=beta)
+        m.outputs = [y]
+        xs = qi(f"sm{k}", *shape, dtype=np.int8 if dt == "int8" else np.uint8)
+        out.append(Case(f"{dt}_softmax_{k}", m.write(), [xs]))
     m = Model()  # PAD with the zero point, RESHAPE, CONCATENATION of alike-quantized tensors
     x = m.input("x", (1, 4, 4, 2), "int8", quant=([0.05], [-9], 0))
     z = m.input("z", (1, 36, 1), "int8", quant=([0.05], [-9], 0))
@@ -329,8 +345,8 @@ def ds_cnn() -> Case:
 
 def ds_cnn_int8() -> Case:
     """The keyword spotter quantized as TFLite's converter writes it: a float input quantized to
-    int8, int8 convolutions with per-channel filters and int32 biases, an int8 average pool and
-    fully connected layer, dequantized to float for the softmax."""
+    int8, int8 convolutions with per-channel filters and int32 biases, an int8 average pool,
+    fully connected layer and softmax, dequantized to float."""
     m, c, sx = Model(), 16, 0.08
     x = m.input("input", (1, 49, 10, 1))
     q = m.tensor("q", (1, 49, 10, 1), "int8", quant=([sx], [-1], 0))
@@ -366,10 +382,10 @@ def ds_cnn_int8() -> Case:
     fw = m.const("fw", qi("fw", 12, c), quant=([0.02], [0], 0))
     fb = m.const("fb", _rng("fb").integers(-300, 300, 12).astype(np.int32), quant=([s_in * 0.02], [0], 0))
     m.op("FULLY_CONNECTED", [p, fw, fb], [fq], "FullyConnectedOptions", FusedActivationFunction=ACT.NONE)
-    f = m.tensor("logits", (1, 12))
-    m.op("DEQUANTIZE", [fq], [f])
+    yq = m.tensor("probabilities_q", (1, 12), "int8", quant=([1 / 256], [-128], 0))
+    m.op("SOFTMAX", [fq], [yq], "SoftmaxOptions", Beta=1.0)
     y = m.tensor("probabilities", (1, 12))
-    m.op("SOFTMAX", [f], [y], "SoftmaxOptions", Beta=1.0)
+    m.op("DEQUANTIZE", [yq], [y])
     m.outputs = [fq, y]
     return Case("ds_cnn_int8", m.write(), [w("mfcc8", 1, 49, 10, 1, scale=3.0)])
 
@@ -469,11 +485,11 @@ def _unsupported_model() -> bytes:
     return m.write()
 
 
-def _int8_softmax_model() -> bytes:
+def _int8_logistic_model() -> bytes:
     m = Model()
     x = m.input("x", (1, 10), "int8", quant=([0.1], [0], 0))
     y = m.tensor("y", (1, 10), "int8", quant=([1 / 256], [-128], 0))
-    m.op("SOFTMAX", [x], [y], "SoftmaxOptions", Beta=1.0)
+    m.op("LOGISTIC", [x], [y])
     m.outputs = [y]
     return m.write()
 
@@ -482,7 +498,7 @@ def _int8_softmax_model() -> bytes:
     "data,words",
     [
         (_unsupported_model(), "TFLite operators flowc does not import: EXP, FLOOR"),
-        (_int8_softmax_model(), "operator 0 (SOFTMAX): quantized int8 operands are not supported yet"),
+        (_int8_logistic_model(), "operator 0 (LOGISTIC): quantized int8 operands are not supported yet"),
         (b"\x18\x00\x00\x00TFL3" + b"\x00" * 8, "malformed TFLite file"),
         (b"\x00" * 16, "not a TFLite flatbuffer (no TFL3 file identifier)"),
     ],

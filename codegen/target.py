@@ -227,7 +227,10 @@ class Target:
         # off under -std=c99, clang does not); results stay within every test's tolerance.
         # -fno-math-errno: the generated code never reads errno, and a loop calling sqrtf
         # only vectorizes when sqrtf need not set it (the values are the same)
-        base = ("-O3", "-ffp-contract=fast", "-fno-math-errno")
+        # -fno-trapping-math: nor does it read the floating-point exception flags, and GCC
+        # vectorizes floor, ceil and the selects of fc_round only without them (a quantizing
+        # epilogue: 10x faster; the values are the same)
+        base = ("-O3", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math")
         if self.portable:
             return base
         # on x86-64, loops the compiler vectorizes use 512-bit registers where the CPU has them

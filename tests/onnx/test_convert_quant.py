@@ -363,6 +363,31 @@ def test_quantize_is_one_fused_loop(cases):
     assert full == ["fused"], full
 
 
+def test_a_quantize_dequantize_pair_stays_in_float(tmp_path):
+    """DequantizeLinear of a QuantizeLinear output reads the saturated float before the cast:
+    no integer round trip in the fused loop (which then vectorizes), the same values as
+    onnxruntime, bit for bit, halves and saturation included."""
+    x = np.concatenate([np.arange(-12, 12) * 0.025, [-9.0, 9.0, 1e-7, -1e-7],
+                        f32("qdq", 36, scale=3.0)]).astype(np.float32).reshape(4, 16)  # fmt: skip
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)]  # fmt: skip
+    scale = np.linspace(0.01, 0.05, 16).astype(np.float32)
+    zero = np.arange(-8, 8).astype(np.int8)
+    inits = [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zero, "z")]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_empty_tensor_value_info("y")], inits)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "qdq.onnx"
+    path.write_bytes(model.SerializeToString())
+    g = gd.load_onnx(path)
+    steps = [n for n in pipeline.optimize(g).nodes if n.op not in ("placeholder", "constant")]
+    assert all(t.dtype == "float32" for n in steps for t in n.outputs), [(n.op, n.outputs) for n in steps]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(np.asarray(gd.run(g, {"x": x}, [str(g.outputs[0])])[0]), want)
+
+
 def test_small_convolutions_accumulate_in_float32(cases):
     def conv_dtype(key):
         (conv,) = [n for n in cases[key].graph.nodes if n.op == "conv"]

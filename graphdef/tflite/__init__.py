@@ -245,6 +245,12 @@ class _Op:
             raise self.unsupported(f"output {k} is not quantized per tensor")
         return q
 
+    def bounds(self, activation: int) -> tuple[int, int]:
+        """The quantized bounds of the fused ``activation`` on output 0 (integer.activation_range)."""
+        yq, dtype = self.qparams_out(), self.out_info()[1]
+        act = self.imp.tfl.ActivationFunctionType
+        return I.activation_range(activation, act, float(yq[0][0]), int(yq[1][0]), dtype)
+
     def unsupported(self, why: str) -> UnsupportedError:
         return UnsupportedError(f"{self.where()}: {why}")
 
@@ -367,13 +373,7 @@ def _int_conv(node: _Op, o, x: Tensor, w: Tensor, perm, strides, pads, dil, grou
     w_scales = np.broadcast_to(wq[0].astype(np.float64), (m,))
     multipliers = float(xq[0][0]) * w_scales / float(yq[0][0])
     y = I.requantize(acc, multipliers, (1, m, 1, 1))
-    bounds = I.activation_range(
-        o.FusedActivationFunction(),
-        node.imp.tfl.ActivationFunctionType,
-        float(yq[0][0]),
-        int(yq[1][0]),
-        out_dtype,
-    )
+    bounds = node.bounds(o.FusedActivationFunction())
     return _nhwc(I.output(y, int(yq[1][0]), bounds, out_dtype))
 
 
@@ -408,9 +408,7 @@ def _fully_connected(node: _Op):
             multipliers = float(xq[0][0]) * wq[0].astype(np.float64) / float(yq[0][0])
         y = I.requantize(acc, np.broadcast_to(multipliers, (n,)) if wq[0].size > 1 else multipliers,
                          (1, n) if wq[0].size > 1 else ())  # fmt: skip
-        bounds = I.activation_range(
-            act, node.imp.tfl.ActivationFunctionType, float(yq[0][0]), int(yq[1][0]), out_dtype
-        )
+        bounds = node.bounds(act)
         return S.reshape(I.output(y, int(yq[1][0]), bounds, out_dtype), shape)
     node.float_only()
     y = N.gemm(flat, w, node.x(2) if node.has(2) else None, 1.0, 1.0, False, True)
@@ -460,13 +458,7 @@ def _int_pool(node: _Op, o, x: Tensor, kind: str, kernel, strides, pads) -> Tens
         half = constant(count // 2)
         signed = E.where(E.greater(total, constant(np.int64(0))), E.add(total, half), E.sub(total, half))
         y = E.div(signed, constant(count))
-    bounds = I.activation_range(
-        o.FusedActivationFunction(),
-        node.imp.tfl.ActivationFunctionType,
-        float(yq[0][0]),
-        int(yq[1][0]),
-        out_dtype,
-    )
+    bounds = node.bounds(o.FusedActivationFunction())
     return _nhwc(I.output(y, 0, bounds, out_dtype))
 
 
@@ -514,7 +506,7 @@ def _int_binary(node: _Op, fn, act: int) -> Tensor:
         y = I.requantize(total, twice / ((1 << 20) * sy), ())
     else:
         y = I.requantize(E.mul(av, bv), sa * sb / sy, ())
-    bounds = I.activation_range(act, node.imp.tfl.ActivationFunctionType, sy, int(yq[1][0]), out_dtype)
+    bounds = node.bounds(act)
     return I.output(y, int(yq[1][0]), bounds, out_dtype)
 
 

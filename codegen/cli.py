@@ -5,6 +5,7 @@
                   [--max-ram BYTES] [--max-flash BYTES]
                   [--ranks N [--placement auto|annotated|pipeline|greedy] [--compress fp16|bf16]]
                   [--train [OP] [--no-mpi] [--compress fp16]]
+    flowc quantize MODEL.onnx --calibrate DATA.npz -o OUT.onnx [--percentile P]
     flowc inspect MODEL [--arch ARCH] [--target c] [--threads N] [--stage STAGE] [--svg FILE]
                   [--ranks N [--placement P] [--compress C] [--max-ram BYTES] [--microbatches K]
                    [--alpha-us US] [--beta-gbps GB/S]]
@@ -119,6 +120,19 @@ def cmd_compile(args) -> int:
         out = exports.write(graph, args.output, options, cache=not args.no_cache)
     sys.stdout.write(said.getvalue())
     print(summary(out, options, time.perf_counter() - t0))
+    return 0
+
+
+def cmd_quantize(args) -> int:
+    """``flowc quantize``: codegen/quantize.py, then its report."""
+    from .quantize import quantize_onnx
+
+    if not Path(args.model).is_file():
+        raise FlowcError(f"{args.model}: no such file")
+    report = quantize_onnx(args.model, args.calibrate, args.output, args.percentile)
+    print(f"flowc: wrote {args.output}")
+    for line in report.lines():
+        print(f"  {line}")
     return 0
 
 
@@ -341,6 +355,22 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--no-mpi", action="store_true", help="with --train: build without MPI (one process)")
     c.set_defaults(func=cmd_compile)
+    q = sub.add_parser("quantize", help="int8 post-training quantization of an ONNX model (QDQ)")
+    q.add_argument("model", help="a float ONNX model")
+    q.add_argument(
+        "--calibrate",
+        required=True,
+        metavar="DATA.npz",
+        help="calibration inputs: one array per model input, samples along the first axis",
+    )
+    q.add_argument("-o", "--output", required=True, help="the int8 ONNX model to write")
+    q.add_argument(
+        "--percentile",
+        type=float,
+        default=None,
+        help="activation ranges from this percentile of the values (e.g. 99.99), not min/max",
+    )
+    q.set_defaults(func=cmd_quantize)
     i = sub.add_parser("inspect", help="what compile builds: ops, stages, schedule and memory plan")
     i.add_argument("model")
     i.add_argument("--arch", default="host", help=", ".join(ARCHES))

@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) bench/vmath.py
 	$(PY) bench/membound.py
 	$(PY) bench/models.py --threads 1 2
+	$(PY) bench/int8.py
 	$(PY) bench/train.py --threads 1 2
 	$(PY) bench/pingpong.py
 	$(PY) bench/pipeline.py

@@ -1,0 +1,89 @@
+"""The four MLPerf Tiny architectures (samples/tiny.py: DS-CNN keyword spotting, MobileNetV1
+0.25 visual wake words, ResNet-8, the fully connected autoencoder), each as a float model and
+quantized to int8 three ways: onnxruntime's quantizer in QDQ and in QOperator format
+(per-channel int8 weights, int8 activations, calibrated on random inputs) and ``flowc quantize``.
+flowc's compiled C runs every file against onnxruntime on the same file: float to float32
+rounding, int8 within a few output steps (onnxruntime computes its integer kernels in integers,
+flowc so far in floats: a rounding apart in one layer can move the next by a step), the top
+class the same on nearly every input."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import graphdef as gd  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("flowc_sample_tiny", ROOT / "samples" / "tiny.py")
+tiny = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny)
+
+ROUTES = ("float", "qdq", "qoperator", "flowc")
+
+
+def _inputs(name: str, count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((count, *tiny.INPUTS[name])).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from codegen.quantize import quantize_onnx
+
+    folder = tmp_path_factory.mktemp("tiny")
+    out = {}
+    for name, path in tiny.write_all(folder).items():
+        calib = _inputs(name, 8, 11)
+
+        class Reader(CalibrationDataReader):
+            def __init__(self, calib=calib):
+                self.it = iter([{"input": x} for x in calib])
+
+            def get_next(self):
+                return next(self.it, None)
+
+        out[(name, "float")] = path
+        for route, fmt in (("qdq", QuantFormat.QDQ), ("qoperator", QuantFormat.QOperator)):
+            out[(name, route)] = folder / f"{name}_{route}.onnx"
+            quantize_static(path, out[(name, route)], Reader(), quant_format=fmt, per_channel=True,
+                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+        out[(name, "flowc")] = folder / f"{name}_flowc.onnx"
+        quantize_onnx(path, {"input": calib}, out[(name, "flowc")])
+    return out
+
+
+@pytest.fixture(scope="module")
+def compiled(files, compile_graphs):
+    graphs = {f"{name}_{route}": gd.load_onnx(path) for (name, route), path in files.items()}
+    return compile_graphs(graphs)
+
+
+@pytest.mark.c
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("name", list(tiny.MODELS))
+def test_compiled_matches_onnxruntime(name, route, files, compiled):
+    session = ort.InferenceSession(str(files[(name, route)]), providers=["CPUExecutionProvider"])
+    model = compiled[f"{name}_{route}"]
+    xs = _inputs(name, 6, 12)
+    agree, worst, span = 0, 0.0, 0.0
+    for x in xs:
+        (want,) = session.run(None, {"input": x})
+        (have,) = model(input=x).values()
+        assert have.shape == want.shape and have.dtype == want.dtype
+        worst = max(worst, float(np.abs(have - want).max()))
+        span = max(span, float(np.abs(want).max()))
+        agree += int(np.argmax(have) == np.argmax(want))
+    if route == "float":
+        assert worst <= 2e-4 * max(span, 1.0), worst
+    else:
+        assert worst <= 0.08 * span, (worst, span)
+    if name != "autoencoder":
+        assert agree >= len(xs) - 1, agree

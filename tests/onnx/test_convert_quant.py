@@ -528,3 +528,33 @@ def test_int4_zero_point_is_refused(tmp_path):
 def test_refused_with_a_reason(tmp_path, spec, words):
     with pytest.raises(FlowcError, match=words):
         _import(tmp_path, spec)
+
+
+@pytest.mark.c
+def test_an_integer_convolution_is_not_computed_by_winograd(tmp_path):
+    """A QLinearConv deep enough for Winograd (16 channels, 3x3) but summing in float32 keeps an
+    exact algorithm (its integer weights say so): the compiled C equals the interpreter bit for
+    bit, and both are within 1 of onnxruntime."""
+    import codegen
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (1, 16, 20, 20)).astype(np.uint8)
+    w = rng.integers(-127, 128, (16, 16, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(v, n) for n, v in (
+        ("xs", np.float32(0.02)), ("xz", np.uint8(128)), ("w", w), ("ws", np.full(16, 0.003, np.float32)),
+        ("wz", np.zeros(16, np.int8)), ("ys", np.float32(0.5)), ("yz", np.uint8(100)))]  # fmt: skip
+    names = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    node = helper.make_node("QLinearConv", names, ["y"], pads=[1, 1, 1, 1])
+    xi = helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)
+    graph = helper.make_graph([node], "qconv", [xi], [helper.make_empty_tensor_value_info("y")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    (tmp_path / "qconv.onnx").write_bytes(model.SerializeToString())
+    g = gd.load_onnx(tmp_path / "qconv.onnx")
+    lowered = pipeline.run(g, pipeline.Options(), until="lower").results["lower"]
+    assert "conv_winograd" not in [n.op for n in lowered.nodes]
+    interp = np.asarray(gd.run(g, {"x": x}, [str(g.outputs[0])])[0])
+    (have,) = codegen.compile(g, name="qconv_exact", cache=False)(x=x).values()
+    np.testing.assert_array_equal(have, interp)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert np.abs(have.astype(np.int64) - session.run(None, {"x": x})[0]).max() <= 1

@@ -286,6 +286,10 @@ def lower_winograd(node, ins, w, bias, isa: str, threads: int = 1):
     out = node.outputs[0].shape[2:]
     if not eligible(x_t.shape, w_t.shape, node.attrs) or min(out) < 1:
         return None, ()
+    if np.array_equal(w, np.round(w)):
+        # integer weights: a quantized convolution (graphdef/onnx/ops_quant.py), whose integer
+        # sums im2col computes exactly in float32; Winograd's transforms would round them
+        return None, ()
     flops = 2 * node.outputs[0].size * w_t.shape[1] * 9
     parts = threads if threads > 1 and flops >= PARALLEL_FLOPS else 1
     algorithm, est = choose(x_t.shape, w_t.shape, out, node.attrs, isa, parts)

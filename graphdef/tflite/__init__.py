@@ -361,9 +361,10 @@ def _int_conv(node: _Op, o, x: Tensor, w: Tensor, perm, strides, pads, dil, grou
     if np.any(wq[1]):
         raise node.unsupported("a filter zero point other than 0 is not supported (TFLite's are 0)")
     out_dtype = node.out_info()[1]
+    acc_dtype = I.sum_dtype(w.shape[1] * w.shape[2] * (x.shape[3] // groups))
     acc = N.conv(
-        _nchw(E.cast(I.offset(x, int(xq[1][0])), "float64")),
-        S.transpose(E.cast(w, "float64"), perm),
+        _nchw(E.cast(I.offset(x, int(xq[1][0])), acc_dtype)),
+        S.transpose(E.cast(w, acc_dtype), perm),
         None, strides, pads, dil, groups,
     )  # fmt: skip
     acc = E.cast(acc, "int64")
@@ -395,8 +396,8 @@ def _fully_connected(node: _Op):
     if x.dtype in I.RANGE:
         xq, wq, yq = node.qparams(0), node.qparams(1), node.qparams_out()
         acc = N.matmul(
-            E.cast(I.offset(flat, int(xq[1][0])), "float64"),
-            S.transpose(E.cast(I.offset(w, int(wq[1][0])), "float64"), (1, 0)),
+            E.cast(I.offset(flat, int(xq[1][0])), I.sum_dtype(k)),
+            S.transpose(E.cast(I.offset(w, int(wq[1][0])), I.sum_dtype(k)), (1, 0)),
         )
         acc = E.cast(acc, "int64")
         if node.has(2):
@@ -442,12 +443,12 @@ def _int_pool(node: _Op, o, x: Tensor, kind: str, kernel, strides, pads) -> Tens
     out_dtype = node.out_info()[1]
     if not (np.array_equal(xq[0], yq[0]) and np.array_equal(xq[1], yq[1])):
         raise node.unsupported("input and output quantization differ; TFLite's pools keep the input's")
-    xf = _nchw(E.cast(x, "float64"))
+    xf = _nchw(E.cast(x, I.sum_dtype(kernel[0] * kernel[1])))
     if kind == "max":
         y = E.cast(N.max_pool(xf, kernel, strides, pads, (1, 1), False), "int64")
     else:
         c = xf.shape[1]
-        ones = constant(np.ones((c, 1, *kernel), np.float64))
+        ones = constant(np.ones((c, 1, *kernel), xf.dtype))
         total = E.cast(N.conv(xf, ones, None, strides, pads, (1, 1), c), "int64")
         h, w_ = x.shape[1:3]
         inside = np.zeros((1, 1, h + pads[0] + pads[2], w_ + pads[1] + pads[3]))

@@ -13,8 +13,8 @@ The rules are the TFLite quantization scheme's (the facts, written anew here):
   (``activation_range``: the real bounds quantized with halves away from zero).
 
 Integer sums of products are exact here: the operands (x - zero point, |v| <= 255) are
-convolved or multiplied in float64, where every partial sum of these sizes is an integer below
-2**53, then cast to int64. Each converter states what it follows where TFLite's operators differ
+convolved or multiplied in float32 where every partial sum stays below 2**24, else in float64
+(``sum_dtype``), then cast to int64. Each converter states what it follows where TFLite's operators differ
 (ADD's shared 20-bit left shift, the pools' rounded averages).
 """
 
@@ -49,6 +49,14 @@ def quantize_multiplier(m: float) -> tuple[int, int]:
     if shift > 30:
         return (1 << 31) - 1, 30
     return q, shift
+
+
+def sum_dtype(terms: int) -> str:
+    """The float type in which sums of ``terms`` products of two int8/uint8 operands (each at
+    most 255 and 128 in size after the zero point) are exact whatever their order: float32
+    while every partial sum stays below 2**24, float64 beyond (flowc keeps Winograd off
+    convolutions with integer weights, codegen/backends/c/winograd.py)."""
+    return "float32" if terms * 255 * 128 <= 1 << 24 else "float64"
 
 
 def _i64(v) -> Tensor:

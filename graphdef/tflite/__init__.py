@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..builder import Graph, Tensor, constant, placeholder
-from ..errors import FlowcError, UnsupportedError
+from ..errors import FlowcError, UnsupportedError, printable
 from ..ops import elementwise as E
 from ..ops import math as M
 from ..ops import nn as N
@@ -44,6 +44,7 @@ _DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "b
            10: "float64"}  # fmt: skip
 _RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
 MAX_TENSOR_BYTES = 1 << 31
+MAX_RANK = 8  # the most dimensions a flowc tensor has
 
 
 class TfliteImportError(FlowcError):
@@ -108,14 +109,20 @@ class _Importer:
             raise TfliteImportError(
                 f"{self.path}: tensor {i} has TFLite type {code}, which flowc does not have"
             )
+        if t.ShapeLength() > MAX_RANK:
+            raise TfliteImportError(
+                f"{self.path}: tensor {i} ({printable(self._label(t), 80)}) has rank {t.ShapeLength()}; "
+                f"flowc takes at most {MAX_RANK}"
+            )
         shape = tuple(int(d) for d in (t.ShapeAsNumpy() if t.ShapeLength() else []))
         if any(d < 0 for d in shape):
             raise TfliteImportError(
-                f"{self.path}: tensor {i} ({self._label(t)}) has a dynamic shape {list(shape)}"
+                f"{self.path}: tensor {i} ({printable(self._label(t), 80)}) has a dynamic shape {list(shape)}"
             )
         return t, _DTYPES[code], shape
 
     def _label(self, t) -> str:
+        """The tensor's name as the file has it (untrusted: messages show it through printable)."""
         raw = t.Name()
         return raw.decode("utf-8", "replace") if raw else ""
 

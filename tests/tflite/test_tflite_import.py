@@ -512,3 +512,25 @@ def test_refusals_are_one_line(tmp_path, data, words):
     assert res.stderr.startswith("flowc: error: ") and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert words in res.stderr, res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_damaged_files_are_refused_in_one_line(tmp_path):
+    """Bytes of the int8 keyword spotter changed at random (and cut short): each file either
+    imports or is refused with one FlowcError line of bounded length, never another exception."""
+    data = ds_cnn_int8().data
+    rng = np.random.default_rng(0)
+    refused = 0
+    for k in range(150):
+        d = bytearray(data)
+        for _ in range(int(rng.integers(1, 6))):
+            d[int(rng.integers(8, len(d)))] = int(rng.integers(0, 256))
+        if k % 5 == 0:
+            d = d[: int(rng.integers(8, len(d)))]
+        path = tmp_path / "damaged.tflite"
+        path.write_bytes(bytes(d))
+        try:
+            gd.load_tflite(path)
+        except gd.errors.FlowcError as e:
+            refused += 1
+            assert "\n" not in str(e) and len(str(e)) < 400, str(e)[:500]
+    assert refused > 50

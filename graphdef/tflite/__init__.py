@@ -15,11 +15,11 @@ with LiteRT's interpreter). QUANTIZE and DEQUANTIZE follow TFLite's reference: `
 scale) + zero_point`` with halves away from zero, saturated; ``(q - zero_point) * scale``.
 
 int8 (and uint8 per-tensor) CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, MUL,
-AVERAGE_POOL_2D, MAX_POOL_2D, PAD, RESHAPE, CONCATENATION (of alike-quantized inputs) and
-SOFTMAX follow TFLite's integer reference kernels bit for bit (integer.py: fixed-point
-requantization, fused activations as quantized bounds, the softmax's fixed-point exp and
-reciprocal); other operators on quantized operands (LOGISTIC, TANH, HARD_SWISH, MEAN, ...) are
-refused by name. The integer steps are still graphs of flowc's
+AVERAGE_POOL_2D, MAX_POOL_2D, PAD, RESHAPE, CONCATENATION (of alike-quantized inputs), SOFTMAX
+and (int8) LOGISTIC follow TFLite's integer reference kernels bit for bit (integer.py:
+fixed-point requantization, fused activations as quantized bounds, the softmax's fixed-point
+exp and reciprocal, the logistic as a table of its 256 results); other operators on quantized
+operands (TANH, HARD_SWISH, MEAN, ...) are refused by name. The integer steps are still graphs of flowc's
 float64 convolutions (exact for these integers) and int64 elementwise ops: right, not fast.
 """
 
@@ -533,7 +533,22 @@ def _unary(fn):
 
 converter("RELU")(_unary(E.relu))
 converter("RELU6")(_unary(lambda x: E.clip(x, 0.0, 6.0)))
-converter("LOGISTIC")(_unary(E.sigmoid))
+
+
+@converter("LOGISTIC")
+def _logistic(node: _Op):
+    x = node.x(0)
+    if x.dtype == "int8":
+        yq = node.qparams_out()
+        if node.out_info()[1] != "int8" or not (float(yq[0][0]) == 1 / 256 and int(yq[1][0]) == -128):
+            raise node.unsupported("a quantized logistic outputs int8 with scale 1/256, zero point -128")
+        xq = node.qparams(0)
+        table = constant(I.logistic_table(float(xq[0][0]), int(xq[1][0])))
+        return S.gather(table, E.add(E.cast(x, "int64"), constant(np.int64(128))), 0)
+    node.float_only()
+    return E.sigmoid(x)
+
+
 converter("TANH")(_unary(E.tanh))
 converter("HARD_SWISH")(_unary(lambda x: E.mul(x, E.div(E.clip(E.add(x, 3.0), 0.0, 6.0), 6.0))))
 

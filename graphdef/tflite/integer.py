@@ -248,3 +248,44 @@ def _mul_pot_graph(x: Tensor, exponent: int) -> Tensor:
     shifted = E.mul(x, _i64(1 << exponent))
     return E.where(E.greater(x, _i64(threshold)), _i64(_INT32_MAX),
                    E.where(E.less(x, _i64(-threshold)), _i64(_INT32_MIN), shifted))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- logistic
+# TFLite's int8 logistic (its reference kernel): the input less its zero point, clamped at the
+# radius where the result saturates, scaled to Q4.27, gemmlowp's fixed-point logistic in Q0.31,
+# shifted to 8 bits from -128. Each output depends on one input value: a table of 256.
+
+
+def _one_over_one_plus_x(a: int) -> int:
+    """1 / (1 + a) for a in [0, 1) in Q0.31: three Newton-Raphson steps in Q2.29."""
+    half = (a + _INT32_MAX + 1) // 2  # RoundingHalfSum(a, 1) of a value >= 0
+    x = 1515870810 + _srdhm(half, -1010580540)  # 48/17 - 32/17 * half
+    for _ in range(3):
+        x = x + _mul_pot(_srdhm(x, (1 << 29) - _srdhm(half, x)), 2)
+    return _mul_pot(x, 1)
+
+
+def _logistic_q4(a: int) -> int:
+    """logistic(a) for a in Q4.27, result in Q0.31."""
+    if a == 0:
+        return 1 << 30
+    r = _one_over_one_plus_x(_exp_on_negative(-abs(a), 4))
+    return r if a > 0 else _INT32_MAX - r
+
+
+def logistic_table(scale: float, zero_point: int) -> np.ndarray:
+    """The int8 outputs (scale 1/256, zero point -128) of TFLite's logistic for the inputs
+    -128..127 of ``scale`` and ``zero_point``."""
+    q, left = quantize_multiplier(float(np.float32(scale)) * (1 << 27))
+    left = max(left, 0)
+    radius = int(math.floor(((1 << 4) - 1) * (1 << 27) / (1 << left)))
+    out = []
+    for v in range(-128, 128):
+        d = v - zero_point
+        if d <= -radius:
+            out.append(-128)
+        elif d >= radius:
+            out.append(127)
+        else:
+            out.append(max(-128, min(127, _rdbpot(_logistic_q4(_srdhm(d * (1 << left), q)), 23) - 128)))
+    return np.array(out, np.int8)

@@ -294,6 +294,15 @@ def _int_cases() -> list[Case]:
         m.outputs = [y]
         xs = qi(f"sm{k}", *shape, dtype=np.int8 if dt == "int8" else np.uint8)
         out.append(Case(f"{dt}_softmax_{k}", m.write(), [xs]))
+    for k, (sx, zx) in enumerate([(0.1, 3), (0.05, -20), (0.5, 0), (0.002, 100)]):
+        m = Model()  # LOGISTIC over every int8 value: gemmlowp's fixed-point logistic
+        x = m.input("x", (2, 128), "int8", quant=([sx], [zx], 0))
+        y = m.tensor("y", (2, 128), "int8", quant=([1 / 256], [-128], 0))
+        m.op("LOGISTIC", [x], [y])
+        m.outputs = [y]
+        out.append(
+            Case(f"int8_logistic_{k}", m.write(), [np.arange(-128, 128, dtype=np.int8).reshape(2, 128)])
+        )
     m = Model()  # PAD with the zero point, RESHAPE, CONCATENATION of alike-quantized tensors
     x = m.input("x", (1, 4, 4, 2), "int8", quant=([0.05], [-9], 0))
     z = m.input("z", (1, 36, 1), "int8", quant=([0.05], [-9], 0))
@@ -485,11 +494,11 @@ def _unsupported_model() -> bytes:
     return m.write()
 
 
-def _int8_logistic_model() -> bytes:
+def _int8_tanh_model() -> bytes:
     m = Model()
     x = m.input("x", (1, 10), "int8", quant=([0.1], [0], 0))
-    y = m.tensor("y", (1, 10), "int8", quant=([1 / 256], [-128], 0))
-    m.op("LOGISTIC", [x], [y])
+    y = m.tensor("y", (1, 10), "int8", quant=([1 / 128], [0], 0))
+    m.op("TANH", [x], [y])
     m.outputs = [y]
     return m.write()
 
@@ -498,7 +507,7 @@ def _int8_logistic_model() -> bytes:
     "data,words",
     [
         (_unsupported_model(), "TFLite operators flowc does not import: EXP, FLOOR"),
-        (_int8_logistic_model(), "operator 0 (LOGISTIC): quantized int8 operands are not supported yet"),
+        (_int8_tanh_model(), "operator 0 (TANH): quantized int8 operands are not supported yet"),
         (b"\x18\x00\x00\x00TFL3" + b"\x00" * 8, "malformed TFLite file"),
         (b"\x00" * 16, "not a TFLite flatbuffer (no TFL3 file identifier)"),
     ],

@@ -16,10 +16,10 @@ scale) + zero_point`` with halves away from zero, saturated; ``(q - zero_point) 
 
 int8 (and uint8 per-tensor) CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, MUL,
 AVERAGE_POOL_2D, MAX_POOL_2D, PAD, RESHAPE, CONCATENATION (of alike-quantized inputs), SOFTMAX
-and (int8) LOGISTIC follow TFLite's integer reference kernels bit for bit (integer.py:
+and (int8) LOGISTIC and TANH follow TFLite's integer reference kernels bit for bit (integer.py:
 fixed-point requantization, fused activations as quantized bounds, the softmax's fixed-point
-exp and reciprocal, the logistic as a table of its 256 results); other operators on quantized
-operands (TANH, HARD_SWISH, MEAN, ...) are refused by name. The integer steps are still graphs of flowc's
+exp and reciprocal, logistic and tanh as tables of their 256 results); other operators on
+quantized operands (HARD_SWISH, MEAN, ...) are refused by name. The integer steps are still graphs of flowc's
 float64 convolutions (exact for these integers) and int64 elementwise ops: right, not fast.
 """
 
@@ -539,17 +539,33 @@ converter("RELU6")(_unary(lambda x: E.clip(x, 0.0, 6.0)))
 def _logistic(node: _Op):
     x = node.x(0)
     if x.dtype == "int8":
-        yq = node.qparams_out()
-        if node.out_info()[1] != "int8" or not (float(yq[0][0]) == 1 / 256 and int(yq[1][0]) == -128):
-            raise node.unsupported("a quantized logistic outputs int8 with scale 1/256, zero point -128")
-        xq = node.qparams(0)
-        table = constant(I.logistic_table(float(xq[0][0]), int(xq[1][0])))
-        return S.gather(table, E.add(E.cast(x, "int64"), constant(np.int64(128))), 0)
+        return _int8_table(node, x, I.logistic_table, (1 / 256, -128))
     node.float_only()
     return E.sigmoid(x)
 
 
-converter("TANH")(_unary(E.tanh))
+@converter("TANH")
+def _tanh(node: _Op):
+    x = node.x(0)
+    if x.dtype == "int8":
+        return _int8_table(node, x, I.tanh_table, (1 / 128, 0))
+    node.float_only()
+    return E.tanh(x)
+
+
+def _int8_table(node: _Op, x: Tensor, table, out_params) -> Tensor:
+    """An int8 activation as a table of its 256 results, indexed by x + 128."""
+    yq = node.qparams_out()
+    if node.out_info()[1] != "int8" or (float(yq[0][0]), int(yq[1][0])) != out_params:
+        raise node.unsupported(
+            f"a quantized {node.name.lower()} outputs int8 with scale 1/{round(1 / out_params[0])}, "
+            f"zero point {out_params[1]}"
+        )
+    xq = node.qparams(0)
+    values = constant(table(float(xq[0][0]), int(xq[1][0])))
+    return S.gather(values, E.add(E.cast(x, "int64"), constant(np.int64(128))), 0)
+
+
 converter("HARD_SWISH")(_unary(lambda x: E.mul(x, E.div(E.clip(E.add(x, 3.0), 0.0, 6.0), 6.0))))
 
 

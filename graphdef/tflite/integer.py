@@ -251,9 +251,10 @@ def _mul_pot_graph(x: Tensor, exponent: int) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- logistic
-# TFLite's int8 logistic (its reference kernel): the input less its zero point, clamped at the
-# radius where the result saturates, scaled to Q4.27, gemmlowp's fixed-point logistic in Q0.31,
-# shifted to 8 bits from -128. Each output depends on one input value: a table of 256.
+# TFLite's int8 logistic and tanh (its reference kernels): the input less its zero point,
+# clamped at the radius where the result saturates, scaled to Q4.27, gemmlowp's fixed-point
+# logistic or tanh in Q0.31, shifted to 8 bits. Each output depends on one input value: a
+# table of 256.
 
 
 def _one_over_one_plus_x(a: int) -> int:
@@ -276,6 +277,30 @@ def _logistic_q4(a: int) -> int:
 def logistic_table(scale: float, zero_point: int) -> np.ndarray:
     """The int8 outputs (scale 1/256, zero point -128) of TFLite's logistic for the inputs
     -128..127 of ``scale`` and ``zero_point``."""
+    return _saturating_table(scale, zero_point, _logistic_q4, 23, -128)
+
+
+def _one_minus_x_over_one_plus_x(a: int) -> int:
+    """(1 - a) / (1 + a) for a in [0, 1) in Q0.31, by the same Newton-Raphson steps."""
+    half = (a + _INT32_MAX + 1) // 2
+    x = 1515870810 + _srdhm(half, -1010580540)
+    for _ in range(3):
+        x = x + _mul_pot(_srdhm(x, (1 << 29) - _srdhm(half, x)), 2)
+    return _mul_pot(x - (1 << 29), 2)
+
+
+def _tanh_q4(a: int) -> int:
+    """tanh(a) for a in Q4.27, result in Q0.31: (1 - exp(-2|a|)) / (1 + exp(-2|a|)), signed."""
+    if a == 0:
+        return 0
+    t = _one_minus_x_over_one_plus_x(_exp_on_negative(-abs(a), 5))  # -|a| read with 5 integer bits: -2|a|
+    return t if a > 0 else -t
+
+
+def _saturating_table(scale: float, zero_point: int, fn, shift: int, offset: int) -> np.ndarray:
+    """int8 outputs of a TFLite reference activation (logistic, tanh) for the inputs -128..127:
+    the input less its zero point, saturated beyond the radius, in Q4.27, ``fn`` in Q0.31, then
+    divided by 2**``shift`` and moved by ``offset``."""
     q, left = quantize_multiplier(float(np.float32(scale)) * (1 << 27))
     left = max(left, 0)
     radius = int(math.floor(((1 << 4) - 1) * (1 << 27) / (1 << left)))
@@ -287,5 +312,10 @@ def logistic_table(scale: float, zero_point: int) -> np.ndarray:
         elif d >= radius:
             out.append(127)
         else:
-            out.append(max(-128, min(127, _rdbpot(_logistic_q4(_srdhm(d * (1 << left), q)), 23) - 128)))
+            out.append(max(-128, min(127, _rdbpot(fn(_srdhm(d * (1 << left), q)), shift) + offset)))
     return np.array(out, np.int8)
+
+
+def tanh_table(scale: float, zero_point: int) -> np.ndarray:
+    """The int8 outputs (scale 1/128, zero point 0) of TFLite's tanh for the inputs -128..127."""
+    return _saturating_table(scale, zero_point, _tanh_q4, 24, 0)

@@ -303,6 +303,13 @@ def _int_cases() -> list[Case]:
         out.append(
             Case(f"int8_logistic_{k}", m.write(), [np.arange(-128, 128, dtype=np.int8).reshape(2, 128)])
         )
+    for k, (sx, zx) in enumerate([(0.1, 3), (0.05, -20), (0.01, 64)]):
+        m = Model()  # TANH over every int8 value: gemmlowp's fixed-point tanh
+        x = m.input("x", (2, 128), "int8", quant=([sx], [zx], 0))
+        y = m.tensor("y", (2, 128), "int8", quant=([1 / 128], [0], 0))
+        m.op("TANH", [x], [y])
+        m.outputs = [y]
+        out.append(Case(f"int8_tanh_{k}", m.write(), [np.arange(-128, 128, dtype=np.int8).reshape(2, 128)]))
     m = Model()  # PAD with the zero point, RESHAPE, CONCATENATION of alike-quantized tensors
     x = m.input("x", (1, 4, 4, 2), "int8", quant=([0.05], [-9], 0))
     z = m.input("z", (1, 36, 1), "int8", quant=([0.05], [-9], 0))
@@ -494,11 +501,11 @@ def _unsupported_model() -> bytes:
     return m.write()
 
 
-def _int8_tanh_model() -> bytes:
+def _int8_hard_swish_model() -> bytes:
     m = Model()
     x = m.input("x", (1, 10), "int8", quant=([0.1], [0], 0))
-    y = m.tensor("y", (1, 10), "int8", quant=([1 / 128], [0], 0))
-    m.op("TANH", [x], [y])
+    y = m.tensor("y", (1, 10), "int8", quant=([0.05], [0], 0))
+    m.op("HARD_SWISH", [x], [y])
     m.outputs = [y]
     return m.write()
 
@@ -507,7 +514,7 @@ def _int8_tanh_model() -> bytes:
     "data,words",
     [
         (_unsupported_model(), "TFLite operators flowc does not import: EXP, FLOOR"),
-        (_int8_tanh_model(), "operator 0 (TANH): quantized int8 operands are not supported yet"),
+        (_int8_hard_swish_model(), "operator 0 (HARD_SWISH): quantized int8 operands are not supported yet"),
         (b"\x18\x00\x00\x00TFL3" + b"\x00" * 8, "malformed TFLite file"),
         (b"\x00" * 16, "not a TFLite flatbuffer (no TFL3 file identifier)"),
     ],

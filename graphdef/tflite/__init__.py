@@ -631,6 +631,11 @@ def _quantize(node: _Op):
     x = node.x(0)
     _, dtype, _ = node.out_info()
     q = node.imp.quant(int(node.op.OutputsAsNumpy()[0]))
+    if x.dtype in I.RANGE and dtype in I.RANGE and q is not None and q[0].size == 1:
+        # requantize (TFLite's reference): (x - x_zp) times x_scale / y_scale in fixed point, + y_zp
+        xq = node.qparams(0)
+        acc = I.requantize(I.offset(x, int(xq[1][0])), float(xq[0][0]) / float(q[0][0]), ())
+        return I.output(acc, int(q[1][0]), I.RANGE[dtype], dtype)
     if x.dtype != "float32" or dtype not in _RANGE or q is None or q[0].size != 1:
         raise node.unsupported(
             f"quantizes {x.dtype} to {dtype}; flowc takes float32 to int8/uint8/int16 per tensor"

@@ -310,6 +310,16 @@ def _int_cases() -> list[Case]:
         m.op("TANH", [x], [y])
         m.outputs = [y]
         out.append(Case(f"int8_tanh_{k}", m.write(), [np.arange(-128, 128, dtype=np.int8).reshape(2, 128)]))
+    for k, (si, zi, so, zo, dt) in enumerate([(0.05, 3, 0.02, -7, "int8"), (0.05, -100, 0.3, 20, "int8"),
+                                              (0.07, 0, 0.07, 128, "uint8")]):  # fmt: skip
+        m = Model()  # QUANTIZE of an int8 tensor: requantization to other parameters
+        x = m.input("x", (2, 128), "int8", quant=([si], [zi], 0))
+        y = m.tensor("y", (2, 128), dt, quant=([so], [zo], 0))
+        m.op("QUANTIZE", [x], [y])
+        m.outputs = [y]
+        out.append(
+            Case(f"int8_requantize_{k}", m.write(), [np.arange(-128, 128, dtype=np.int8).reshape(2, 128)])
+        )
     m = Model()  # PAD with the zero point, RESHAPE, CONCATENATION of alike-quantized tensors
     x = m.input("x", (1, 4, 4, 2), "int8", quant=([0.05], [-9], 0))
     z = m.input("z", (1, 36, 1), "int8", quant=([0.05], [-9], 0))

@@ -16,10 +16,10 @@ scale) + zero_point`` with halves away from zero, saturated; ``(q - zero_point) 
 
 int8 (and uint8 per-tensor) CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, MUL,
 AVERAGE_POOL_2D, MAX_POOL_2D, PAD, RESHAPE, CONCATENATION (of alike-quantized inputs), SOFTMAX
-and (int8) LOGISTIC and TANH follow TFLite's integer reference kernels bit for bit (integer.py:
-fixed-point requantization, fused activations as quantized bounds, the softmax's fixed-point
-exp and reciprocal, logistic and tanh as tables of their 256 results); other operators on
-quantized operands (HARD_SWISH, MEAN, ...) are refused by name. The integer steps are still graphs of flowc's
+and (int8) LOGISTIC, TANH and HARD_SWISH follow TFLite's integer reference kernels bit for bit
+(integer.py: fixed-point requantization, fused activations as quantized bounds, the softmax's
+fixed-point exp and reciprocal, the activations as tables of their 256 results); other
+operators on quantized operands (MEAN, ...) are refused by name. The integer steps are still graphs of flowc's
 float64 convolutions (exact for these integers) and int64 elementwise ops: right, not fast.
 """
 
@@ -566,7 +566,15 @@ def _int8_table(node: _Op, x: Tensor, table, out_params) -> Tensor:
     return S.gather(values, E.add(E.cast(x, "int64"), constant(np.int64(128))), 0)
 
 
-converter("HARD_SWISH")(_unary(lambda x: E.mul(x, E.div(E.clip(E.add(x, 3.0), 0.0, 6.0), 6.0))))
+@converter("HARD_SWISH")
+def _hard_swish(node: _Op):
+    x = node.x(0)
+    if x.dtype == "int8" and node.out_info()[1] == "int8":
+        xq, yq = node.qparams(0), node.qparams_out()
+        values = I.hard_swish_table(float(xq[0][0]), int(xq[1][0]), float(yq[0][0]), int(yq[1][0]))
+        return S.gather(constant(values), E.add(E.cast(x, "int64"), constant(np.int64(128))), 0)
+    node.float_only()
+    return E.mul(x, E.div(E.clip(E.add(x, 3.0), 0.0, 6.0), 6.0))
 
 
 @converter("SOFTMAX")

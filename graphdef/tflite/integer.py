@@ -319,3 +319,54 @@ def _saturating_table(scale: float, zero_point: int, fn, shift: int, offset: int
 def tanh_table(scale: float, zero_point: int) -> np.ndarray:
     """The int8 outputs (scale 1/128, zero point 0) of TFLite's tanh for the inputs -128..127."""
     return _saturating_table(scale, zero_point, _tanh_q4, 24, 0)
+
+
+# ----------------------------------------------------------------------------- hard swish
+# TFLite's int8 hard swish (its reference kernel) works in 16-bit fixed point: the input on a
+# 128x finer scale, once rescaled to the output scale and once to a "relu-ish" factor in [0, 1]
+# (x + 3) / 6, their product rounded toward zero, then shifted to the output. A table of 256.
+
+_I16_MIN, _I16_MAX = -(1 << 15), (1 << 15) - 1
+
+
+def _srdhm16(a: int, b: int) -> int:
+    if a == b == _I16_MIN:
+        return _I16_MAX
+    ab = a * b
+    return _trunc_div(ab + ((1 << 14) if ab >= 0 else 1 - (1 << 14)), 1 << 15)
+
+
+def _sdhm16(a: int, b: int) -> int:
+    """The doubled high half of a 16-bit product, rounded toward zero."""
+    return _I16_MAX if a == b == _I16_MIN else _trunc_div(a * b, 1 << 15)
+
+
+def _saturating_left16(v: int, amount: int) -> int:
+    return max(_I16_MIN, min(_I16_MAX, v * (1 << amount)))
+
+
+def _multiplier16(m: float) -> tuple[int, int]:
+    """A real multiplier as a 16-bit fixed point and an exponent (QuantizeMultiplier, then the
+    32-bit fixed point rounded to its high 16 bits)."""
+    q, exponent = quantize_multiplier(m)
+    return (_I16_MAX if q >= _INT32_MAX - (1 << 15) else (q + (1 << 15)) >> 16), exponent
+
+
+def hard_swish_table(scale: float, zero_point: int, out_scale: float, out_zero_point: int) -> np.ndarray:
+    """The int8 outputs of TFLite's hard swish for the inputs -128..127."""
+    hires = np.float32(np.float32(1.0 / 128.0) * np.float32(scale))
+    out_q, out_exp = _multiplier16(float(np.float32(hires / np.float32(out_scale))))
+    relu_q, relu_exp = _multiplier16(float(np.float32(hires / np.float32(3.0 / 32768.0))))
+    out = []
+    for v in range(-128, 128):
+        hi = (v - zero_point) * (1 << 7)
+        preshift = _srdhm16(hi, out_q)
+        r = _saturating_left16(hi, relu_exp - 1) if relu_exp > 0 else hi
+        r = _srdhm16(r, relu_q)
+        if relu_exp > 0:
+            r = _saturating_left16(r, 1)
+        elif relu_exp < 0:
+            r = _rdbpot(r, -relu_exp)
+        r = (r + (1 << 15)) >> 1  # [-1, 1] to [0, 1]
+        out.append(max(-128, min(127, _rdbpot(_sdhm16(r, preshift), -out_exp) + out_zero_point)))
+    return np.array(out, np.int8)

@@ -320,6 +320,15 @@ def _int_cases() -> list[Case]:
         out.append(
             Case(f"int8_requantize_{k}", m.write(), [np.arange(-128, 128, dtype=np.int8).reshape(2, 128)])
         )
+    for k, (si, zi, so, zo) in enumerate([(0.1, 3, 0.05, -10), (0.3, 0, 0.2, -100), (0.02, 10, 0.01, 5)]):
+        m = Model()  # HARD_SWISH over every int8 value: 16-bit fixed point
+        x = m.input("x", (2, 128), "int8", quant=([si], [zi], 0))
+        y = m.tensor("y", (2, 128), "int8", quant=([so], [zo], 0))
+        m.op("HARD_SWISH", [x], [y])
+        m.outputs = [y]
+        out.append(
+            Case(f"int8_hard_swish_{k}", m.write(), [np.arange(-128, 128, dtype=np.int8).reshape(2, 128)])
+        )
     m = Model()  # PAD with the zero point, RESHAPE, CONCATENATION of alike-quantized tensors
     x = m.input("x", (1, 4, 4, 2), "int8", quant=([0.05], [-9], 0))
     z = m.input("z", (1, 36, 1), "int8", quant=([0.05], [-9], 0))
@@ -511,11 +520,11 @@ def _unsupported_model() -> bytes:
     return m.write()
 
 
-def _int8_hard_swish_model() -> bytes:
+def _int8_mean_model() -> bytes:
     m = Model()
-    x = m.input("x", (1, 10), "int8", quant=([0.1], [0], 0))
-    y = m.tensor("y", (1, 10), "int8", quant=([0.05], [0], 0))
-    m.op("HARD_SWISH", [x], [y])
+    x = m.input("x", (1, 4, 4, 8), "int8", quant=([0.1], [0], 0))
+    y = m.tensor("y", (1, 1, 1, 8), "int8", quant=([0.1], [0], 0))
+    m.op("MEAN", [x, m.const("axes", np.array([1, 2], np.int32))], [y], "ReducerOptions", KeepDims=True)
     m.outputs = [y]
     return m.write()
 
@@ -524,7 +533,7 @@ def _int8_hard_swish_model() -> bytes:
     "data,words",
     [
         (_unsupported_model(), "TFLite operators flowc does not import: EXP, FLOOR"),
-        (_int8_hard_swish_model(), "operator 0 (HARD_SWISH): quantized int8 operands are not supported yet"),
+        (_int8_mean_model(), "operator 0 (MEAN): quantized int8 operands are not supported yet"),
         (b"\x18\x00\x00\x00TFL3" + b"\x00" * 8, "malformed TFLite file"),
         (b"\x00" * 16, "not a TFLite flatbuffer (no TFL3 file identifier)"),
     ],

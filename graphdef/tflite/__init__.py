@@ -16,10 +16,10 @@ scale) + zero_point`` with halves away from zero, saturated; ``(q - zero_point) 
 
 int8 (and uint8 per-tensor) CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, MUL,
 AVERAGE_POOL_2D, MAX_POOL_2D, PAD, RESHAPE, CONCATENATION (of alike-quantized inputs), SOFTMAX
-and (int8) LOGISTIC, TANH and HARD_SWISH follow TFLite's integer reference kernels bit for bit
-(integer.py: fixed-point requantization, fused activations as quantized bounds, the softmax's
-fixed-point exp and reciprocal, the activations as tables of their 256 results); other
-operators on quantized operands (MEAN, ...) are refused by name. The integer steps are still graphs of flowc's
+MEAN and (int8) LOGISTIC, TANH and HARD_SWISH follow TFLite's integer reference kernels bit
+for bit (integer.py: fixed-point requantization, fused activations as quantized bounds, the
+softmax's fixed-point exp and reciprocal, the activations as tables of their 256 results); other
+operators on quantized operands are refused by name. The integer steps are still graphs of flowc's
 float64 convolutions (exact for these integers) and int64 elementwise ops: right, not fast.
 """
 
@@ -476,11 +476,24 @@ converter("MAX_POOL_2D")(lambda node: _pool(node, "max"))
 
 @converter("MEAN")
 def _mean(node: _Op):
-    node.float_only()
     o = node.options("ReducerOptions")
     x = node.x(0)
-    axes = tuple(int(a) % max(x.rank, 1) for a in np.asarray(node.const(1)).reshape(-1))
-    return R.reduce_mean(x, axes=axes, keepdims=bool(o.KeepDims()) if o is not None else False)
+    axes = tuple(sorted({int(a) % max(x.rank, 1) for a in np.asarray(node.const(1)).reshape(-1)}))
+    keep = bool(o.KeepDims()) if o is not None else False
+    if x.dtype in I.RANGE:
+        # TFLite's quantized mean: the sum of (x - x_zp) times x_scale / y_scale with 1/count folded
+        # into the fixed-point multiplier (integer.mean_multiplier), + y_zp
+        xq, yq = node.qparams(0), node.qparams_out()
+        out_dtype = node.out_info()[1]
+        count = math.prod(x.shape[a] for a in axes)
+        if count == 0:
+            raise node.unsupported("a quantized mean over an empty axis")
+        total = R.reduce_sum(I.offset(x, int(xq[1][0])), axes=axes, keepdims=keep)
+        q, shift = I.mean_multiplier(float(xq[0][0]), float(yq[0][0]), count)
+        acc = I.requantize_fixed(total, np.int64(q), np.int64(shift))
+        return I.output(acc, int(yq[1][0]), I.RANGE[out_dtype], out_dtype)
+    node.float_only()
+    return R.reduce_mean(x, axes=axes, keepdims=keep)
 
 
 # ----------------------------------------------------------------------------- elementwise

@@ -70,6 +70,13 @@ def requantize(acc: Tensor, multipliers, shape) -> Tensor:
     qs = [quantize_multiplier(float(m)) for m in np.ravel(multipliers)]
     q = np.array([v for v, _ in qs], np.int64).reshape(shape)
     shift = np.array([s for _, s in qs], np.int64).reshape(shape)
+    return requantize_fixed(acc, q, shift)
+
+
+def requantize_fixed(acc: Tensor, q: np.ndarray, shift: np.ndarray) -> Tensor:
+    """``acc`` times the fixed-point multipliers ``q`` * 2**(``shift`` - 31) (arrays that
+    broadcast against it), as TFLite's MultiplyByQuantizedMultiplier."""
+    q, shift = np.asarray(q, np.int64), np.asarray(shift, np.int64)
     left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
     x = acc if not left.any() else E.mul(acc, _i64(np.left_shift(1, left)))
     # SaturatingRoundingDoublingHighMul(x, q): (x * q + nudge) / 2**31, truncating; the
@@ -370,3 +377,12 @@ def hard_swish_table(scale: float, zero_point: int, out_scale: float, out_zero_p
         r = (r + (1 << 15)) >> 1  # [-1, 1] to [0, 1]
         out.append(max(-128, min(127, _rdbpot(_sdhm16(r, preshift), -out_exp) + out_zero_point)))
     return np.array(out, np.int8)
+
+
+def mean_multiplier(scale: float, out_scale: float, count: int) -> tuple[int, int]:
+    """(q, shift) of TFLite's quantized mean over ``count`` values: the multiplier of
+    scale / out_scale with 1/count folded in (the multiplier shifted left by floor(log2(count)),
+    at most 32 and 31 + its shift, then divided by the count, truncating)."""
+    q, shift = quantize_multiplier(float(scale) / float(out_scale))
+    bits = min(count.bit_length() - 1, 32, 31 + shift)
+    return (q << bits) // count, shift - bits

@@ -329,6 +329,21 @@ def _int_cases() -> list[Case]:
         out.append(
             Case(f"int8_hard_swish_{k}", m.write(), [np.arange(-128, 128, dtype=np.int8).reshape(2, 128)])
         )
+    means = [(0.05, 3, 0.05, 3, [1, 2], True), (0.05, 3, 0.02, -5, [1, 2], False), (0.1, -10, 0.3, 7, [2, 1], True),
+             (0.02, 0, 0.1, 0, [3], False), (0.04, 5, 0.01, -100, [1, 2, 3], True)]  # fmt: skip
+    for k, (si, zi, so, zo, axes, keep) in enumerate(means):
+        m = Model()  # MEAN (a Keras global average pool, and others)
+        x = m.input("x", (2, 5, 6, 8), "int8", quant=([si], [zi], 0))
+        dims = [2, 5, 6, 8]
+        shape = (
+            [1 if a in axes else d for a, d in enumerate(dims)]
+            if keep
+            else [d for a, d in enumerate(dims) if a not in axes]
+        )
+        y = m.tensor("y", shape, "int8", quant=([so], [zo], 0))
+        m.op("MEAN", [x, m.const("axes", np.array(axes, np.int32))], [y], "ReducerOptions", KeepDims=keep)
+        m.outputs = [y]
+        out.append(Case(f"int8_mean_{k}", m.write(), [qi(f"mean{k}", 2, 5, 6, 8)]))
     m = Model()  # PAD with the zero point, RESHAPE, CONCATENATION of alike-quantized tensors
     x = m.input("x", (1, 4, 4, 2), "int8", quant=([0.05], [-9], 0))
     z = m.input("z", (1, 36, 1), "int8", quant=([0.05], [-9], 0))
@@ -520,11 +535,12 @@ def _unsupported_model() -> bytes:
     return m.write()
 
 
-def _int8_mean_model() -> bytes:
+def _int8_batch_matmul_model() -> bytes:
     m = Model()
-    x = m.input("x", (1, 4, 4, 8), "int8", quant=([0.1], [0], 0))
-    y = m.tensor("y", (1, 1, 1, 8), "int8", quant=([0.1], [0], 0))
-    m.op("MEAN", [x, m.const("axes", np.array([1, 2], np.int32))], [y], "ReducerOptions", KeepDims=True)
+    a = m.input("a", (1, 4, 8), "int8", quant=([0.1], [0], 0))
+    b = m.input("b", (1, 8, 4), "int8", quant=([0.1], [0], 0))
+    y = m.tensor("y", (1, 4, 4), "int8", quant=([0.1], [0], 0))
+    m.op("BATCH_MATMUL", [a, b], [y])
     m.outputs = [y]
     return m.write()
 
@@ -533,7 +549,7 @@ def _int8_mean_model() -> bytes:
     "data,words",
     [
         (_unsupported_model(), "TFLite operators flowc does not import: EXP, FLOOR"),
-        (_int8_mean_model(), "operator 0 (MEAN): quantized int8 operands are not supported yet"),
+        (_int8_batch_matmul_model(), "TFLite operators flowc does not import: BATCH_MATMUL"),
         (b"\x18\x00\x00\x00TFL3" + b"\x00" * 8, "malformed TFLite file"),
         (b"\x00" * 16, "not a TFLite flatbuffer (no TFL3 file identifier)"),
     ],

@@ -329,8 +329,9 @@ def _int_cases() -> list[Case]:
         out.append(
             Case(f"int8_hard_swish_{k}", m.write(), [np.arange(-128, 128, dtype=np.int8).reshape(2, 128)])
         )
-    means = [(0.05, 3, 0.05, 3, [1, 2], True), (0.05, 3, 0.02, -5, [1, 2], False), (0.1, -10, 0.3, 7, [2, 1], True),
-             (0.02, 0, 0.1, 0, [3], False), (0.04, 5, 0.01, -100, [1, 2, 3], True)]  # fmt: skip
+    means = [(0.05, 3, 0.05, 3, [1, 2], True), (0.05, 3, 0.02, -5, [1, 2], False),
+             (0.1, -10, 0.3, 7, [2, 1], True), (0.02, 0, 0.1, 0, [3], False),
+             (0.04, 5, 0.01, -100, [1, 2, 3], True)]  # fmt: skip
     for k, (si, zi, so, zo, axes, keep) in enumerate(means):
         m = Model()  # MEAN (a Keras global average pool, and others)
         x = m.input("x", (2, 5, 6, 8), "int8", quant=([si], [zi], 0))

@@ -453,7 +453,8 @@ _UNSIGNED = {
 
 
 def _bitshift(a, b, direction):
-    a, b = (np.ascontiguousarray(v) for v in np.broadcast_arrays(a, b))
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b))  # ascontiguousarray makes 0-d arrays 1-d
+    a, b = (np.ascontiguousarray(v).reshape(shape) for v in np.broadcast_arrays(a, b))
     bits = a.dtype.itemsize * 8
     outside = (b < 0) | (b >= bits)
     s = np.where(outside, 0, b)
@@ -484,6 +485,9 @@ def _shift_edges() -> tuple[Example, ...]:
         for direction in ("left",) if dt == "int32" else ("left", "right"):
             expect = per_element(_shift, direction=direction, bits=info.bits)
             out.append(Example((x, y), {"direction": direction}, expect))
+    for direction in ("left", "right"):  # 0-d operands keep their shape
+        expect = per_element(_shift, direction=direction, bits=64)
+        out.append(Example((np.array(-77, "int64"), np.array(3, "int64")), {"direction": direction}, expect))
     return tuple(out)
 
 

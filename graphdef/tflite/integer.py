@@ -86,13 +86,20 @@ def requantize_fixed(acc: Tensor, q: np.ndarray, shift: np.ndarray) -> Tensor:
     high = E.div(E.add(ab, nudge), _i64(1 << 31))
     if not right.any():
         return high
-    # RoundingDivideByPOT(high, right): floor(high / 2**right), plus one where the remainder
-    # passes half (half of the divisor less one, one more for a negative value)
-    d = np.left_shift(1, right)
-    t = E.div(high, _i64(d))
-    floor = E.sub(t, E.where(E.less(E.sub(high, E.mul(t, _i64(d))), _i64(0)), _i64(1), _i64(0)))
-    remainder = E.sub(high, E.mul(floor, _i64(d)))
-    threshold = E.add(_i64((d - 1) // 2), E.where(E.less(high, _i64(0)), _i64(1), _i64(0)))
+    return rounding_shift(high, right)
+
+
+def rounding_shift(x: Tensor, right) -> Tensor:
+    """RoundingDivideByPOT(x, right): x >> right (arithmetic), plus one where the bits shifted
+    out pass half (half of 2**right less one, one more for a negative x); ``right`` an array of
+    shifts (>= 0) broadcasting against ``x``, or a tensor of them."""
+    from ..ops import math as M
+
+    shifts = right if isinstance(right, Tensor) else _i64(right)
+    mask = E.sub(M.bitshift(_i64(1), shifts, "left"), _i64(1))
+    floor = M.bitshift(x, shifts, "right")
+    remainder = M.bitwise_and(x, mask)
+    threshold = E.add(M.bitshift(mask, _i64(1), "right"), E.where(E.less(x, _i64(0)), _i64(1), _i64(0)))
     return E.add(floor, E.where(E.greater(remainder, threshold), _i64(1), _i64(0)))
 
 
@@ -231,13 +238,7 @@ def softmax(x: Tensor, beta: float, scale: float, dtype: str) -> Tensor:
         r = E.add(r, _mul_pot_graph(_srdhm_graph(r, one_minus), 2))
     shifted_scale = _mul_pot_graph(r, 1)
     exponent = E.sub(_i64(35), clz)  # num_bits_over_unit + 31 - 8, with num_bits_over_unit = 12 - clz
-    d = X.gather(pow2, exponent, 0)
-    v = _srdhm_graph(shifted_scale, e)
-    t = E.div(v, d)
-    floor = E.sub(t, E.where(E.less(E.sub(v, E.mul(t, d)), _i64(0)), _i64(1), _i64(0)))
-    remainder = E.sub(v, E.mul(floor, d))
-    threshold = E.add(E.div(E.sub(d, _i64(1)), _i64(2)), E.where(E.less(v, _i64(0)), _i64(1), _i64(0)))
-    unsat = E.add(floor, E.where(E.greater(remainder, threshold), _i64(1), _i64(0)))
+    unsat = rounding_shift(_srdhm_graph(shifted_scale, e), exponent)
     lo, hi = RANGE[dtype]
     out = E.minimum(E.maximum(E.add(unsat, _i64(lo)), _i64(lo)), _i64(hi))
     out = E.where(E.less(_i64(-diff_min), neg), _i64(lo), out)

@@ -20,7 +20,8 @@ MEAN and (int8) LOGISTIC, TANH and HARD_SWISH follow TFLite's integer reference 
 for bit (integer.py: fixed-point requantization, fused activations as quantized bounds, the
 softmax's fixed-point exp and reciprocal, the activations as tables of their 256 results); other
 operators on quantized operands are refused by name. The integer steps are still graphs of flowc's
-float64 convolutions (exact for these integers) and int64 elementwise ops: right, not fast.
+float convolutions (exact for these integers: integer.sum_dtype) and int64 elementwise ops:
+right, not yet fast.
 """
 
 from __future__ import annotations

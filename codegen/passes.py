@@ -412,31 +412,26 @@ def reduce_pow(graph: Graph) -> Graph:
             c = _scalar_constant(graph, n.inputs[1], n.outputs[0].rank)
             if c is not None and float(c) in POW_EXPONENTS and graph.type_of(n.inputs[0]) == n.outputs[0]:
                 targets[n.name] = float(c)
-    if not targets:
-        return graph
-    rb = Rebuild(graph)
-    for node in graph.nodes:
-        if node.name not in targets:
-            rb.keep(node)
-            continue
-        c = targets[node.name]
-        with rb.building(node, controls=False):
-            x = rb.inputs(node)[0]
-            if c == -1.0:
-                y = gd.reciprocal(x)
-            elif c == 1.0:
-                y = gd.identity(x)
-            elif c == 0.5:
-                y = gd.sqrt(x)
-            else:
-                whole = int(c)
-                base = x if c == whole else gd.where(gd.equal(x, -np.inf), np.inf, gd.add(x, 0.0))
-                sq = gd.mul(base, base) if whole >= 2 else None
-                parts = {1: base, 2: sq, 3: None if sq is None else gd.mul(sq, base),
-                         4: None if sq is None else gd.mul(sq, sq)}  # fmt: skip
-                y = parts[whole] if c == whole else gd.mul(parts[whole], gd.sqrt(base))
-        rb.bind(node, [y.ref])
-    return rb.finish()
+    return rewrite_nodes(graph, targets, _reduce_pow_node)
+
+
+def _reduce_pow_node(rb: Rebuild, node: Node, c: float) -> None:
+    with rb.building(node, controls=False):
+        x = rb.inputs(node)[0]
+        if c == -1.0:
+            y = gd.reciprocal(x)
+        elif c == 1.0:
+            y = gd.identity(x)
+        elif c == 0.5:
+            y = gd.sqrt(x)
+        else:
+            whole = int(c)
+            base = x if c == whole else gd.where(gd.equal(x, -np.inf), np.inf, gd.add(x, 0.0))
+            sq = gd.mul(base, base) if whole >= 2 else None
+            parts = {1: base, 2: sq, 3: None if sq is None else gd.mul(sq, base),
+                     4: None if sq is None else gd.mul(sq, sq)}  # fmt: skip
+            y = parts[whole] if c == whole else gd.mul(parts[whole], gd.sqrt(base))
+    rb.bind(node, [y.ref])
 
 
 def cancel_transposes(graph: Graph) -> Graph:
@@ -452,20 +447,31 @@ def cancel_transposes(graph: Graph) -> Graph:
             if first.op == "transpose" and not n.control_inputs:
                 outer, inner = n.attrs["perm"], first.attrs["perm"]
                 targets[n.name] = (first.inputs[0], tuple(inner[p] for p in outer))
+    return rewrite_nodes(graph, targets, _cancel_transpose_node)
+
+
+def _cancel_transpose_node(rb: Rebuild, node: Node, target) -> None:
+    source, perm = target
+    if perm == tuple(range(len(perm))):
+        rb.bind(node, [rb.refs[source]])
+        return
+    with rb.building(node, controls=False):
+        y = gd.transpose(Tensor(rb.new, rb.refs[source]), perm)
+    rb.bind(node, [y.ref])
+
+
+def rewrite_nodes(graph: Graph, targets: dict, rewrite: Callable) -> Graph:
+    """``graph`` with each node named in ``targets`` replaced by what ``rewrite(rb, node,
+    targets[name])`` binds in the Rebuild ``rb``, every other node kept; ``graph`` itself when
+    ``targets`` is empty."""
     if not targets:
         return graph
     rb = Rebuild(graph)
     for node in graph.nodes:
-        if node.name not in targets:
+        if node.name in targets:
+            rewrite(rb, node, targets[node.name])
+        else:
             rb.keep(node)
-            continue
-        source, perm = targets[node.name]
-        if perm == tuple(range(len(perm))):
-            rb.bind(node, [rb.refs[source]])
-            continue
-        with rb.building(node, controls=False):
-            y = gd.transpose(Tensor(rb.new, rb.refs[source]), perm)
-        rb.bind(node, [y.ref])
     return rb.finish()
 
 

@@ -36,9 +36,10 @@ from graphdef.errors import FlowcError
 
 MANIFEST = ".flowc-manifest.json"
 FORMAT = "flowc-output"
-# what building a folder in place makes (Makefile, CMakeLists.txt, firmware): not in the
-# manifest, or changed since, and still flowc's
-PRODUCTS = ("*.o", "*.a", "*.so", "*.elf", "*.bin", "*.map")
+# what building a folder in place makes (Makefile, CMakeLists.txt, firmware), and the inputs a
+# microcontroller folder's firmware runs on (firmware_data.h, rewritten by codegen's
+# run_firmware): not in the manifest, or changed since, and still flowc's
+PRODUCTS = ("*.o", "*.a", "*.so", "*.elf", "*.bin", "*.map", "firmware_data.h")
 PRODUCT_DIRS = ("build",)
 
 

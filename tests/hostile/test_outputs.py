@@ -5,6 +5,7 @@ in one line before any work, and gives new folders the permissions the umask all
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -111,6 +112,23 @@ def test_a_folder_flowc_wrote_is_replaced_with_its_build_products(model, tmp_pat
     code, err = compile_cli(model, out, capsys)
     assert code == 0, err
     assert snapshot(out) == first and leftovers(tmp_path) == []
+
+
+def test_a_microcontroller_folder_whose_firmware_ran_is_replaced(tmp_path, capsys):
+    """Running the firmware (codegen's run_firmware) rewrites firmware_data.h with its inputs:
+    the folder stays flowc's, and the next compile replaces it (a second ``make demo``)."""
+    if shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("no arm-none-eabi-gcc (Debian: gcc-arm-none-eabi)")
+    with gd.Graph("g") as g:
+        gd.relu(gd.placeholder("x", (3,)) * gd.constant(np.float32(2.0)), name="y")
+    model = tmp_path / "model.flowc"
+    gd.save(g, model)
+    out = tmp_path / "out"
+    assert compile_cli(model, out, capsys, "--arch", "cortex-m4")[0] == 0
+    (out / "firmware_data.h").write_text("/* the inputs of the last run */\n")
+    code, err = compile_cli(model, out, capsys, "--arch", "cortex-m4")
+    assert code == 0, err
+    assert (out / "firmware_data.h").read_text() != "/* the inputs of the last run */\n"
 
 
 @pytest.mark.parametrize("change", ["a new file", "an edited source", "a source replaced by a link"])

@@ -90,6 +90,33 @@ def test_a_model_with_products_declares_the_tile_kernels_and_links_them_apart():
     assert "FC_KERNELS_APART" not in plain.files["model.c"]
 
 
+def test_a_large_product_calls_the_gemm_driver_compiled_apart_and_a_small_one_inlines_it(tmp_path):
+    """The products' driver (fc_sgemm) of a large product is compiled once into kernels/sgemm.c,
+    not inlined into the model's own files (most of their compile time); a small product
+    (under steps.APART_FLOPS) inlines it, its plan a constant there."""
+    options = pipeline.Options()
+    if not options.target.spec.packed_gemm:
+        pytest.skip("this host's target has no packed GEMM")
+    cmd = toolchain.compile_command(toolchain.find_cc(None, options.target), options.target)
+
+    def driver(graph, folder):  # nm's type of the driver's symbol (fc_sg_<isa>_r<mr>_sgemm) in each object
+        src = pipeline.run(graph, options).sources
+        toolchain.write_sources(src, folder, options.target)
+        types = []
+        for f in ("model.c", "runtime/kernels/sgemm.c"):
+            obj = f.replace("/", "_") + ".o"
+            toolchain.run([*cmd, "-c", f, "-o", obj], folder)
+            out = subprocess.run(["nm", obj], cwd=folder, capture_output=True, text=True, check=True).stdout
+            found = [line.split() for line in out.splitlines() if re.search(r"fc_sg_\w+_sgemm$", line)]
+            types.append([fields[-2] for fields in found])
+        return types
+
+    small, large = mlp(layers=2), mlp(layers=1, width=1280)  # 8 x 48 x 48; 8 x 1280 x 1280 (26 MFLOP)
+    assert driver(small, tmp_path / "small")[0] == []
+    model, kernels = driver(large, tmp_path / "large")
+    assert model == ["U"] and kernels in (["W"], ["T"])
+
+
 def test_a_microcontroller_library_keeps_its_kernels_in_the_model():
     src = pipeline.run(mlp(), pipeline.Options(target=Target("cortex-m4"))).sources
     assert not any(f.startswith("runtime/kernels/") for f in src.c_files)

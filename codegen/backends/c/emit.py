@@ -166,7 +166,15 @@ def steps(
         step, call, parts, takes_scratch = lowered.step, lowered.call, lowered.step.parts, lowered.scratch
         parallel = call.parallel or parts > 1
         out.headers.update(call.headers)
-        args = {"x": step.x, "y": step.y, "k": call.k, "func": step.func, "ins": step.ins, "outs": step.outs}
+        args = {
+            "x": step.x,
+            "y": step.y,
+            "k": call.k,
+            "func": step.func,
+            "ins": step.ins,
+            "outs": step.outs,
+            "apart": "_apart" if lowered.apart else "",
+        }
         where = call.template if "/" in call.template else f"c/ops/{call.template}"
         body = env.get_template(f"{where}.c.j2").render(**args)
         prelude = (

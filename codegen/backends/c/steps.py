@@ -19,6 +19,13 @@ from ...render.splits import Split, part_bounds, parts_for
 from .op_table import Call, Step, kernel_of, part_scratch, split_of
 from .ops.elementwise import elementwise_step
 
+# a kernel step of at least this many floating-point operations calls the drivers compiled apart
+# with the tile kernels (fc_sgemm_apart, fc_cd_part_apart, fc_wino_*_apart: kernels/sgemm.h),
+# where the build has them apart: their time beside the work is nothing, and inlined into every
+# large step they were most of a model's compile time; a smaller step inlines them, its sizes
+# constants there (a 16 -> 16 channel 3x3 convolution on 14x14, 0.9 MFLOP, ran 20% slower apart)
+APART_FLOPS = 20_000_000
+
 
 @dataclass
 class Lowered:
@@ -28,6 +35,7 @@ class Lowered:
     scratch: bool  # it takes step-local memory (placed in the arena)
     part_scratch: int = 0  # split in parts: scratch bytes of one part (op_table.part_scratch)
     bounds: list[int] | None = None  # split in parts: their unit bounds (splits.part_bounds)
+    apart: bool = False  # it calls the drivers compiled apart (APART_FLOPS)
 
 
 def lower_step(
@@ -58,7 +66,9 @@ def lower_step(
     )
     call = elementwise_step(step) if kernel is None else kernel.lower(step)
     scratch = kernel is not None and kernel.scratch is not None
+    flops = get_op(node.op).flops
+    apart = kernel is not None and flops is not None and flops(in_t, node.outputs, node.attrs) >= APART_FLOPS
     if parts <= 1:
-        return Lowered(step, call, split, scratch)
+        return Lowered(step, call, split, scratch, apart=apart)
     per_part = part_scratch(node, step.ins, isa, parts) if scratch else 0
-    return Lowered(step, call, split, scratch, per_part, part_bounds(split, parts))
+    return Lowered(step, call, split, scratch, per_part, part_bounds(split, parts), apart)

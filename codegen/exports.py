@@ -93,7 +93,7 @@ def write(graph: Graph, out_dir, options: pipeline.Options, cache: bool = True) 
     write of the same graph with the same options is answered from the build cache (cache.py)
     without running a compiler; ``cache=False``: build anew."""
     tmp = outdir.prepare(out_dir)  # refuses a folder flowc may not replace first
-    key = build_key(graph, options)
+    key = build_key(graph, options) if cache else None  # hashes the weights: only for the cache
     try:
         if not (cache and restore_export(key, tmp)):
             _build(graph, options, tmp)

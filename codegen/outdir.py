@@ -21,6 +21,7 @@ place, checking OUT again just before, and removes the old folder only after the
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import fnmatch
 import hashlib
@@ -176,7 +177,9 @@ def publish(tmp: Path, out_dir, name: str | None = None) -> Path:
     """Write the manifest of ``tmp`` and move it to ``out_dir`` (``check`` once more first); an
     old folder flowc wrote is removed only after the new one is in place."""
     out = check(out_dir)
-    files = {rel: _sha256(tmp / rel) for rel in _files(tmp) if (tmp / rel).is_file()}
+    rels = [rel for rel in _files(tmp) if (tmp / rel).is_file()]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # hashlib runs without the GIL
+        files = dict(zip(rels, pool.map(lambda rel: _sha256(tmp / rel), rels)))
     doc = {"format": FORMAT, "name": name, "files": files}
     (tmp / MANIFEST).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     old = None

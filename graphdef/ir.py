@@ -155,14 +155,14 @@ class Node:
 
 def _readonly(array) -> np.ndarray:
     """A read-only, C-ordered array the graph owns: shared when it already is one (arrays
-    pass from graph to graph unchanged), else a copy."""
-    if (
-        isinstance(array, np.ndarray)
-        and not array.flags.writeable
-        and array.flags.owndata
-        and array.flags.c_contiguous
-    ):
-        return array
+    pass from graph to graph unchanged) or a read-only view of an immutable bytes object (an
+    ONNX file's tensor data: no copy of ResNet-50's 100 MB), else a copy."""
+    if isinstance(array, np.ndarray) and not array.flags.writeable and array.flags.c_contiguous:
+        base = array
+        while isinstance(base, np.ndarray) and not base.flags.owndata:
+            base = base.base
+        if base is array or isinstance(base, bytes):
+            return array
     array = np.array(array, copy=True, order="C")
     array.flags.writeable = False
     return array

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from . import memory
+from . import memory, schedule
 from .storage import ALIGN, Loc, Storage
 
 
@@ -19,6 +19,10 @@ class Program(Storage):
     plan: memory.Plan | None = None
     lower_bound: int = 0
     scratch: dict[str, int] = field(default_factory=dict)  # step -> arena offset of its scratch memory
+    types: dict = field(
+        default_factory=dict
+    )  # ValueRef -> TensorType of every value (the renders read these)
+    flops: list[int] = field(default_factory=list)  # each step's floating-point operations (schedule.cost)
 
     @property
     def arena_bytes(self) -> int:
@@ -47,4 +51,6 @@ def place(storage: Storage, algorithm: str = "best", time_limit: float = 5.0) ->
         plan=plan,
         lower_bound=memory.lower_bound(storage.buffers, alignment=ALIGN),
         scratch={name: plan.offsets[b] for name, b in storage.scratch_buffer.items()},
+        types={n.ref(i): t for n in storage.order for i, t in enumerate(n.outputs)},
+        flops=[schedule.cost(storage.graph, n).flops for n in storage.steps],
     )

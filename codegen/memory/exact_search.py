@@ -21,12 +21,8 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..cachedir import cache_root
-
-if TYPE_CHECKING:
-    from .planner import BufferReq
 
 DEFAULT_NODE_BUDGET = 6_000_000
 """Nodes ``search`` may visit over all its questions: at most ~30 s of the C core on the hardest
@@ -62,7 +58,7 @@ class _Instance:
     keys: tuple[tuple[int, ...], ...]
 
 
-def _instance(reqs: Sequence[BufferReq], a: int) -> _Instance:
+def _instance(reqs: Sequence, a: int) -> _Instance:  # planner.BufferReq records
     index = tuple(i for i, b in enumerate(reqs) if b.size)
     size = tuple(-(-reqs[i].size // a) for i in index)
     first = [reqs[i].first for i in index]

@@ -3,27 +3,28 @@
 ``frame(program, name, ...)`` decides, once, the parts of a model's sources that do not depend
 on the target: the tensors of its interface (C names, size macros, escaped labels, .npy file
 names), its weights (C arrays or one blob), where each value lives (``Pointers``: the C
-expression of every value inside the run function), the copies at the end of a run, the state
-and its initial values, and the metadata. The backends add their steps and print it through
-their templates; the C spellings (spelling.py), the entry points (api.py), the op plans
-(plans.py), the work splits (splits.py) and ``Sources``/``Built`` (sources.py) sit beside it.
+expression of every value inside the run function), each step's call (``step_calls``: the
+pointers it passes), the copies at the end of a run, the state and its initial values, the
+entry points (api.py), what a program's main tells its driver, and the metadata. It lays out
+first and spells the model's untrusted names and values last (spelling.py). The backends then
+lower and render their steps from it (C: backends/c/step_code.py) and print it through their
+templates; the op plans (plans.py), the work splits (splits.py) and ``Sources``/``Built``
+(sources.py) sit beside it.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from graphdef.ir import ValueRef
 
-from .. import schedule
 from ..program import Program
 from ..storage import ALIGN, Loc
 from .api import EntryPoints, entry_points
 from .sources import VERSION
-from .spelling import PUBLIC, STORAGE, Names, c_comment, c_literal, c_string
+from .spelling import PUBLIC, STORAGE, Names, c_comment, c_string, value_lines
 
 BLOB_THRESHOLD = 64 * 1024  # weights above this go into a binary blob pulled in by the assembler
 
@@ -84,19 +85,6 @@ def _file_name(label: str, cname: str) -> str:
     return label if ok else cname
 
 
-def _value_lines(array: np.ndarray, per_line: int = 8) -> list[str]:
-    dtype = array.dtype.name
-    flat = array.reshape(-1)
-    if dtype == "float16":
-        items = [f"0x{v:04x}" for v in flat.view(np.uint16).tolist()]
-    elif dtype == "bool":
-        items = ["1" if v else "0" for v in flat.tolist()]
-    else:
-        items = [c_literal(v, dtype) for v in flat.tolist()]
-    items = items or ["0"]
-    return [", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]
-
-
 def _align(n: int, to: int = ALIGN) -> int:
     return -(-n // to) * to
 
@@ -137,8 +125,8 @@ def weights(program: Program, name: str, names: Names, mode: str, align: int) ->
                     "cname": cname,
                     "ctype": ctype,
                     "count": max(array.size, 1),
-                    "lines": _value_lines(array),
-                    "comment": c_comment(f"{key}: {dt}{list(array.shape)}"),
+                    "lines": array,  # as C lines at the end of frame()
+                    "comment": f"{key}: {dt}{list(array.shape)}",
                 }
             )
     return Weights(expr, consts, b"".join(blob) if blob_mode else None, align)
@@ -159,7 +147,7 @@ class Pointers:
     def __call__(self, ref: ValueRef) -> str:
         loc = self.program.loc[ref]
         self.bases.add({"arena": "mem", "state": "st", "const": "weights"}.get(loc.kind, loc.kind))
-        dtype = self.program.graph.type_of(ref).dtype
+        dtype = self.program.types[ref].dtype
         ctype = STORAGE[dtype]
         if loc.kind == "input":
             return self.ins[loc.index]["cname"]
@@ -184,7 +172,7 @@ class Pointers:
 def run_copies(program: Program, outs: list[dict], ptr: Pointers, w: Weights) -> tuple[list, list]:
     """(copies at the end of a run: outputs that are other values, assigned values into the
     state; the state's initial values from the weights), as the templates print them."""
-    g = program.graph
+    types = program.types
     copies = [
         {"dst": outs[k]["cname"], "src": ptr(ref), "nbytes": outs[k]["nbytes"],
          "comment": f"output {k} is another value's copy"}
@@ -193,62 +181,15 @@ def run_copies(program: Program, outs: list[dict], ptr: Pointers, w: Weights) ->
     var_index = {v: i for i, v in enumerate(program.variables)}
     copies += [
         {"dst": f"(st + {program.state_offsets[var_index[var]]})", "src": ptr(ref),
-         "nbytes": g.type_of(ref).nbytes, "comment": "store the assigned value"}
+         "nbytes": types[ref].nbytes, "comment": "store the assigned value"}
         for var, ref in program.state_updates
     ]  # fmt: skip
     state_init = [
         {"offset": program.state_offsets[i], "src": w.expr[f"init:{v}"],
-         "nbytes": g.node(v).outputs[0].nbytes, "comment": c_comment(v)}
+         "nbytes": types[ValueRef(v, 0)].nbytes, "comment": v}
         for i, v in enumerate(program.variables)
     ]  # fmt: skip
     return copies, state_init
-
-
-RUN_STEPS = 256
-"""The most step calls one C function makes: a longer run calls functions of this many steps
-each (``run_parts``). GCC's time on one function grows faster than its length: splitting the
-13,330 calls of a 20,000-node graph's run function so cut its -O3 build from 59 s to 48 s
-(bench/compile_time.py ``--kinds fan --cc``); the extra call per part costs nothing measurable."""
-
-
-def run_parts(name: str, calls: list[str], params: list[tuple[str, str]]) -> list[dict]:
-    """The run function's step calls as ``<name>_run_part_<k>`` functions of at most RUN_STEPS
-    calls each, in order; none when all fit in one. ``params``: (C name, declaration) of what
-    a call may read besides globals (the run's tensors, ``mem``, ``st``, ...); a part takes
-    those its calls name. Each part: func, params, its calls (the index of each among all
-    calls: the profile's step), first and last index, and the call the run makes."""
-    if len(calls) <= RUN_STEPS:
-        return []
-    parts = []
-    for k, first in enumerate(range(0, len(calls), RUN_STEPS)):
-        chunk = calls[first : first + RUN_STEPS]
-        words = set(re.findall(r"[A-Za-z_]\w*", "\n".join(chunk)))
-        used = [(n, decl) for n, decl in params if n in words]
-        func = f"{name}_run_part_{k}"
-        parts.append(
-            {
-                "func": func,
-                "params": [decl for _, decl in used] or ["void"],
-                "calls": [{"index": first + i, "call": c} for i, c in enumerate(chunk)],
-                "first": first,
-                "last": first + len(chunk) - 1,
-                "call": f"{func}({', '.join(n for n, _ in used)})",
-            }
-        )
-    return parts
-
-
-def run_params(ins: list[dict], outs: list[dict], arena: bool, state: bool, pool: bool, mpi: bool):
-    """(C name, declaration) of every local or parameter of the run function a step call may
-    read: the inputs and outputs, the arena and state byte pointers, the pool, the MPI context
-    and requests (see Pointers and ``steps``)."""
-    out = [(t["cname"], f"const {t['ctype']} *{t['cname']}") for t in ins]
-    out += [(t["cname"], f"{t['ctype']} *{t['cname']}") for t in outs]
-    out += [("mem", "unsigned char *mem")] if arena else []
-    out += [("st", "unsigned char *st")] if state else []
-    out += [("pool", "void *pool")] if pool else []
-    out += [("fc_m", "fc_mpi *fc_m"), ("req", "MPI_Request *req")] if mpi else []
-    return out
 
 
 def io_metadata(items) -> list[dict]:
@@ -312,12 +253,36 @@ MAIN_ARGS = {"arena": "a->arena", "state": "a->state", "pool": "a->pool", "mpi":
 
 def state_metadata(program: Program) -> list[dict]:
     """The state variables as metadata.json lists them: name, dtype, shape, byte offset."""
-    g = program.graph
     return [
         {"name": v, "dtype": t.dtype, "shape": list(t.shape), "offset": off}
         for v, off in zip(program.variables, program.state_offsets)
-        for t in (g.node(v).outputs[0],)
+        for t in (program.types[ValueRef(v, 0)],)
     ]
+
+
+def step_calls(program: Program, ptr: Pointers) -> list[dict | None]:
+    """What every backend's call of each step (``program.steps``, in order) takes of the frame:
+    its comment (the node's name, escaped), output types, the pointers of its inputs and outputs
+    and of its scratch memory (None for none); None for a step with nothing to compute (every
+    output empty, or a step without outputs whose inputs are: an empty tensor's send)."""
+    out = []
+    for node in program.steps:
+        off = program.scratch.get(node.name)
+        types = [program.types[r] for r in node.inputs]
+        if all(t.size == 0 for t in node.outputs or types):
+            out.append(None)
+            continue
+        out.append(
+            {
+                "comment": repr(node.name)[1:-1],
+                "types": ", ".join(str(t) for t in node.outputs),
+                "in_types": types,
+                "args": [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))],
+                # in the arena, read only by a backend whose step takes it (it then marks "mem")
+                "scratch": None if off is None else f"(void *)(mem + {off})",
+            }
+        )
+    return out
 
 
 @dataclass
@@ -334,13 +299,13 @@ class Frame:
     copies: list[dict]  # at the end of a run: outputs that are other values, assigned state
     state_init: list[dict]  # the state's initial values, from the weights
     state_vars: list[dict]  # name (escaped), dtype, rank, shape, offset
-
-    @property
-    def unread_inputs(self) -> list[str]:
-        """The C names of the inputs no step and no output copy reads."""
-        p = self.program
-        read = {p.loc[r] for n in p.steps for r in n.inputs} | {p.loc[r] for _, r in p.output_copies}
-        return [t["cname"] for k, t in enumerate(self.ins) if Loc("input", k) not in read]
+    calls: list[dict | None]  # each step's call (step_calls)
+    api: EntryPoints  # the C API of a build with the threads and MPI frame() was given
+    main: dict  # what a program's main.c tells its driver (main_descriptor)
+    unread_inputs: list[str]  # the C names of the inputs no step and no output copy reads
+    source_comment: str  # the graph's name, escaped for a C comment
+    schedule: list[dict]  # metadata.json's schedule: each step's node, op and cost
+    about: dict  # what metadata.json says of every model: version, names, interface, memory, state
 
     def entry_points(self, threads: int, mpi: bool, stateful: bool | None = None) -> EntryPoints:
         """The model's C API over these inputs and outputs (api.py)."""
@@ -354,26 +319,9 @@ class Frame:
         )
 
     def metadata(self, **extra) -> dict:
-        """What metadata.json says of every model: version, names, interface, memory, state,
-        then a backend's ``extra`` and the schedule with each step's cost."""
-        p = self.program
-        return {
-            "flowc": VERSION,
-            "name": self.name,
-            "graph": p.graph.name,
-            "inputs": io_metadata(self.ins),
-            "outputs": io_metadata(self.outs),
-            "arena_bytes": p.arena_bytes,
-            "arena_lower_bound": p.lower_bound,
-            "weight_bytes": p.weight_bytes,
-            "state_bytes": p.state_bytes,
-            "state": state_metadata(p),
-            **extra,
-            "schedule": [
-                {"step": i, "node": n.name, "op": n.op, "flops": schedule.cost(p.graph, n).flops}
-                for i, n in enumerate(p.steps)
-            ],
-        }
+        """What metadata.json says of every model (``about``), then a backend's ``extra`` and
+        the schedule with each step's cost."""
+        return {**self.about, **extra, "schedule": self.schedule}
 
 
 def frame(
@@ -383,19 +331,62 @@ def frame(
     weights_name: str | None = None,
     weights_mode: str = "auto",
     weight_align: int = ALIGN,
+    threads: int = 1,
+    mpi: bool = False,
 ) -> Frame:
     """The ``Frame`` of the model ``name`` (a valid C identifier): ``reserved``, the C names
     its backend's code uses (never given to a tensor); the weights as ``weights_mode`` says
-    (``weights``), a blob read through the pointer ``<weights_name>_weights``."""
+    (``weights``), a blob read through the pointer ``<weights_name>_weights``; its C API for a
+    build with ``threads`` threads, over MPI ranks where ``mpi``."""
     names = Names(reserved={*reserved, name})
     ins, outs = io_tensors(program, name, names)
     w = weights(program, weights_name or name, names, weights_mode, weight_align)
     ptr = Pointers(program, ins, outs, w)
     copies, state_init = run_copies(program, outs, ptr, w)
-    g = program.graph
+    calls = step_calls(program, ptr)
     state_vars = [
-        {"name": c_string(v), "dtype": t.dtype, "rank": t.rank, "shape": list(t.shape), "offset": off}
+        {"name": v, "dtype": t.dtype, "rank": t.rank, "shape": list(t.shape), "offset": off}
         for v, off in zip(program.variables, program.state_offsets)
-        for t in (g.node(v).outputs[0],)
+        for t in (program.types[ValueRef(v, 0)],)
     ]
-    return Frame(program, name, names, ins, outs, w, ptr, copies, state_init, state_vars)
+    read = {program.loc[r] for n in program.steps for r in n.inputs}
+    read |= {program.loc[r] for _, r in program.output_copies}
+    unread = [t["cname"] for k, t in enumerate(ins) if Loc("input", k) not in read]
+    main = main_descriptor(name, ins, outs, state_vars, threads > 1)
+    about = {
+        "flowc": VERSION,
+        "name": name,
+        "graph": program.graph.name,
+        "inputs": io_metadata(ins),
+        "outputs": io_metadata(outs),
+        "arena_bytes": program.arena_bytes,
+        "arena_lower_bound": program.lower_bound,
+        "weight_bytes": program.weight_bytes,
+        "state_bytes": program.state_bytes,
+        "state": state_metadata(program),
+    }
+    costs = [
+        {"step": i, "node": n.name, "op": n.op, "flops": flops}
+        for i, (n, flops) in enumerate(zip(program.steps, program.flops))
+    ]
+    api = entry_points(
+        name,
+        [(t["cname"], t["ctype"]) for t in ins],
+        [(t["cname"], t["ctype"]) for t in outs],
+        stateful=bool(program.variables),
+        threads=threads,
+        mpi=mpi,
+    )
+    # the model's (untrusted) names and values as C text, last: escaped comments and strings,
+    # the weights of C arrays as initializer lines
+    for c in [*w.consts, *state_init, *(c for c in calls if c is not None)]:
+        c["comment"] = c_comment(c["comment"])
+    for c in w.consts:
+        c["lines"] = value_lines(c["lines"])
+    for v in state_vars:
+        v["name"] = c_string(v["name"])
+    comment = c_comment(repr(program.graph.name))
+    return Frame(
+        program, name, names, ins, outs, w, ptr, copies, state_init, state_vars, calls, api, main, unread,
+        comment, costs, about,
+    )  # fmt: skip

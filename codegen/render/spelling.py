@@ -234,6 +234,20 @@ def c_literal(value, dtype: str) -> str:
     return str(v)
 
 
+def value_lines(array: np.ndarray, per_line: int = 8) -> list[str]:
+    """The values of ``array`` as lines of C initializers (``per_line`` literals each)."""
+    dtype = array.dtype.name
+    flat = array.reshape(-1)
+    if dtype == "float16":
+        items = [f"0x{v:04x}" for v in flat.view(np.uint16).tolist()]
+    elif dtype == "bool":
+        items = ["1" if v else "0" for v in flat.tolist()]
+    else:
+        items = [c_literal(v, dtype) for v in flat.tolist()]
+    items = items or ["0"]
+    return [", ".join(items[i : i + per_line]) + "," for i in range(0, len(items), per_line)]
+
+
 class TensorCtx(TensorType):
     """A tensor type as templates see it: also its kernel suffix and C storage type."""
 

@@ -6,8 +6,8 @@ refused before any work.
   819 s): it is now consecutive fused groups of at most ``passes.FUSE_MAX_OPS`` ops each, so
   no generated C function grows with the graph, and the split chain computes what numpy does
   (in C and through the CUDA simulator);
-- a run of more than ``RUN_STEPS`` (render/frame.py) steps calls them from functions of that many steps
-  each, instead of one run function as long as the graph;
+- a run of more than ``RUN_STEPS`` (backends/c/emit.py) steps calls them from functions of that many
+  steps each, instead of one run function as long as the graph;
 - ``--ranks 5000`` on a 6-node model built 5000 programs (210 s, 10,008 files): a count above
   ``partition.MAX_RANKS`` is refused in one line before any stage runs, and one above the
   steps there are to place before the partition stage schedules or places anything.
@@ -26,7 +26,7 @@ import pytest
 import codegen
 import graphdef as gd
 from codegen import partition, passes, pipeline
-from codegen.render.frame import RUN_STEPS
+from codegen.backends.c.emit import RUN_STEPS
 from graphdef.errors import FlowcError
 
 CAP = passes.FUSE_MAX_OPS

@@ -2,9 +2,10 @@
 
 Every name, type, size, offset and loop bound is decided here or in the op table
 (op_table.py, ops/); the templates in templates/c/ and templates/build/ only loop over these
-contexts (StrictUndefined). The parts, in order: the tensors of the interface (``io``), the
-entry points (api.py), the weights (C arrays or one blob), where each value lives
-(``Pointers``), one step function per step, the run function, and the project files.
+contexts (StrictUndefined). Three phases, in order: the frame (render/frame.py: the interface,
+the weights, where each value lives, each step's call, the entry points, the metadata), the
+steps (step_code.py: one step function per step), then here the context of the templates, the
+run function, the model's files and the project files.
 """
 
 from __future__ import annotations
@@ -12,28 +13,18 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import dataclass
 
 import jinja2
 import numpy as np
 
 from ...program import Program
-from ...render.frame import (
-    MAIN_ARGS,
-    Frame,
-    Pointers,
-    _value_lines,
-    frame,
-    main_descriptor,
-    run_params,
-    run_parts,
-)
+from ...render.frame import MAIN_ARGS, Frame, frame
 from ...render.sources import RUNTIME, VERSION, Sources, environment  # noqa: F401  (re-read by tests)
-from ...render.spelling import c_comment
+from ...render.spelling import c_comment, value_lines
 from ...storage import ALIGN
 from ...target import Target
 from .sgemm import ISA_IDS
-from .steps import Lowered, lower_step
+from .step_code import Steps, steps
 
 THREADPOOL = "runtime/threadpool.c"
 # a model's steps beyond about this much C (step functions and their plans) go into files of
@@ -101,133 +92,6 @@ def step_files(steps: list[dict], name: str, target: Target, rank) -> list[tuple
     return [(f"{name}.c" if k == 0 else f"{name}_steps{k}.c", g) for k, g in enumerate(out)]
 
 
-# ----------------------------------------------------------------------------- interface
-
-
-# ----------------------------------------------------------------------------- weights
-
-
-# ----------------------------------------------------------------------------- values
-
-
-# ----------------------------------------------------------------------------- steps
-@dataclass
-class Steps:
-    steps: list[dict]  # step functions: name, parameters, body, prelude
-    calls: list[str]  # their calls in the run function, in order
-    headers: set[str]
-    uses_pool: bool
-    requests: int = 0  # MPI requests of the communication steps (sends and receives)
-
-
-def split_step(
-    env: jinja2.Environment, lowered: Lowered, params: list[str], unused, body: str
-) -> tuple[str, str]:
-    """(prelude, body) of a step split in ``step.parts`` (templates/c/ops/parts*.c.j2): the
-    op's ``body``, rendered for units [lo, hi), becomes a function of its own; each part calls
-    it on its bounds (whole grains of the step's Split) and its slice of the scratch, and the
-    step function runs the parts on the pool and returns the last failure, as one thread would."""
-    step = lowered.step
-    fields = params[: len(step.x) + len(step.y)]
-    init = step.x + step.y
-    call = [f"A->{v}" for v in init]
-    if lowered.scratch:
-        fields.append("unsigned char *scratch")
-        init.append("(unsigned char *)scratch")
-        per_part = lowered.part_scratch
-        call.append(f"A->scratch ? A->scratch + (long)part * {per_part} : NULL" if per_part else "A->scratch")
-    split = {
-        "parts": step.parts,
-        "bounds": lowered.bounds,
-        "params": params + ["long lo", "long hi"],
-        "fields": fields,
-        "init": init,
-        "call": call + ["bounds[part]", "bounds[part + 1]"],
-        "unused": unused,
-        "body": body,
-    }
-    return (
-        env.get_template("c/ops/parts.prelude.c.j2").render(func=step.func, split=split),
-        env.get_template("c/ops/parts.c.j2").render(func=step.func, split=split),
-    )
-
-
-def steps(
-    env: jinja2.Environment, program: Program, name: str, ptr: Pointers, threads: int, isa: str
-) -> Steps:
-    out = Steps([], [], {"kernels/scalar.h"}, False)
-    g = program.graph
-    request: dict[str, int] = {}  # a send's or receive's request; a wait uses its receive's
-    same: dict[tuple, str] = {}  # a step function's C (its own name left out) -> its name
-    for index, node in enumerate(program.steps):
-        if all(t.size == 0 for t in node.outputs or [g.type_of(r) for r in node.inputs]):
-            continue  # nothing to compute (or to send: an empty tensor's receive is left out too)
-        lowered = lower_step(node, [g.type_of(r) for r in node.inputs], f"{name}_step_{index}", isa, threads)
-        step, call, parts, takes_scratch = lowered.step, lowered.call, lowered.step.parts, lowered.scratch
-        parallel = call.parallel or parts > 1
-        out.headers.update(call.headers)
-        args = {
-            "x": step.x,
-            "y": step.y,
-            "k": call.k,
-            "func": step.func,
-            "ins": step.ins,
-            "outs": step.outs,
-            "apart": "_apart" if lowered.apart else "",
-        }
-        where = call.template if "/" in call.template else f"c/ops/{call.template}"
-        body = env.get_template(f"{where}.c.j2").render(**args)
-        prelude = (
-            env.get_template(f"c/ops/{call.prelude}.prelude.c.j2").render(**args) if call.prelude else ""
-        )
-        params = [f"const {t.ctype} *{v}" for t, v in zip(step.ins, step.x)]
-        params += [f"{t.ctype} *{v}" for t, v in zip(step.outs, step.y)]
-        params += ["void *scratch"] if takes_scratch else []
-        unused = call.k.get("unused", [])
-        if parts > 1:  # the body computes units [lo, hi) in a function of its own; the step runs the parts
-            prelude_parts, body = split_step(env, lowered, params, unused, body)
-            prelude += prelude_parts
-            unused = []
-        params += ["void *pool"] if parallel else []
-        params += ["fc_mpi *mpi", "MPI_Request *req"] if call.comm else []
-        # a step whose C is another's but for its name calls that one (the blocks of a network
-        # repeat: ResNet-50's 56 step functions are 31): less C to compile, less code to store
-        own = re.compile(rf"\b{step.func}(?![0-9A-Za-z])")
-        key = (tuple(params), tuple(unused), own.sub("@", prelude), own.sub("@", body))
-        func = same.setdefault(key, step.func)
-        if func == step.func:
-            out.steps.append(
-                {
-                    "index": index,
-                    "func": step.func,
-                    "op": node.op,
-                    "comment": c_comment(repr(node.name)[1:-1]),
-                    "types": ", ".join(str(t) for t in node.outputs),
-                    "params": params,
-                    "unused": unused,
-                    "body": body,
-                    "prelude": prelude,
-                }
-            )
-        call_args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
-        if takes_scratch:
-            call_args.append(ptr.scratch(node))
-        if parallel:
-            call_args.append("pool")
-            out.uses_pool = True
-        if call.comm:
-            if node.op in ("recv_wait", "allreduce_wait"):
-                slot = request[node.inputs[0].node]
-            else:
-                slot = request[node.name] = len(request)
-            call_args += ["fc_m", f"&req[{slot}]"]
-        out.calls.append(f"{func}({', '.join(call_args)})")
-    if threads > 1:
-        out.headers.add("threadpool.h")
-    out.requests = len(request)
-    return out
-
-
 # ----------------------------------------------------------------------------- the model
 
 
@@ -244,9 +108,17 @@ def emit(
     rank's part of an SPMD program (codegen/backends/c/spmd.py): its run takes the MPI
     context, and only its model files are made (the SPMD program has the drivers)."""
     target = target or Target()
-    f = frame(program, name, RESERVED, weights_mode=weights_mode, weight_align=target.spec.weight_align)
+    f = frame(
+        program,
+        name,
+        RESERVED,
+        weights_mode=weights_mode,
+        weight_align=target.spec.weight_align,
+        threads=target.threads,
+        mpi=rank is not None,
+    )
     env = environment()
-    st = steps(env, program, name, f.ptr, target.threads, isa)
+    st = steps(env, f, target.threads, isa)
     m = context(f, st, target, isa, rank)
     src = Sources(api=m["api"], context=m)
     src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)
@@ -265,7 +137,7 @@ def emit(
     src.c_files += kernel_sources(st.headers, target)
     src.c_files += [THREADPOOL] if target.threads > 1 and rank is None else []
     weights = "blob" if f.weights.blob is not None else "c"
-    src.metadata = {**f.metadata(weights=weights), "api": m["api"].to_json()}
+    src.metadata = {**f.about, "weights": weights, "schedule": f.schedule, "api": m["api"].to_json()}
     if rank is not None:  # the SPMD program's drivers and build files come from spmd.py
         return src
     src.files.update(project_files(env, m, src.c_files, target, f.ins))
@@ -282,10 +154,10 @@ RESERVED = frozenset({"mem", "st", "status", "arena", "state", "pool", "i", "r",
 def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> dict:
     """What the C templates print of one model (``m``): the frame, its steps and the build."""
     program, name, ins, outs = f.program, f.name, f.ins, f.outs
-    api = f.entry_points(threads=target.threads, mpi=rank is not None)
+    api = f.api
     has_state = bool(program.variables)
-    uses_arena = "mem" in f.ptr.bases
-    unused = f.unread_inputs
+    uses_arena = "mem" in f.ptr.bases or st.scratch_in_arena
+    unused = list(f.unread_inputs)
     if not uses_arena:
         unused.append("arena")
     if target.threads > 1 and not st.uses_pool:
@@ -299,7 +171,7 @@ def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> 
         "name": name,
         "NAME": name.upper(),
         "version": VERSION,
-        "source_comment": c_comment(repr(program.graph.name)),
+        "source_comment": f.source_comment,
         "arena_bytes": program.arena_bytes,
         "lower_bound": program.lower_bound,
         "align": ALIGN,
@@ -320,7 +192,7 @@ def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> 
                 **MAIN_ARGS,
             }
         ),
-        "main": main_descriptor(name, ins, outs, f.state_vars if has_state else (), bool(api.pool)),
+        "main": f.main,
         "firmware_call": api.run.call(
             {
                 "input": lambda p: f"fw_{ins[p.index]['cname']}",
@@ -395,7 +267,7 @@ def project_files(env: jinja2.Environment, m: dict, sources: list[str], target: 
             "ldflags": " ".join(FIRMWARE_LDFLAGS),
         }
         files["firmware.c"] = env.get_template("build/firmware.c.j2").render(m=m)
-        files["firmware_data.h"] = firmware_data(env, ins, None)
+        files["firmware_data.h"] = firmware_data(env, firmware_arrays(ins))
         files["Makefile"] = env.get_template("build/Makefile.mcu.j2").render(m=m, mcu=mcu, sources=sources)
     else:
         files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
@@ -413,19 +285,69 @@ def project_files(env: jinja2.Environment, m: dict, sources: list[str], target: 
 FIRMWARE_LDFLAGS = ("-T", "runtime/mcu/mps2.ld", "-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections")
 
 
-def firmware_data(env: jinja2.Environment, ins: list[dict], feeds: dict | None, runs: int = 1) -> str:
-    """firmware_data.h: the inputs the firmware runs on, as const arrays (in flash), or zeroed
-    arrays (in RAM) when ``feeds`` is None, and how many times it calls the model on them.
-    ``ins``: the input contexts (cname, ctype, size)."""
-    arrays = []
-    for t in ins:
-        value = None if feeds is None else feeds[t["label"]]
-        arrays.append(
+def firmware_arrays(ins: list[dict], values: dict | None = None) -> list[dict]:
+    """The inputs the firmware runs on (``ins``: the input contexts: cname, ctype, size), with
+    ``values`` (label -> array) as C literal lines, or zeroed (no lines) where None."""
+    return [
+        {
+            "cname": t["cname"],
+            "ctype": t["ctype"],
+            "count": max(t["size"], 1),
+            "lines": None if values is None else value_lines(np.asarray(values[t["label"]]).reshape(-1)),
+        }
+        for t in ins
+    ]
+
+
+def firmware_data(env: jinja2.Environment, arrays: list[dict], runs: int = 1) -> str:
+    """firmware_data.h: the inputs the firmware runs on (``firmware_arrays``), as const arrays
+    (in flash) where they have values, else zeroed arrays (in RAM), and how many times it calls
+    the model on them."""
+    return env.get_template("build/firmware_data.h.j2").render(arrays=arrays, version=VERSION, runs=int(runs))
+
+
+RUN_STEPS = 256
+"""The most step calls one C function makes: a longer run calls functions of this many steps
+each (``run_parts``). GCC's time on one function grows faster than its length: splitting the
+13,330 calls of a 20,000-node graph's run function so cut its -O3 build from 59 s to 48 s
+(bench/compile_time.py ``--kinds fan --cc``); the extra call per part costs nothing measurable."""
+
+
+def run_parts(name: str, calls: list[str], params: list[tuple[str, str]]) -> list[dict]:
+    """The run function's step calls as ``<name>_run_part_<k>`` functions of at most RUN_STEPS
+    calls each, in order; none when all fit in one. ``params``: (C name, declaration) of what
+    a call may read besides globals (the run's tensors, ``mem``, ``st``, ...); a part takes
+    those its calls name. Each part: func, params, its calls (the index of each among all
+    calls: the profile's step), first and last index, and the call the run makes."""
+    if len(calls) <= RUN_STEPS:
+        return []
+    parts = []
+    for k, first in enumerate(range(0, len(calls), RUN_STEPS)):
+        chunk = calls[first : first + RUN_STEPS]
+        words = set(re.findall(r"[A-Za-z_]\w*", "\n".join(chunk)))
+        used = [(n, decl) for n, decl in params if n in words]
+        func = f"{name}_run_part_{k}"
+        parts.append(
             {
-                "cname": t["cname"],
-                "ctype": t["ctype"],
-                "count": max(t["size"], 1),
-                "lines": None if value is None else _value_lines(np.asarray(value).reshape(-1)),
+                "func": func,
+                "params": [decl for _, decl in used] or ["void"],
+                "calls": [{"index": first + i, "call": c} for i, c in enumerate(chunk)],
+                "first": first,
+                "last": first + len(chunk) - 1,
+                "call": f"{func}({', '.join(n for n, _ in used)})",
             }
         )
-    return env.get_template("build/firmware_data.h.j2").render(arrays=arrays, version=VERSION, runs=int(runs))
+    return parts
+
+
+def run_params(ins: list[dict], outs: list[dict], arena: bool, state: bool, pool: bool, mpi: bool):
+    """(C name, declaration) of every local or parameter of the run function a step call may
+    read: the inputs and outputs, the arena and state byte pointers, the pool, the MPI context
+    and requests (see Pointers and ``steps``)."""
+    out = [(t["cname"], f"const {t['ctype']} *{t['cname']}") for t in ins]
+    out += [(t["cname"], f"{t['ctype']} *{t['cname']}") for t in outs]
+    out += [("mem", "unsigned char *mem")] if arena else []
+    out += [("st", "unsigned char *st")] if state else []
+    out += [("pool", "void *pool")] if pool else []
+    out += [("fc_m", "fc_mpi *fc_m"), ("req", "MPI_Request *req")] if mpi else []
+    return out

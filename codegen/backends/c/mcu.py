@@ -384,7 +384,7 @@ def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0, runs
                 raise FlowcError(f"model '{meta['name']}' needs feed '{t['name']}' ({tt})")
             values[t["name"]] = feed_value(t["name"], tt, feeds[t["name"]])
     (folder / "firmware_data.h").write_text(
-        emit.firmware_data(emit.environment(), ins, values if feeds else None, runs)
+        emit.firmware_data(emit.environment(), emit.firmware_arrays(ins, values if feeds else None), runs)
     )
     link_firmware(folder, meta["name"], target)
     if not shutil.which(target.spec.qemu):

@@ -24,7 +24,7 @@ from graphdef.registry import ELEMENTWISE, get_op
 
 from ...render import sources as contract
 from ...render.frame import frame, main_descriptor
-from ...render.spelling import TensorCtx, c_comment, c_string
+from ...render.spelling import TensorCtx, c_string
 from ...storage import ALIGN
 from ..c import emit as cemit
 from ..c.op_table import kernel_of, split_of
@@ -32,17 +32,16 @@ from ..c.steps import lower_step
 from . import kernels
 
 
-def steps(env, program, name: str, ptr, precision: str = "fp32") -> dict:
-    """The device functions, kernels and launches of every step."""
+def steps(env, f, precision: str = "fp32") -> dict:
+    """The device functions, kernels and launches of every step (the frame ``f``'s calls)."""
+    program, name, ptr = f.program, f.name, f.ptr
     g = program.graph
     out = {"steps": [], "launches": [], "headers": {"kernels/scalar.h"}, "cuda_headers": set(), "serial": []}
     out["stages"], request = [], {}  # host staging buffers and MPI requests of the transfers
-    for index, node in enumerate(program.steps):
-        if all(t.size == 0 for t in node.outputs or [g.type_of(r) for r in node.inputs]):
+    for index, (node, frame_call) in enumerate(zip(program.steps, f.calls)):
+        if frame_call is None:
             continue
-        in_t = [g.type_of(r) for r in node.inputs]
-        args = [ptr(r) for r in node.inputs] + [ptr(node.ref(i)) for i in range(len(node.outputs))]
-        comment = c_comment(repr(node.name)[1:-1])
+        in_t, args, comment = frame_call["in_types"], list(frame_call["args"]), frame_call["comment"]
         xs, ys = args[: len(in_t)], args[len(in_t) :]
         if node.op in COMM:
             out["launches"].append(
@@ -136,11 +135,10 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
     """All generated files of the model ``options.name`` for CUDA (``options.sm`` and
     ``options.precision``); ``rank``: the part of that rank of an SPMD program (emit_rank)."""
     name, sm, precision = options.name, options.sm, options.precision
-    g = program.graph
     env = contract.environment()
     f = frame(program, name, RESERVED, weights_name="dev", weights_mode="blob")
     ins, outs, w = f.ins, f.outs, f.weights
-    st = steps(env, program, name, f.ptr, precision)
+    st = steps(env, f, precision)
     bases = f.ptr.bases
     status = bool(st["steps"]) or any(re.search(r"\bstatus\b", x["native"] or "") for x in st["launches"])
     m = {
@@ -151,7 +149,7 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
         | {"status": status},
         "NAME": name.upper(),
         "version": contract.VERSION,
-        "source_comment": c_comment(repr(g.name)),
+        "source_comment": f.source_comment,
         "arena_bytes": program.arena_bytes,
         "lower_bound": program.lower_bound,
         "align": ALIGN,

@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     norm,
     pool,
     products,
+    quant,
     reduce,
     resize,
     rnn,

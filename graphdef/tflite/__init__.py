@@ -36,6 +36,7 @@ from ..errors import FlowcError, UnsupportedError, printable
 from ..ops import elementwise as E
 from ..ops import math as M
 from ..ops import nn as N
+from ..ops import quant as Q
 from ..ops import reduce as R
 from ..ops import shape as S
 from . import integer as I
@@ -369,6 +370,18 @@ def _int_conv(node: _Op, o, x: Tensor, w: Tensor, perm, strides, pads, dil, grou
     if np.any(wq[1]):
         raise node.unsupported("a filter zero point other than 0 is not supported (TFLite's are 0)")
     out_dtype = node.out_info()[1]
+    m = w.shape[perm[0]]
+    w_scales = np.broadcast_to(wq[0].astype(np.float64), (m,))
+    multipliers = float(xq[0][0]) * w_scales / float(yq[0][0])
+    bounds = node.bounds(o.FusedActivationFunction())
+    fixed = _fixed_point(multipliers)
+    if fixed is not None and w.dtype == "int8" and out_dtype == x.dtype:  # the integer kernel
+        y = Q.qconv(
+            _nchw(x), S.transpose(w, perm), node.x(2) if node.has(2) else None, multiplier=fixed[0],
+            shift=fixed[1], strides=strides, pads=pads, dilations=dil, group=groups, x_zero=int(xq[1][0]),
+            y_zero=int(yq[1][0]), lo=bounds[0], hi=bounds[1],
+        )  # fmt: skip
+        return _nhwc(y)
     acc_dtype = I.sum_dtype(w.shape[1] * w.shape[2] * (x.shape[3] // groups))
     acc = N.conv(
         _nchw(E.cast(I.offset(x, int(xq[1][0])), acc_dtype)),
@@ -376,14 +389,20 @@ def _int_conv(node: _Op, o, x: Tensor, w: Tensor, perm, strides, pads, dil, grou
         None, strides, pads, dil, groups,
     )  # fmt: skip
     acc = E.cast(acc, "int64")
-    m = acc.shape[1]
     if node.has(2):
         acc = E.add(acc, S.reshape(E.cast(node.x(2), "int64"), (1, m, 1, 1)))
-    w_scales = np.broadcast_to(wq[0].astype(np.float64), (m,))
-    multipliers = float(xq[0][0]) * w_scales / float(yq[0][0])
     y = I.requantize(acc, multipliers, (1, m, 1, 1))
-    bounds = node.bounds(o.FusedActivationFunction())
     return _nhwc(I.output(y, int(yq[1][0]), bounds, out_dtype))
+
+
+def _fixed_point(multipliers) -> tuple[list[int], list[int]] | None:
+    """The fixed-point (multiplier, shift) lists of the real ``multipliers`` (one or one per
+    channel, integer.quantize_multiplier), or None where one is not below one (the integer
+    kernel's shift is at most 0; the graph of int64 ops computes those)."""
+    qs = [I.quantize_multiplier(float(v)) for v in np.ravel(multipliers)]
+    if any(shift > 0 for _, shift in qs):
+        return None
+    return [q for q, _ in qs], [shift for _, shift in qs]
 
 
 converter("CONV_2D")(lambda node: _conv_common(node, False))
@@ -415,6 +434,21 @@ def _fully_connected(node: _Op):
             multipliers = float(np.float32(xq[0][0]) * np.float32(wq[0][0])) / float(yq[0][0])
         else:
             multipliers = float(xq[0][0]) * wq[0].astype(np.float64) / float(yq[0][0])
+        fixed = _fixed_point(multipliers)
+        bias = node.x(2) if node.has(2) else None
+        if (
+            fixed is not None
+            and w.dtype == "int8"
+            and not np.any(wq[1])
+            and out_dtype == x.dtype
+            and (bias is None or bias.dtype == "int32")
+        ):  # the integer kernel, on 1x1 planes
+            y = Q.qconv(
+                S.reshape(flat, (flat.shape[0], k, 1, 1)), S.reshape(w, (n, k, 1, 1)), bias,
+                multiplier=fixed[0], shift=fixed[1], x_zero=int(xq[1][0]), y_zero=int(yq[1][0]),
+                lo=node.bounds(act)[0], hi=node.bounds(act)[1],
+            )  # fmt: skip
+            return S.reshape(y, shape)
         y = I.requantize(acc, np.broadcast_to(multipliers, (n,)) if wq[0].size > 1 else multipliers,
                          (1, n) if wq[0].size > 1 else ())  # fmt: skip
         bounds = node.bounds(act)
@@ -456,9 +490,12 @@ def _int_pool(node: _Op, o, x: Tensor, kind: str, kernel, strides, pads) -> Tens
         y = E.cast(N.max_pool(xf, kernel, strides, pads, (1, 1), False), "int64")
     else:
         c = xf.shape[1]
-        ones = constant(np.ones((c, 1, *kernel), xf.dtype))
-        total = E.cast(N.conv(xf, ones, None, strides, pads, (1, 1), c), "int64")
         h, w_ = x.shape[1:3]
+        if tuple(kernel) == (h, w_) and not any(pads):  # one window, the whole plane: its sum
+            total = E.cast(R.reduce_sum(_nchw(E.cast(x, "int32")), axes=(2, 3), keepdims=True), "int64")
+        else:  # a depthwise convolution with ones
+            ones = constant(np.ones((c, 1, *kernel), xf.dtype))
+            total = E.cast(N.conv(xf, ones, None, strides, pads, (1, 1), c), "int64")
         inside = np.zeros((1, 1, h + pads[0] + pads[2], w_ + pads[1] + pads[3]))
         inside[:, :, pads[0] : pads[0] + h, pads[1] : pads[1] + w_] = 1.0
         win = np.lib.stride_tricks.sliding_window_view(inside, kernel, axis=(2, 3))

@@ -223,8 +223,11 @@ def softmax(x: Tensor, beta: float, scale: float, dtype: str) -> Tensor:
 
     xi = E.cast(x, "int64")
     neg = E.sub(R.reduce_max(xi, axes=(-1,), keepdims=True), xi)  # -(x - max) in [0, 255]
-    e = X.gather(constant(exps), neg, 0)
-    total = R.reduce_sum(X.gather(constant(summed), neg, 0), axes=(-1,), keepdims=True)
+    # the tables as int32 (Q0.31 values and their Q12.19 parts fit): half the weights' bytes
+    e = E.cast(X.gather(constant(exps.astype(np.int32)), neg, 0), "int64")
+    total = R.reduce_sum(
+        E.cast(X.gather(constant(summed.astype(np.int32)), neg, 0), "int64"), axes=(-1,), keepdims=True
+    )
     # GetReciprocal(total, 12): the leading zeros, the sum shifted to [1, 2) less one, 1 / (1 + that)
     clz = R.reduce_sum(
         E.cast(E.less(total, _i64([1 << j for j in range(1, 32)])), "int64"), axes=(-1,), keepdims=True

@@ -503,6 +503,24 @@ def test_transposes_between_convolutions_cancel(imported):
     assert ops.count("conv") == 7 and ops.count("transpose") <= 2, ops
 
 
+def test_int8_convolutions_and_dense_layers_run_on_the_integer_kernel(imported):
+    """Every int8 CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED becomes one ``qconv`` (int8
+    weights and activations, int32 sums, fixed-point requantization): no float constant is
+    left, and the weights take a third of the float model's bytes (softmax's tables included;
+    the compiled results are checked against LiteRT above)."""
+    from codegen import pipeline
+
+    plans = {}
+    for key in ("ds_cnn", "ds_cnn_int8"):
+        plans[key] = pipeline.run(imported[key][1], pipeline.Options(), until="plan").results["plan"]
+    program = plans["ds_cnn_int8"]
+    assert [n.op for n in program.steps].count("qconv") == 8
+    consts = [program.graph.constants[c] for c in program.constants]
+    assert not [a.dtype for a in consts if a.dtype.kind == "f"]
+    assert program.weight_bytes <= 0.4 * plans["ds_cnn"].weight_bytes
+    assert program.arena_bytes <= plans["ds_cnn"].arena_bytes
+
+
 # ----------------------------------------------------------------------------- command line
 
 

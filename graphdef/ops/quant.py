@@ -1,0 +1,163 @@
+"""Integer kernels of quantized models (TFLite's integer scheme, the facts written anew).
+
+``qconv``: a 2-D convolution (channels-first; any group, so depthwise and 1x1 too, and a fully
+connected layer as one on 1x1 planes) of int8/uint8 ``x`` and int8 ``w``: int32 sums of
+``(x - x_zero) * w`` (padding adds nothing), plus an int32 bias, times a fixed-point
+multiplier per output channel (``multiplier`` * 2**(``shift`` - 31), shift <= 0), plus
+``y_zero``, clamped to [``lo``, ``hi``] (the fused activation), in x's type. Weights stay int8
+(a quarter of float32's bytes) and activations int8/uint8.
+
+``requantize`` is the fixed-point product every backend computes alike: the high half of the
+doubled 64-bit product rounded half away from zero, then a rounding arithmetic right shift by
+``-shift`` (TFLite's MultiplyByQuantizedMultiplier for multipliers below one).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..builder import apply, operand
+from ..errors import ShapeError
+from ..ir import TensorType
+from ..registry import KERNEL, Attr, Example, NotDifferentiable, Sample, defop
+from .conv import conv_ref
+from .windows import _out_spatial
+
+INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+def _trunc_div(v: np.ndarray, d: int) -> np.ndarray:
+    return np.where(v >= 0, v // d, -((-v) // d))
+
+
+def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """int64 ``acc`` (of int32 range) times ``multiplier`` * 2**(``shift`` - 31), both arrays
+    broadcasting against it (multiplier in [0, 2**31), shift <= 0)."""
+    acc, q, right = np.asarray(acc, np.int64), np.asarray(multiplier, np.int64), -np.asarray(shift, np.int64)
+    ab = acc * q
+    high = _trunc_div(ab + np.where(ab >= 0, 1 << 30, 1 - (1 << 30)), 1 << 31)
+    mask = np.left_shift(np.int64(1), right) - 1
+    threshold = np.right_shift(mask, 1) + (high < 0)
+    return np.right_shift(high, right) + (np.bitwise_and(high, mask) > threshold)
+
+
+_QCONV_ATTRS = {
+    "strides": Attr("ints", (1, 1)),
+    "pads": Attr("ints", (0, 0, 0, 0)),
+    "dilations": Attr("ints", (1, 1)),
+    "group": Attr("int", 1),
+    "x_zero": Attr("int", 0),
+    "y_zero": Attr("int", 0),
+    "multiplier": Attr("ints"),  # one, or one per output channel
+    "shift": Attr("ints"),
+    "lo": Attr("int", -128),
+    "hi": Attr("int", 127),
+}
+
+
+def _qconv_infer(types, attrs):
+    x, w = types[:2]
+    if x.dtype not in INT_RANGES or w.dtype != "int8":
+        raise ShapeError(f"qconv takes int8/uint8 x and int8 w, not {x.dtype} and {w.dtype}")
+    if x.rank != 4 or w.rank != 4:
+        raise ShapeError(f"qconv is 2-D: x {list(x.shape)}, w {list(w.shape)}")
+    g, m = attrs["group"], w.shape[0]
+    if g < 1 or x.shape[1] != w.shape[1] * g or m % g:
+        raise ShapeError(f"channels: input {x.shape[1]}, weight {w.shape[:2]}, group {g} do not match")
+    if len(types) == 3 and (types[2].shape != (m,) or types[2].dtype != "int32"):
+        raise ShapeError(f"qconv's bias must be int32[{m}], not {types[2]}")
+    for k in ("multiplier", "shift"):
+        if len(attrs[k]) not in (1, m):
+            raise ShapeError(f"{k}: {len(attrs[k])} values for {m} output channels")
+    if any(s > 0 for s in attrs["shift"]) or any(not 0 <= q < 1 << 31 for q in attrs["multiplier"]):
+        raise ShapeError("qconv's multipliers are below one: shift <= 0, multiplier in [0, 2**31)")
+    lo, hi = INT_RANGES[x.dtype]
+    if not lo <= attrs["lo"] <= attrs["hi"] <= hi:
+        raise ShapeError(f"bounds [{attrs['lo']}, {attrs['hi']}] outside {x.dtype}")
+    if not (lo <= attrs["x_zero"] <= hi and lo <= attrs["y_zero"] <= hi):
+        raise ShapeError(f"zero points {attrs['x_zero']}, {attrs['y_zero']} outside {x.dtype}")
+    return TensorType((x.shape[0], m) + _out_spatial(x.shape[2:], w.shape[2:], attrs), x.dtype)
+
+
+def qconv_ref(xs, attrs):
+    x, w = xs[0].astype(np.int64) - attrs["x_zero"], xs[1].astype(np.int64)
+    acc = conv_ref([x, w], attrs)  # exact in int64; the padding is 0 after the zero point
+    m = w.shape[0]
+    if len(xs) == 3:
+        acc = acc + xs[2].astype(np.int64).reshape(1, m, 1, 1)
+    per = (1, -1, 1, 1)
+    y = requantize(acc, np.reshape(attrs["multiplier"], per), np.reshape(attrs["shift"], per))
+    return np.clip(y + attrs["y_zero"], attrs["lo"], attrs["hi"]).astype(xs[0].dtype)
+
+
+def _qconv_flops(ins, outs, attrs):
+    return 2 * outs[0].size * math.prod(ins[1].shape[1:])
+
+
+def _x(shape, dtype="int8"):
+    return Sample(shape, dtype, *INT_RANGES[dtype])
+
+
+def _w(shape):
+    return Sample(shape, "int8", -127, 127)
+
+
+def _example(x, w, m, seed, **attrs):
+    """A qconv case: ``m`` output channels, multipliers and shifts from ``seed``, a bias."""
+    rng = np.random.default_rng(seed)
+    q = tuple(int(v) for v in rng.integers(1 << 30, 1 << 31, m))
+    s = tuple(int(v) for v in rng.integers(-11, -6, m))
+    return Example((x, w, Sample((m,), "int32", -5000, 5000)), {"multiplier": q, "shift": s, **attrs})
+
+
+defop(
+    "qconv",
+    ("x", "w", "b?"),
+    _qconv_infer,
+    qconv_ref,
+    NotDifferentiable("a quantized convolution is for inference"),
+    attrs=_QCONV_ATTRS,
+    flops=_qconv_flops,
+    kind=KERNEL,
+    doc="int8/uint8 2-D convolution with int32 sums and bias, requantized in fixed point per output "
+    "channel to x's type (TFLite's integer scheme); x (N, C, H, W), w int8 (M, C/group, KH, KW)",
+    examples=(
+        # 3x3, padded, per-channel multipliers, a ReLU's bounds
+        _example(
+            _x((1, 3, 6, 7)), _w((5, 3, 3, 3)), 5, 1, pads=(1, 1, 1, 1), x_zero=-3, y_zero=5, lo=-128 + 9
+        ),
+        # depthwise, strided, multiplier 2, uint8
+        _example(
+            _x((2, 4, 7, 7), "uint8"),
+            _w((8, 1, 3, 3)),
+            8,
+            2,
+            strides=(2, 2),
+            pads=(1, 0, 1, 1),
+            group=4,
+            x_zero=128,
+            y_zero=120,
+            lo=0,
+            hi=255,
+        ),
+        # 1x1 (a fully connected layer on 1x1 planes), one multiplier for all channels
+        Example(
+            (_x((3, 16, 1, 1)), _w((10, 16, 1, 1))),
+            {"multiplier": (1518500250,), "shift": (-8,), "x_zero": 2, "y_zero": -1},
+        ),
+        # dilated, grouped
+        _example(_x((1, 4, 8, 8)), _w((6, 2, 3, 2)), 6, 3, dilations=(2, 1), group=2, pads=(0, 1, 2, 0)),
+    ),  # fmt: skip
+)
+
+
+def qconv(x, w, b=None, *, multiplier, shift, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1,
+          x_zero=0, y_zero=0, lo=-128, hi=127, name=None):  # fmt: skip
+    """The ``qconv`` op (see the module's docstring)."""
+    inputs = [operand(x), operand(w)] + ([operand(b)] if b is not None else [])
+    attrs = dict(strides=tuple(strides), pads=tuple(pads), dilations=tuple(dilations), group=group)
+    attrs.update(multiplier=tuple(int(v) for v in multiplier), shift=tuple(int(v) for v in shift))
+    attrs.update(x_zero=int(x_zero), y_zero=int(y_zero), lo=int(lo), hi=int(hi))
+    return apply("qconv", inputs, name, **attrs)

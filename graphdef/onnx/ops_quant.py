@@ -17,7 +17,10 @@ Arithmetic, chosen so that every result is exact or rounded once, as the spec sa
   (|v| <= 255) are convolved in float32 when every partial sum stays below 2**24
   (``C/group * kernel size * 255**2 <= 2**24``, i.e. up to 258 terms) and in float64
   otherwise: both exact. ConvInteger casts through int64 to int32 (wrapping like int32
-  accumulation); QLinearConv requantizes in float64 directly;
+  accumulation); QLinearConv requantizes in float64 directly. A 2-D QLinearConv whose weights,
+  scales and zero points are constants (int8 weights with zero points 0, float32 scales, x
+  and y of one type: what onnxruntime's quantizer writes) runs on the integer kernel instead
+  (graphdef/ops/quant.py ``qconv``: the weights stay int8, the same arithmetic in int32);
 - requantization (QLinear*): the multiplier ``a_scale * b_scale / y_scale`` in the scales'
   type, the product with the int32 accumulator in float64, rounded half to even, plus the
   output zero point, saturated — as onnx's reference computes it.
@@ -45,6 +48,7 @@ from ..ops import bits as BITS
 from ..ops import elementwise as E
 from ..ops import math as M
 from ..ops import nn as N
+from ..ops import quant as Q
 from ..ops import reduce as R
 from ..ops import shape as S
 from .importer import _DTYPES, converter, onnx_dtype
@@ -401,6 +405,9 @@ def _qlinear_conv(node):
         if _size(p) != 1:
             raise node.unsupported(f"{what} of shape {p.shape} must be one value (per tensor)")
     m = w.shape[0] if w.rank else 0
+    fused = _qlinear_conv_kernel(node, x, w, m)
+    if fused is not None:
+        return fused
     acc = _cast(_int_conv(node, x, _zero_point(node, 2), w, _zero_point(node, 5)), "float64")
     if node.has(8):
         bias = _need(node, 8, ("int32",), "B")
@@ -413,6 +420,45 @@ def _qlinear_conv(node):
     if node.has(7) and math.prod(node.shape(7)) != 1:
         raise node.unsupported(f"y_zero_point of shape {node.shape(7)} must be one value (per tensor)")
     return _requantize(node, acc, multiplier, 7)
+
+
+def _qlinear_conv_kernel(node, x: Tensor, w: Tensor, m: int) -> Tensor | None:
+    """QLinearConv on the integer kernel (graphdef/ops/quant.py ``qconv``: int8 weights stored as
+    they are, int32 sums), where it computes the same values: a 2-D convolution of int8/uint8 x
+    into its own type, constant int8 weights with zero points 0, constant float32 scales and
+    zero points, an int32 bias. The multiplier is x_scale * w_scale / y_scale in float32, the
+    sum times it in double rounded half to even, as the graph of float ops does. None elsewhere
+    (that graph computes it)."""
+    known = all(node.is_const(i) for i in (1, 2, 3, 4, 5, 6, 7) if node.has(i))
+    if x.rank != 4 or w.rank != 4 or w.dtype != "int8" or not known:
+        return None
+    if not all(node.has(i) for i in (1, 4, 6)) or (node.has(8) and not node.is_const(8)):
+        return None
+    out = node.dtype(7) if node.has(7) else "uint8"
+    scales = [node.const(i) for i in (1, 4, 6)]
+    if out != x.dtype or any(a.dtype != np.float32 for a in scales):
+        return None
+    w_zp = node.const(5) if node.has(5) else np.zeros(1, np.int8)
+    x_zp = node.const(2).reshape(-1) if node.has(2) else np.zeros(1, np.int64)
+    y_zp = node.const(7).reshape(-1) if node.has(7) else np.zeros(1, np.int64)
+    if np.any(w_zp) or x_zp.size != 1 or y_zp.size != 1 or scales[1].size not in (1, m):
+        return None
+    bias = node.const(8) if node.has(8) else None
+    if bias is not None and (bias.dtype != np.int32 or bias.shape != (m,)):
+        return None
+    multiplier = (scales[0].reshape(-1)[0] * scales[1].reshape(-1)) / scales[2].reshape(-1)[0]  # float32
+    kernel = w.shape[2:]
+    strides = tuple(node.attr("strides", [1, 1]))
+    dilations = tuple(node.attr("dilations", [1, 1]))
+    if tuple(node.attr("kernel_shape", kernel)) != kernel:
+        return None
+    pads = window_pads(node, x.shape[2:], kernel, strides, dilations)
+    lo, hi = (-128, 127) if out == "int8" else (0, 255)
+    return Q.qconv(
+        x, node.tensor(3), None if bias is None else constant(bias), scale=[float(v) for v in multiplier],
+        strides=strides, pads=pads, dilations=dilations, group=node.attr("group", 1), x_zero=int(x_zp[0]),
+        y_zero=int(y_zp[0]), lo=lo, hi=hi,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- BitCast

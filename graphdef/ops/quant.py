@@ -9,7 +9,9 @@ multiplier per output channel (``multiplier`` * 2**(``shift`` - 31), shift <= 0)
 
 ``requantize`` is the fixed-point product every backend computes alike: the high half of the
 doubled 64-bit product rounded half away from zero, then a rounding arithmetic right shift by
-``-shift`` (TFLite's MultiplyByQuantizedMultiplier for multipliers below one).
+``-shift`` (TFLite's MultiplyByQuantizedMultiplier for multipliers below one). With ``scale``
+given instead (ONNX's QLinearConv), the sum times each float multiplier in double, rounded half
+to even.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ _QCONV_ATTRS = {
     "group": Attr("int", 1),
     "x_zero": Attr("int", 0),
     "y_zero": Attr("int", 0),
-    "multiplier": Attr("ints"),  # one, or one per output channel
-    "shift": Attr("ints"),
+    "multiplier": Attr("ints", (0,)),  # one, or one per output channel
+    "shift": Attr("ints", (0,)),
+    "scale": Attr("floats", ()),  # instead: float multipliers, the product rounded half to even (ONNX)
     "lo": Attr("int", -128),
     "hi": Attr("int", 127),
 }
@@ -68,9 +71,11 @@ def _qconv_infer(types, attrs):
         raise ShapeError(f"channels: input {x.shape[1]}, weight {w.shape[:2]}, group {g} do not match")
     if len(types) == 3 and (types[2].shape != (m,) or types[2].dtype != "int32"):
         raise ShapeError(f"qconv's bias must be int32[{m}], not {types[2]}")
-    for k in ("multiplier", "shift"):
+    for k in ("multiplier", "shift") + (("scale",) if attrs["scale"] else ()):
         if len(attrs[k]) not in (1, m):
             raise ShapeError(f"{k}: {len(attrs[k])} values for {m} output channels")
+    if any(not (v >= 0.0 and math.isfinite(v)) for v in attrs["scale"]):
+        raise ShapeError("qconv's scales are finite and not negative")
     if any(s > 0 for s in attrs["shift"]) or any(not 0 <= q < 1 << 31 for q in attrs["multiplier"]):
         raise ShapeError("qconv's multipliers are below one: shift <= 0, multiplier in [0, 2**31)")
     lo, hi = INT_RANGES[x.dtype]
@@ -88,7 +93,11 @@ def qconv_ref(xs, attrs):
     if len(xs) == 3:
         acc = acc + xs[2].astype(np.int64).reshape(1, m, 1, 1)
     per = (1, -1, 1, 1)
-    y = requantize(acc, np.reshape(attrs["multiplier"], per), np.reshape(attrs["shift"], per))
+    if attrs["scale"]:  # in double, rounded half to even (ONNX's QLinearConv)
+        y = np.rint(acc.astype(np.float64) * np.reshape(np.asarray(attrs["scale"], np.float64), per))
+        y = np.clip(y, -(2.0**31), 2.0**31 - 1).astype(np.int64)
+    else:
+        y = requantize(acc, np.reshape(attrs["multiplier"], per), np.reshape(attrs["shift"], per))
     return np.clip(y + attrs["y_zero"], attrs["lo"], attrs["hi"]).astype(xs[0].dtype)
 
 
@@ -147,17 +156,30 @@ defop(
             (_x((3, 16, 1, 1)), _w((10, 16, 1, 1))),
             {"multiplier": (1518500250,), "shift": (-8,), "x_zero": 2, "y_zero": -1},
         ),
+        # float multipliers rounded half to even (ONNX's QLinearConv), uint8, 2x2 stride 2
+        Example(
+            (_x((1, 3, 6, 6), "uint8"), _w((4, 3, 2, 2)), Sample((4,), "int32", -5000, 5000)),
+            {
+                "scale": (0.0025, 0.004, 0.001953125, 0.0031),
+                "strides": (2, 2),
+                "x_zero": 130,
+                "y_zero": 128,
+                "lo": 0,
+                "hi": 255,
+            },
+        ),
         # dilated, grouped
         _example(_x((1, 4, 8, 8)), _w((6, 2, 3, 2)), 6, 3, dilations=(2, 1), group=2, pads=(0, 1, 2, 0)),
     ),  # fmt: skip
 )
 
 
-def qconv(x, w, b=None, *, multiplier, shift, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1,
-          x_zero=0, y_zero=0, lo=-128, hi=127, name=None):  # fmt: skip
+def qconv(x, w, b=None, *, multiplier=(0,), shift=(0,), scale=(), strides=(1, 1), pads=(0, 0, 0, 0),
+          dilations=(1, 1), group=1, x_zero=0, y_zero=0, lo=-128, hi=127, name=None):  # fmt: skip
     """The ``qconv`` op (see the module's docstring)."""
     inputs = [operand(x), operand(w)] + ([operand(b)] if b is not None else [])
     attrs = dict(strides=tuple(strides), pads=tuple(pads), dilations=tuple(dilations), group=group)
     attrs.update(multiplier=tuple(int(v) for v in multiplier), shift=tuple(int(v) for v in shift))
+    attrs.update(scale=tuple(float(v) for v in scale))
     attrs.update(x_zero=int(x_zero), y_zero=int(y_zero), lo=int(lo), hi=int(hi))
     return apply("qconv", inputs, name, **attrs)

@@ -4,11 +4,12 @@
  * graphdef/ops/quant.py for the op and its numpy reference.
  *
  * Layout: x (N, C, H, W) and y (N, M, OH, OW) channels-first, w (M, C/groups, KH, KW). Each
- * (image, output channel) plane is one unit of work: per output row, every tap adds its input
- * row's span (the columns inside the image: padding adds nothing) into an int32 row of sums,
- * a loop over the row the compiler vectorizes; 1x1 planes (a fully connected layer) sum one
- * dot product over the channels instead. No float arithmetic: a microcontroller build links
- * no float routine for it.
+ * (image, output channel) plane is one unit of work. Per image, x - x_zero is copied once into
+ * int16 planes, padded with zeros and split by stride phase, so that every tap of the kernel
+ * adds one dense run of them, times its weight, into the int32 sums of its output channel (four
+ * output channels a pass, sharing the reads): loops the compiler vectorizes. No float
+ * arithmetic with the fixed-point multipliers: a microcontroller build links no float routine
+ * for it (``scale``, ONNX's float multipliers, rounds in double).
  */
 #ifndef FLOWC_KERNELS_QCONV_H
 #define FLOWC_KERNELS_QCONV_H
@@ -32,11 +33,14 @@ FC_INLINE int32_t fc_qmul(int32_t acc, int32_t q, int right) {
     return (int32_t)((high >> right) + ((high & mask) > threshold));
 }
 
-/* 1x1, stride 1, unpadded: the planes are summed whole (fc_qconv's first path). */
-FC_INLINE int fc_qconv_is_plane(const fc_qconv_geom *g) {
-    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 && g->oh == g->h &&
-           g->ow == g->w;
+/* acc * scale in double, rounded half to even (the current rounding mode: C's default),
+ * saturated to int32 (ONNX's QLinearConv with a float multiplier). */
+FC_INLINE int32_t fc_qround(int32_t acc, double scale) {
+    const double v = nearbyint((double)acc * scale);
+    return v < -2147483648.0 ? INT32_MIN : v > 2147483647.0 ? INT32_MAX : (int32_t)v;
 }
+
+#define FC_QCONV_BLOCK 4 /* output channels summed in one pass over the input planes */
 
 /* The padded copy of an input plane (the rows and columns the windows read, from -ph and -pw)
  * split by phase: sh * sw planes of hq rows of wq, phase (ry, rx) holding rows ry, ry + sh, ...
@@ -55,15 +59,13 @@ FC_INLINE long fc_qconv_ps(const fc_qconv_geom *g) {
     return (g->sh * g->sw * fc_qconv_hq(g) * fc_qconv_wq(g) + slack + 15) / 16 * 16;
 }
 
-/* int32 sums of one output plane (oh rows of wq; H * W for fc_qconv_is_plane), rounded up to 8. */
-FC_INLINE long fc_qconv_acc(const fc_qconv_geom *g) {
-    const long n = fc_qconv_is_plane(g) ? g->h * g->w : g->oh * fc_qconv_wq(g);
-    return (n + 7) / 8 * 8;
-}
+/* int32 sums of one output channel (oh rows of wq), rounded up to 16 (64 bytes). */
+FC_INLINE long fc_qconv_acc(const fc_qconv_geom *g) { return (g->oh * fc_qconv_wq(g) + 15) / 16 * 16; }
 
-/* Bytes of scratch of one call: the sums, then (but for 1x1 planes) the image's padded planes. */
+/* Bytes of scratch of one call: the sums of FC_QCONV_BLOCK output channels, then the image's
+ * padded planes. */
 FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
-    return fc_qconv_acc(g) * 4 + (fc_qconv_is_plane(g) ? 0 : g->c * fc_qconv_ps(g) * 2);
+    return FC_QCONV_BLOCK * fc_qconv_acc(g) * 4 + g->c * fc_qconv_ps(g) * 2;
 }
 
 #define FC_QT int8_t

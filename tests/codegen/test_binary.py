@@ -220,3 +220,28 @@ def test_npy_format_versions_are_read(digits, tmp_path, version):
     )
     assert res.returncode == 0, res.stderr
     check_outputs(tmp_path / "res", g, {"x": x}, ["probs"])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_integer_convolutions_run_clean_under_address_and_undefined_sanitizers(threads, tmp_path):
+    """Every example of ``qconv`` (fixed-point and float multipliers, per channel and not,
+    depthwise, strided, dilated, uint8) in one program, split over threads, against numpy."""
+    from graphdef import examples
+    from graphdef.registry import get_op
+
+    g, feeds, names = gd.Graph("qconvs"), {}, []
+    with g:
+        for i in range(len(get_op("qconv").examples)):
+            outs, f = examples.add_example("qconv", i, prefix=f"x{i}_")
+            feeds.update(f)
+            names += [str(o.ref) for o in outs]
+        g.set_outputs(*names)
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g1", "-O1"]
+    out = codegen.export(g, tmp_path / "san", name="san", outputs=names, flags=flags, threads=threads)
+    res = run_binary(out / "san", feeds, tmp_path / "res")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "runtime error" not in res.stderr and "AddressSanitizer" not in res.stderr
+    meta = _meta(out)
+    for name, want in zip(names, gd.Session(g).run(feeds, names)):
+        file = next(o["file"] for o in meta["outputs"] if o["name"] == name)
+        np.testing.assert_array_equal(np.load(tmp_path / "res" / file), want, err_msg=name)

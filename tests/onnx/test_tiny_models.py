@@ -87,3 +87,20 @@ def test_compiled_matches_onnxruntime(name, route, files, compiled):
         assert worst <= 0.08 * span, (worst, span)
     if name != "autoencoder":
         assert agree >= len(xs) - 1, agree
+
+
+@pytest.mark.parametrize("name", [n for n in tiny.MODELS if n != "autoencoder"])
+def test_qoperator_convolutions_keep_int8_weights(name, files):
+    """onnxruntime's QLinearConv runs on the integer kernel (``qconv``: its int8 weights stored
+    as they are): the weights take at most 0.27x the float model's bytes, the arena less."""
+    from codegen import pipeline
+
+    plans = {}
+    for route in ("float", "qoperator"):
+        graph = gd.load_onnx(files[(name, route)])
+        plans[route] = pipeline.run(graph, pipeline.Options(), until="plan").results["plan"]
+    q = plans["qoperator"]
+    convs = sum(n.op_type == "Conv" for n in onnx.load(str(files[(name, "float")])).graph.node)
+    assert [n.op for n in q.steps].count("qconv") == convs > 0
+    assert q.weight_bytes <= 0.27 * plans["float"].weight_bytes, (q.weight_bytes, plans["float"].weight_bytes)
+    assert q.arena_bytes < plans["float"].arena_bytes

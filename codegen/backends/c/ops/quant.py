@@ -9,20 +9,16 @@ from ..op_table import Call, kernel
 
 
 def _qconv_scratch(ins, outs, attrs, isa):
-    """kernels/qconv.h's fc_qconv_scratch: int32 sums of an output plane (oh rows of a phase's
-    width; H * W for a 1x1 convolution at stride 1 unpadded), then the image's input planes as
-    padded int16 copies split by phase (but for that 1x1 case)."""
+    """kernels/qconv.h's fc_qconv_scratch: the int32 sums of FC_QCONV_BLOCK (4) output channels
+    (oh rows of a phase's width each), then the image's input planes as padded int16 copies
+    split by stride phase."""
     x, w, y = ins[0], ins[1], outs[0]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
-    plane = (
-        w.shape[2:] == (1, 1) and (sh, sw) == (1, 1) and not any(attrs["pads"]) and y.shape[2:] == x.shape[2:]
-    )
     hq = ((y.shape[2] - 1) * sh + (w.shape[2] - 1) * dh + sh) // sh
     wq = ((y.shape[3] - 1) * sw + (w.shape[3] - 1) * dw + sw) // sw
     slack = (w.shape[3] - 1) * dw // sw + (w.shape[2] - 1) * dh // sh * wq
     ps = -(-(sh * sw * hq * wq + slack) // 16) * 16
-    sums = -(-(x.shape[2] * x.shape[3] if plane else y.shape[2] * wq) // 8) * 8
-    return 4 * sums + (0 if plane else 2 * x.shape[1] * ps)
+    return 4 * 4 * (-(-(y.shape[2] * wq) // 16) * 16) + 2 * x.shape[1] * ps
 
 
 def _qconv_split(ins, outs, attrs):
@@ -40,13 +36,14 @@ def _qconv(s):
         "sh": a["strides"][0], "sw": a["strides"][1], "ph": a["pads"][0], "pw": a["pads"][1],
         "dh": a["dilations"][0], "dw": a["dilations"][1], "groups": a["group"],
         "x_zero": a["x_zero"], "y_zero": a["y_zero"], "lo": a["lo"], "hi": a["hi"],
-        "per_channel": int(len(a["multiplier"]) > 1),
+        "per_channel": int(len(a["scale"] or a["multiplier"]) > 1),
     }  # fmt: skip
     k = {
         "g": g,
         "fn": f"fc_qconv_{'i8' if x.dtype == 'int8' else 'u8'}",
         "q": list(a["multiplier"]),
         "shift": list(a["shift"]),
+        "scale": [repr(float(v)) for v in a["scale"]],  # exact: repr round-trips a double
         "bias": s.arg(2),
         "span": s.span(g["n"] * g["m"]),
     }

@@ -34,7 +34,8 @@ training binary (codegen/backends/c/trainer.py): ``OUT/NAME train --data train.n
 --checkpoint ck.npz`` trains, ``mpiexec -n R OUT/NAME train ...`` data-parallel (built with
 MPI's compiler when one is found; --no-mpi: without), and ``OUT/NAME --checkpoint ck.npz --in
 ... --out-dir ...`` runs the graph's other outputs with the trained variables. --compress fp16
-sends the gradients between ranks as float16.
+sends the gradients between ranks as float16. With --target cuda both models run on one GPU
+(one process), the variables kept there and copied to the host for each checkpoint.
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def summary(out: Path, options: pipeline.Options, seconds: float) -> str:
             [
                 f"flowc: wrote {out}{f', binary {out / name}' if built else ''} in {seconds:.1f} s; training "
                 f"step: arena {t['arena_bytes']} B (lower bound {t['arena_lower_bound']} B), state "
-                f"{t['state_bytes']} B, batch {t['batch_per_rank']} per rank",
+                f"{t['state_bytes']} B, batch {t['batch_per_rank']} per "
+                + ("GPU" if options.backend == "cuda" else "rank"),
                 f"  train: {run} train --data FILE.npz (arrays {' '.join(f'{n}=...' for n in t['inputs'])}) "
                 "--epochs E --checkpoint ck.npz",
             ]

@@ -59,17 +59,20 @@ def project_options(
     if target == "cuda":
         from .backends.cuda.precision import check
 
-        check(precision, tuple(sm))
-        if arch != "host" or threads != 1 or trainer is not None:
-            raise FlowcError("--target cuda builds for GPUs: --arch, --threads and --train are for C")
+        check(precision, tuple(sm), training=trainer is not None)
+        if arch != "host" or threads != 1:
+            raise FlowcError("--target cuda builds for GPUs: --arch and --threads are for C")
+        if trainer is not None and (mpi or compress is not None or ranks is not None):
+            raise FlowcError(
+                "--train with --target cuda trains on one GPU: data parallel training over MPI ranks "
+                "(--compress, mpiexec) is the C backend's; build with --no-mpi"
+            )
         return pipeline.Options(
             backend="cuda", outputs=outputs, name=name, cc=cc, sm=tuple(sm), planner=planner,
             precision=precision, product=product, ranks=ranks, placement=placement, compress=compress,
+            trainer=_train_op(trainer),
         )  # fmt: skip
-    if trainer is not None:
-        from graphdef.builder import Tensor
-
-        trainer = str(trainer.ref) if isinstance(trainer, Tensor) else trainer
+    trainer = _train_op(trainer)
     cc, mpi = toolchain.choose_cc(cc, tgt, mpi, trainer is not None, ranks, build_binary)
     allreduce = None
     if trainer is not None:
@@ -82,6 +85,13 @@ def project_options(
         compress=compress, max_ram=limits["max_ram"], max_flash=limits["max_flash"], allreduce=allreduce,
         trainer=trainer,
     )  # fmt: skip
+
+
+def _train_op(trainer) -> str | None:
+    """The train op's name, given as a name or as its Tensor."""
+    from graphdef.builder import Tensor
+
+    return str(trainer.ref) if isinstance(trainer, Tensor) else trainer
 
 
 def write(graph: Graph, out_dir, options: pipeline.Options, cache: bool = True) -> Path:
@@ -196,10 +206,14 @@ def export_trainer(
     cc: str | None = None,
     flags=(),
     planner: str = "best",
+    target: str = "c",
+    sm=(80, 90),
 ) -> Path:
     """Write and build the training binary of ``graph``'s train op ``train`` (a name or
     Tensor) in ``out_dir`` (codegen/backends/c/trainer.py): ``out_dir/name train --data ...``
     trains, ``out_dir/name --in ... --out-dir ...`` runs the graph's other outputs.
+    ``target`` "cuda": both models on one GPU (architectures ``sm``; ``cc`` a host C++
+    compiler builds them for the CPU simulator instead of nvcc), one process.
 
     ``mpi``: build with MPI's compiler (data parallel under ``mpiexec``); None: when one is
     found. ``compress``: "fp16" sends the gradients as float16 (default float32). Both models
@@ -207,7 +221,7 @@ def export_trainer(
     them). The folder appears complete or not at all."""
     options = project_options(
         name=name, trainer=train, mpi=mpi, compress=compress, threads=threads, portable=portable,
-        build_binary=build_binary, cc=cc, flags=flags, planner=planner,
+        build_binary=build_binary, cc=cc, flags=flags, planner=planner, target=target, sm=sm,
     )  # fmt: skip
     return write(graph, out_dir, options, cache=False)
 

@@ -47,7 +47,8 @@ typedef struct {
     long n, steps_per_epoch, total, first, ck_step;
     long *perm;
     void *arena, *state, *pool;
-    int pool_started;
+    void *ctx; /* the step's context (fc_train_model.open), or NULL */
+    int pool_started, ctx_open;
     /* the ranks: this one prints (rank 0, or the only one) */
     int size, rank, rank0;
     void *mpi; /* the step's communication context, or NULL */
@@ -280,7 +281,12 @@ static int set_up(trainer *t) {
     for (k = 0; k < m->num_inputs; ++k)
         if (posix_memalign(&t->batch[k], 64, m->inputs[k].row_bytes * (size_t)m->batch + 64) != 0)
             return die(t, 3, "out of memory");
-    if (m->state_init(t->state) != 0) return die(t, 3, "cannot set up the state");
+    if (m->open) { /* the initial values are the context's */
+        t->ctx_open = 1;
+        if (m->open(&t->ctx) != 0) return die(t, 3, m->error(t->ctx));
+        if (m->state_read(t->ctx, t->state) != 0) return die(t, 3, m->error(t->ctx));
+    } else if (m->state_init(t->state) != 0)
+        return die(t, 3, "cannot set up the state");
     if (t->resume) { /* every rank reads it (the same file), so that each can name what does not fit */
         if (fc_ck_load(t->resume, m->vars, m->num_vars, t->state, 1, &t->ck_step, m->name, t->msg, sizeof t->msg) != 0)
             return die_here(t, 2, t->msg);
@@ -294,6 +300,10 @@ static int set_up(trainer *t) {
 }
 
 static int save(trainer *t, long step) {
+    if (t->m->state_read && t->m->state_read(t->ctx, t->state) != 0) {
+        snprintf(t->msg, sizeof t->msg, "cannot read the variables for the checkpoint: %s", t->m->error(t->ctx));
+        return die(t, 3, t->msg);
+    }
     if (t->rank0 && fc_ck_save(t->checkpoint, t->m->vars, t->m->num_vars, t->state, t->m->name, t->m->hash, step,
                                t->msg, sizeof t->msg) != 0) {
         int code = die(t, 4, t->msg);
@@ -336,9 +346,10 @@ static int train(trainer *t) {
             long s;
             for (s = 0; s < m->batch; ++s) memcpy(dst + (size_t)s * row, t->cols[k].base + (size_t)idx[s] * row, row);
         }
-        status = m->run(t->batch, &loss, t->arena, t->state, t->pool, t->mpi);
+        status = m->run(t->batch, &loss, t->arena, t->state, t->pool, t->mpi, t->ctx);
         if (status != 0) {
-            snprintf(t->msg, sizeof t->msg, "step %ld: %s_run failed: %s", step, m->step, m->status_string(status));
+            snprintf(t->msg, sizeof t->msg, "step %ld: %s_run failed: %s", step, m->step,
+                     m->error ? m->error(t->ctx) : m->status_string(status));
             return die(t, 3, t->msg);
         }
         stop = interrupted;
@@ -424,6 +435,7 @@ static int run_steps(trainer *t) {
         }
         t->pool_started = 1;
     }
+    if (m->state_write && m->state_write(t->ctx, t->state) != 0) return die(t, 3, m->error(t->ctx));
     return train(t);
 }
 
@@ -439,6 +451,7 @@ static void release(trainer *t) {
     free(t->state);
     if (t->pool_started) t->m->pool_stop(t->pool);
     free(t->pool);
+    if (t->ctx_open) t->m->close(t->ctx);
 }
 
 int fc_train_main(const fc_train_model *m, int argc, char **argv) {

@@ -66,14 +66,23 @@ typedef struct {
     size_t state_bytes;
     size_t align;
     int threads;             /* the step's threads: > 1 starts its pool (the pool_* functions) */
-    int (*state_init)(void *state);
+    int (*state_init)(void *state); /* NULL for a step that keeps its state in a context */
     /* One step on batch[k], the batch of input k: the loss (the train op's value) in *loss; 0, or
-     * a status status_string describes. pool and mpi: NULL when the step takes none. */
-    int (*run)(void *const *batch, float *loss, void *arena, void *state, void *pool, void *mpi);
+     * a status status_string describes. pool, mpi and ctx: NULL when the step takes none. */
+    int (*run)(void *const *batch, float *loss, void *arena, void *state, void *pool, void *mpi, void *ctx);
     const char *(*status_string)(int status);
     size_t (*pool_bytes)(void); /* NULL when threads is 1 */
     int (*pool_start)(void *pool);
     void (*pool_stop)(void *pool);
+    /* A step that keeps its memory in a context of its own (CUDA: the arena and the state on the
+     * GPU), else NULL. The driver keeps a host copy of the state for checkpoints: state_read
+     * fills it from the context (the initial values after open, the trained ones before each
+     * checkpoint), state_write puts it there before the first step (after --resume). */
+    int (*open)(void **ctx);          /* sets *ctx, also when it fails; 0 or a status */
+    const char *(*error)(void *ctx);  /* why the last call failed (instead of status_string) */
+    void (*close)(void *ctx);
+    int (*state_read)(void *ctx, void *state);
+    int (*state_write)(void *ctx, const void *state);
 } fc_train_model;
 
 /* NAME train ...: argv[0] is "train", the options follow. The exit status of the program. */

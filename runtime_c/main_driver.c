@@ -163,7 +163,7 @@ int fc_main(const fc_main_binary *b, int argc, char **argv) {
         goto done;
     }
     fc_file_cleanup_on_signals(); /* a signal in the middle of the writes leaves no temporary */
-    if ((code = fc_main_parse(m, argc, argv, b->state_init != NULL, 0, &io, &o, msg, sizeof msg)) != 0 ||
+    if ((code = fc_main_parse(m, argc, argv, b->state_init || b->state_read, 0, &io, &o, msg, sizeof msg)) != 0 ||
         (code = fc_drv_load_inputs(io.ins, m->n_in, io.in_path, 1, io.in, msg, sizeof msg)) != 0) {
         fc_main_error(m->name, -1, code, msg);
         goto done;
@@ -181,15 +181,22 @@ int fc_main(const fc_main_binary *b, int argc, char **argv) {
         code = fc_main_error(m->name, -1, 3, "out of memory for the arena");
         goto done;
     }
-    if (b->state_init) {
+    /* the state: the driver's (initial values, or the checkpoint's); a context's is its own, read
+     * and written back around the checkpoint's values */
+    if (b->state_init || (b->state_read && o.checkpoint)) {
         long step;
-        if (posix_memalign(&state, m->align, b->state_bytes) != 0 || b->state_init(state) != 0) {
-            code = fc_main_error(m->name, -1, 3, "cannot set up the state");
+        if (posix_memalign(&state, m->align, b->state_bytes) != 0 ||
+            (b->state_init ? b->state_init(state) : b->state_read(ctx, state)) != 0) {
+            code = fc_main_error(m->name, -1, 3, b->state_init ? "cannot set up the state" : b->error(ctx));
             goto done;
         }
         if (o.checkpoint &&
             fc_ck_load(o.checkpoint, b->vars, b->n_vars, state, 0, &step, m->name, msg, sizeof msg) != 0) {
             code = fc_main_error(m->name, -1, 2, msg);
+            goto done;
+        }
+        if (b->state_write && b->state_write(ctx, state) != 0) {
+            code = fc_main_error(m->name, -1, 3, b->error(ctx));
             goto done;
         }
     }

@@ -78,7 +78,7 @@ typedef struct {
     const fc_main_model *model;
     size_t arena_bytes;               /* allocated by the driver unless the model opens a context */
     size_t state_bytes;
-    int (*state_init)(void *state);   /* the variables' initial values; NULL: no state, no --checkpoint */
+    int (*state_init)(void *state);   /* the variables' initial values; NULL: none, or a context's */
     const fc_ck_var *vars;            /* the state's variables, for --checkpoint */
     int n_vars;
     /* a model that keeps its memory in a context of its own (CUDA: on the GPU), else NULL */
@@ -86,6 +86,10 @@ typedef struct {
     const char *(*error)(void *ctx);  /* why the last call failed (instead of status_string) */
     void (*close)(void *ctx);
     int (*bench)(const fc_main_args *a); /* a run again on the same inputs (NULL: run) */
+    /* a context's state (state_init NULL): read into host memory, and written back after
+     * --checkpoint's values are loaded there */
+    int (*state_read)(void *ctx, void *state);
+    int (*state_write)(void *ctx, const void *state);
     int (*train_main)(int argc, char **argv); /* `<name> train ...`: the training driver, or NULL */
     const fc_main_profile *profile;   /* NULL unless built with -DFC_PROFILE */
 } fc_main_binary;

@@ -217,7 +217,8 @@ def main_descriptor(
     output's file, the rank that owns it: 0 in one process) and the sizes and entry points the
     driver reads, each a C expression, 0 or NULL where the model has none. ``state_vars``: the
     variables of a model whose state the program sets up (Frame.state_vars); ``pool``: the model
-    runs on a thread pool; ``arena``: the driver allocates the model's arena."""
+    runs on a thread pool; ``arena``: the driver allocates the model's arena (else the model
+    keeps its memory in a context, and its state, if any, is read and written through it)."""
     NAME = name.upper()
 
     def rows(items: list[dict], output: bool) -> list[dict]:
@@ -235,12 +236,15 @@ def main_descriptor(
         ]
 
     state = bool(state_vars)
+    context = state and not arena  # a context's state: read and written through its adapters
     return {
         "inputs": rows(ins, False),
         "outputs": rows(outs, True),
         "arena_bytes": f"{NAME}_ARENA_BYTES" if arena else "0",
         "state_bytes": f"{NAME}_STATE_BYTES" if state else "0",
-        "state_init": f"{name}_state_init" if state else "NULL",
+        "state_init": f"{name}_state_init" if state and arena else "NULL",
+        "state_read": "state_read" if context else "NULL",  # templates/cuda/main.c.j2
+        "state_write": "state_write" if context else "NULL",
         "vars": "vars" if state else "NULL",  # templates/build/state_vars.c.j2
         "n_vars": len(state_vars),
         **{f: f"{name}_{f}" if pool else "NULL" for f in ("pool_bytes", "pool_start", "pool_stop")},

@@ -60,6 +60,7 @@ def test_the_shuffle_is_the_one_python_computes(c_lib, n, seed, epoch):
 STEP = r"""
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "fc_train.h"
 
@@ -73,12 +74,23 @@ static const fc_ck_var vars[2] = {
     {"global_step", "int64", 0, scalar, 64},
 };
 
+#ifndef TOY_CONTEXT
 static int init(void *state) {
     memset(state, 0, 128);
     return 0;
 }
+#endif
 
-static int run(void *const *batch, float *loss, void *arena, void *state, void *pool, void *mpi) {
+#ifdef TOY_CONTEXT
+/* the step's memory in a context of its own, as a CUDA step keeps it on the GPU: seen starts at
+ * 1, 2, 3 there, which the driver learns through state_read */
+static int run(void *const *batch, float *loss, void *arena, void *host, void *pool, void *mpi, void *ctx) {
+    void *state = ctx;
+    (void)host;
+#else
+static int run(void *const *batch, float *loss, void *arena, void *state, void *pool, void *mpi, void *ctx) {
+    (void)ctx;
+#endif
     const float *x = (const float *)batch[0];
     float *seen = (float *)state;
     int64_t *step = (int64_t *)((unsigned char *)state + 64);
@@ -95,10 +107,40 @@ static const char *status_string(int status) {
     return status ? "no arena" : "ok";
 }
 
+#ifdef TOY_CONTEXT
+static int open_context(void **ctx) {
+    float *seen = (float *)calloc(1, 128);
+    *ctx = seen;
+    if (!seen) return 1;
+    seen[0] = 1.0f, seen[1] = 2.0f, seen[2] = 3.0f;
+    return 0;
+}
+
+static const char *context_error(void *ctx) {
+    return ctx ? "ok" : "no memory for the context";
+}
+
+static int state_read(void *ctx, void *state) {
+    memcpy(state, ctx, 128);
+    return 0;
+}
+
+static int state_write(void *ctx, const void *state) {
+    memcpy(ctx, state, 128);
+    return 0;
+}
+
 static const fc_train_model model = {
     "toy", "toy_train", "x, y", inputs, 2, vars, 2, 2, "0123456789abcdef", 64,
-    256, 128, 64, 1, init, run, status_string, NULL, NULL, NULL,
+    0, 128, 64, 1, NULL, run, status_string, NULL, NULL, NULL,
+    open_context, context_error, free, state_read, state_write,
 };
+#else
+static const fc_train_model model = {
+    "toy", "toy_train", "x, y", inputs, 2, vars, 2, 2, "0123456789abcdef", 64,
+    256, 128, 64, 1, init, run, status_string, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+};
+#endif
 
 int main(int argc, char **argv) {
     return fc_train_main(&model, argc - 1, argv + 1);
@@ -106,12 +148,14 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=[False, True], ids=["state", "context"])
+def toy(request, tmp_path_factory) -> Path:
+    """The toy step, its state in the driver's memory or (context) in a context of its own."""
     folder = tmp_path_factory.mktemp("toy")
     (folder / "toy.c").write_text(STEP)
     sources = [str(RUNTIME / f) for f in SOURCES]
     cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME}", "toy.c", *sources, "-o", "toy"]
+    cmd += ["-DTOY_CONTEXT"] if request.param else []
     res = subprocess.run([*cmd, "-lm"], cwd=folder, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return folder / "toy"
@@ -121,7 +165,7 @@ def train(exe: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe), "train", *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
-def test_a_described_step_trains_checkpoints_and_resumes(toy, tmp_path):
+def test_a_described_step_trains_checkpoints_and_resumes(toy, tmp_path, request):
     x = np.arange(15, dtype=np.float32).reshape(5, 3)  # 5 samples: 2 steps an epoch, one left out
     data = tmp_path / "d.npz"
     np.savez(data, x=x, y=np.array([0, 1, 2, 0, 1], np.int64))
@@ -130,14 +174,15 @@ def test_a_described_step_trains_checkpoints_and_resumes(toy, tmp_path):
     assert res.returncode == 0, res.stderr
     assert "epoch 2/2: step 4" in res.stdout and "trained 4 step(s) of 2 samples" in res.stdout
     visited = [i for epoch in range(2) for i in order(5, 3, epoch)[:4]]
+    start = np.array([1, 2, 3], np.float32) if request.node.callspec.params["toy"] else 0
     with np.load(ck) as saved:
-        np.testing.assert_array_equal(saved["seen"], x[visited].sum(0))
+        np.testing.assert_array_equal(saved["seen"], start + x[visited].sum(0))
         assert int(saved["global_step"]) == 4
     res = train(toy, "--data", data, "--epochs", 3, "--seed", 3, "--resume", ck, "--checkpoint", ck)
     assert res.returncode == 0 and "trained 2 step(s)" in res.stdout, res.stderr
     visited += order(5, 3, 2)[:4]
     with np.load(ck) as saved:
-        np.testing.assert_array_equal(saved["seen"], x[visited].sum(0))
+        np.testing.assert_array_equal(saved["seen"], start + x[visited].sum(0))
 
 
 @pytest.mark.parametrize(

@@ -88,10 +88,19 @@ def check_step(program, name: str) -> None:
 
 
 def render(
-    step_src: Sources, step_program, infer_src: Sources | None, name: str, target, mpi: bool
+    step_src: Sources,
+    step_program,
+    infer_src: Sources | None,
+    name: str,
+    target,
+    mpi: bool,
+    device: dict | None = None,
 ) -> Sources:
     """The folder's files: both models', main.c, train.c (the step's description for
-    runtime_c/fc_train.c), Makefile and metadata.json."""
+    runtime_c/fc_train.c), Makefile and metadata.json. ``device``: models that keep their
+    memory in a context of their own (the CUDA backend's): ``call``, the step's run on the
+    driver's ``batch``, ``loss`` and ``ctx``; ``train`` and ``main``, the templates of train.c
+    and of the inference model's main.c that open it (the backend writes the build files)."""
     env = environment()
     check_step(step_program, name)
     out = Sources(api=infer_src.api if infer_src else step_src.api)
@@ -135,7 +144,12 @@ def render(
         "vars": step["state_vars"],
         "hash": checkpoint.spec_hash(specs),
         "global_step": g_step,
-        "call": step_src.api.run.call(
+        # a context's step: the driver allocates no arena, and reads the initial state from it
+        "arena_bytes": "0" if device else f"{step['NAME']}_ARENA_BYTES",
+        "state_init": "NULL" if device else f"{step['name']}_state_init",
+        "call": device["call"]
+        if device
+        else step_src.api.run.call(
             {
                 "input": lambda p: f"(const void *)batch[{p.index}]",
                 "output": lambda p: "loss",
@@ -146,16 +160,17 @@ def render(
             }
         ),
     }
-    out.files["train.c"] = env.get_template("train/train.c.j2").render(t=t)
+    out.files["train.c"] = env.get_template(device["train"] if device else "train/train.c.j2").render(t=t)
     if infer_src is not None:
         m = {**infer_src.context, "trainer": True, "mpi": mpi}
-        out.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
+        out.files["main.c"] = env.get_template(device["main"] if device else "build/main.c.j2").render(m=m)
     else:
         m = {**step, "name": name, "trainer": True, "mpi": mpi}
         out.files["main.c"] = env.get_template("train/main.c.j2").render(t=t)
-    out.files["Makefile"] = env.get_template("build/Makefile.j2").render(
-        m={**m, "mpi": mpi, "mpi_flags": " ".join(MPI_FLAGS)}, sources=c_files, driver=DRIVER_C
-    )
+    if not device:
+        out.files["Makefile"] = env.get_template("build/Makefile.j2").render(
+            m={**m, "mpi": mpi, "mpi_flags": " ".join(MPI_FLAGS)}, sources=c_files, driver=DRIVER_C
+        )
     out.c_files = c_files
     base = infer_src.metadata if infer_src is not None else step_src.metadata
     out.metadata = {

@@ -32,10 +32,11 @@ NAME = "cuda"
 MULTI_RANK = True  # one GPU per MPI rank: each rank's part in CUDA, the SPMD program of the C backend
 # what this backend takes from the C backend: its op table, legalizations and step lowering
 # (steps.lower_step: the steps without a CUDA kernel run the C body, compiled for the device),
-# the C compiler for the host files, and the SPMD program over MPI ranks; the interface, weights,
+# the C compiler for the host files, the SPMD program over MPI ranks and the training binary
+# (trainer.py: its step described for the driver); the interface, weights,
 # pointers, names, entry points and op plans are the render core's (codegen/render/)
 BORROWS = {
-    "c": ("emit", "op_table", "spmd", "steps", "toolchain"),
+    "c": ("emit", "op_table", "spmd", "steps", "toolchain", "trainer"),
 }
 
 
@@ -83,9 +84,36 @@ def render_ranks(programs, partition, output_names, options):
 
 
 def render_trainer(programs, options):
-    """Training binaries keep their state and optimizer in host memory, driven by the C
-    backend's training driver: not available for CUDA in this version."""
-    raise UnsupportedError("--train builds a training binary with the C backend; --target cuda has none yet")
+    """A training binary on one GPU: the C backend's (backends/c/trainer.py), its step and
+    inference model CUDA models (emit.py) whose contexts the drivers open (templates/cuda/
+    train.c.j2, main.c.j2); the variables stay on the GPU, copied to the host for the
+    checkpoints. Data parallel over MPI ranks is the C backend's alone in this version."""
+    from ..c import trainer
+
+    if options.allreduce is not None:
+        raise UnsupportedError(
+            "--train with --target cuda trains on one GPU: data parallel training over MPI ranks "
+            "(mpiexec) is the C backend's; build without MPI (mpi=False) or with --target host"
+        )
+    precision.check(options.precision, options.sm, training=True)
+    step, infer = programs
+    step_src = emit.emit(step, options.with_(name=f"{options.name}_train"))
+    infer_src = None if infer is None else emit.emit(infer, options)
+    name = step_src.context["name"]
+    call = f"{name}_run_host(({name}_ctx *)ctx, " + ", ".join(
+        [f"(const {t['ctype']} *)batch[{t['index']}]" for t in step_src.context["inputs"]] + ["loss"]
+    ) + ")"  # fmt: skip
+    device = {"call": call, "train": "cuda/train.c.j2", "main": "cuda/main.c.j2"}
+    src = trainer.render(step_src, step, infer_src, options.name, options.target, False, device)
+    src.cu_files = [*(infer_src.cu_files if infer_src else []), *step_src.cu_files]
+    m = {**src.context, **(infer_src or step_src).context, "name": options.name}
+    make = contract.environment().get_template("cuda/Makefile.j2")
+    src.files["Makefile"] = make.render(
+        m=m, sm=list(options.sm), driver=emit.cemit.DRIVER_C, cu_files=src.cu_files, c_files=src.c_files
+    )
+    src.metadata.update(target="cuda", sm=list(options.sm), precision=options.precision)
+    src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
+    return src
 
 
 def bundle(sources: list, folder: Path, options) -> Built:
@@ -101,7 +129,7 @@ def bundle(sources: list, folder: Path, options) -> Built:
         included.append(f'#include "{name}.cu"\n')
         c_files += src.c_files
     (folder / "bundle.cu").write_text("".join(included))
-    merged = contract.Sources(c_files=c_files)
+    merged = contract.Sources(c_files=c_files, cu_files=["bundle.cu"])
     path = toolchain.build(folder, "bundle", merged, options.cc, options.sm, shared=True)
     return Built(folder, "shared", path)
 
@@ -111,6 +139,12 @@ def build(sources, folder: Path, options) -> Built:
     (the binary) or "shared" (lib<name>.so for CudaModel), with nvcc, or with a host C++
     compiler through the CPU simulator when ``options.cc`` names one."""
     toolchain.write_sources(sources, folder)
+    if "trainer" in sources.metadata:  # a training binary (render_trainer): always a program
+        if options.product == "none":
+            return Built(folder, "none")
+        return Built(
+            folder, "program", toolchain.build(folder, options.name, sources, options.cc, options.sm, False)
+        )
     if sources.metadata.get("ranks"):  # an SPMD program over MPI ranks, a GPU each
         ctool.copy_mpi(folder)
         if options.product != "program":

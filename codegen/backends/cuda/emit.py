@@ -176,7 +176,8 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
         # buffers of runtime_c/main_driver.c (fc_main_args *a); it keeps its state on the device
         "threads": 1,
         "trainer": False,
-        "main": main_descriptor(name, ins, outs, arena=False),
+        "state_vars": f.state_vars,
+        "main": main_descriptor(name, ins, outs, f.state_vars, arena=False),
         "main_call": f"{name}_run_host(({name}_ctx *)a->ctx, "
         + ", ".join(
             [f"(const {t['ctype']} *)a->in[{t['index']}]" for t in ins]
@@ -196,10 +197,12 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
         src.api = f.entry_points(threads=1, mpi=True, stateful=False)
         src.context["host_arena_bytes"] = HOST_ARENA
         return src
-    # the CUDA model keeps its state on the device: its binary starts from the initial values
-    src.files["main.c"] = env.get_template("cuda/main.c.j2").render(m={**m, "has_state": False})
+    # the CUDA model keeps its state on the device: --checkpoint's values are written there
+    src.files["main.c"] = env.get_template("cuda/main.c.j2").render(m=m)
     for file, template in (("Makefile", "cuda/Makefile.j2"), ("CMakeLists.txt", "cuda/CMakeLists.txt.j2")):
-        src.files[file] = env.get_template(template).render(m=m, sm=list(sm), driver=cemit.DRIVER_C)
+        src.files[file] = env.get_template(template).render(
+            m=m, sm=list(sm), driver=cemit.DRIVER_C, cu_files=src.cu_files, c_files=src.c_files
+        )
     src.metadata = f.metadata(target="cuda", sm=list(sm), precision=precision, serial_steps=st["serial"])
     src.files["metadata.json"] = json.dumps(src.metadata, indent=1) + "\n"
     return src

@@ -27,7 +27,14 @@ TENSOR_CORE = {"tf32": "tf32", "bf16": "bf16", "fp16": "f16"}  # runtime_c/cuda/
 MIN_SM = {"tf32": 80, "bf16": 80, "fp16": 70}
 
 
-def check(precision: str, sm) -> None:
+def check(precision: str, sm, training: bool = False) -> None:
+    """A precision the architectures ``sm`` run; a training binary's (``training``) keeps its
+    variables in float32."""
+    if training and precision == "fp16":
+        raise FlowcError(
+            "--train with --target cuda keeps the variables in float32: --precision fp16 would store them "
+            "as float16; use fp32, tf32 or bf16"
+        )
     if precision not in PRECISIONS:
         raise FlowcError(f"--precision {precision!r}: one of {', '.join(PRECISIONS)}")
     low = [v for v in sm if v < MIN_SM.get(precision, 0)]

@@ -69,7 +69,7 @@ def build(folder: Path, name: str, sources, cc: str | None, sm, shared: bool) ->
     or an nvcc, else the simulator build with the C++ compiler ``cc``."""
     c_files = [*sources.c_files] + ([] if shared else ["main.c", *ctool.DRIVER_C])
     out = f"lib{name}.so" if shared else name
-    return _compile_link(folder, out, c_files, [f"{name}.cu"], cc, sm, shared)
+    return _compile_link(folder, out, c_files, sources.cu_files, cc, sm, shared)
 
 
 def build_mpi(folder: Path, name: str, sources, cc: str | None, sm) -> Path:

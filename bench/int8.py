@@ -3,12 +3,12 @@
     python bench/int8.py [--runs 200] [--rounds 5] [--markdown FILE]
 
 The four MLPerf Tiny architectures (samples/tiny.py), float and quantized by onnxruntime's
-quantizer (QDQ, per-channel int8 weights, int8 activations, calibrated on random inputs). Each
-file is timed, one thread, by flowc's shared library called through cffi and by onnxruntime's
-session on the same input, in interleaved rounds (this machine is shared and noisy); each
-cell is the median over rounds of a round's mean microseconds. The ratio column is flowc int8 /
-onnxruntime int8, the median of the rounds' ratios. The bytes are flowc's: its weights (the blob
-the build links) and its arena, float and int8.
+quantizer in both its formats (QDQ and QOperator; per-channel int8 weights, int8 activations,
+calibrated on random inputs). Each file is timed, one thread, by flowc's shared library called
+through cffi and by onnxruntime's session on the same input, in interleaved rounds (this
+machine is shared and noisy); each cell is the median over rounds of a round's mean
+microseconds. The ratio column is flowc / onnxruntime on the same int8 file, the median of the
+rounds' ratios. The bytes are flowc's: its weights (the blob the build links) and its arena.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ def _mean_us(fn, runs: int) -> float:
     return (time.perf_counter() - t0) / runs * 1e6
 
 
+FORMATS = ("qdq", "qop")  # onnxruntime's two int8 formats: QDQ, and QOperator (QLinearConv, ...)
+
+
 def measure(runs: int, rounds: int) -> list[dict]:
     import onnxruntime as ort
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -58,43 +61,48 @@ def measure(runs: int, rounds: int) -> list[dict]:
                 def get_next(self):
                     return next(self.it, None)
 
-            qdq = Path(tmp) / f"{name}_qdq.onnx"
-            quantize_static(path, qdq, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+            files = {"float": path}
+            for kind, fmt in (("qdq", QuantFormat.QDQ), ("qop", QuantFormat.QOperator)):
+                files[kind] = Path(tmp) / f"{name}_{kind}.onnx"
+                quantize_static(path, files[kind], Reader(), quant_format=fmt, per_channel=True,
+                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
             x = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
             so = ort.SessionOptions()
             so.intra_op_num_threads = 1
-            peers = {}
-            for kind, file in (("float", path), ("int8", qdq)):
+            peers, sizes = {}, {}
+            for kind, file in files.items():
                 model = codegen.compile(gd.load_onnx(file), name=f"{name}_{kind}", cache=False)
                 session = ort.InferenceSession(str(file), so, providers=["CPUExecutionProvider"])
                 peers[f"flowc {kind}"] = lambda model=model, x=x: model(input=x)
                 peers[f"ort {kind}"] = lambda session=session, x=x: session.run(None, {"input": x})
-                meta = model.metadata
-                peers[f"bytes {kind}"] = (meta["weight_bytes"], meta["arena_bytes"])
-            timed = {k: [] for k, v in peers.items() if callable(v)}
+                sizes[kind] = (model.metadata["weight_bytes"], model.metadata["arena_bytes"])
+            timed = {k: [] for k in peers}
             for r in range(rounds):
                 order = list(timed) if r % 2 == 0 else list(reversed(timed))
                 for key in order:
                     peers[key]()  # warm
                     timed[key].append(_mean_us(peers[key], runs))
-            ratios = [a / b for a, b in zip(timed["flowc int8"], timed["ort int8"])]
-            rows.append({"model": name, **{k: statistics.median(v) for k, v in timed.items()},
-                         "ratio": statistics.median(ratios), "bytes float": peers["bytes float"],
-                         "bytes int8": peers["bytes int8"]})  # fmt: skip
+            row = {"model": name, **{k: statistics.median(v) for k, v in timed.items()}, "bytes": sizes}
+            for kind in FORMATS:
+                pairs = zip(timed[f"flowc {kind}"], timed[f"ort {kind}"])
+                row[f"ratio {kind}"] = statistics.median(a / b for a, b in pairs)
+            rows.append(row)
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| model | flowc float us | flowc int8 us | onnxruntime int8 us | onnxruntime float us | "
-            "flowc int8 / onnxruntime int8 | weights float / int8 B | arena float / int8 B |")  # fmt: skip
-    lines = [head, "|---|" + "---:|" * 7]
+    head = ("| model | flowc float us | flowc QDQ us | onnxruntime QDQ us | flowc QOperator us | "
+            "onnxruntime QOperator us | flowc / onnxruntime QDQ, QOperator | "
+            "weights float / QDQ / QOperator B | arena float / QDQ / QOperator B |")  # fmt: skip
+    lines = [head, "|---|" + "---:|" * 8]
     for r in rows:
-        wf, af = r["bytes float"]
-        wq, aq = r["bytes int8"]
+        b = r["bytes"]
+        weights = " / ".join(str(b[k][0]) for k in ("float", *FORMATS))
+        arenas = " / ".join(str(b[k][1]) for k in ("float", *FORMATS))
         lines.append(
-            f"| {r['model']} | {r['flowc float']:.1f} | {r['flowc int8']:.1f} | {r['ort int8']:.1f} | "
-            f"{r['ort float']:.1f} | {r['ratio']:.2f} | {wf} / {wq} | {af} / {aq} |"
+            f"| {r['model']} | {r['flowc float']:.1f} | {r['flowc qdq']:.1f} | {r['ort qdq']:.1f} | "
+            f"{r['flowc qop']:.1f} | {r['ort qop']:.1f} | {r['ratio qdq']:.2f}, {r['ratio qop']:.2f} | "
+            f"{weights} | {arenas} |"
         )
     return "\n".join(lines)
 

@@ -170,6 +170,17 @@ defop(
         ),
         # dilated, grouped
         _example(_x((1, 4, 8, 8)), _w((6, 2, 3, 2)), 6, 3, dilations=(2, 1), group=2, pads=(0, 1, 2, 0)),
+        # planes of 32 outputs and more (the dot-product form where the machine has one): 1x1,
+        # uint8 with its zero point at the top, 7 channels (a block and a part), 81 positions
+        _example(_x((1, 20, 9, 9), "uint8"), _w((7, 20, 1, 1)), 7, 4, x_zero=255, y_zero=3, lo=0, hi=255),
+        # 3x3 stride 2, padded, int8 zero point at the bottom, K = 45 (not a multiple of 4), 2 images
+        _example(_x((2, 5, 12, 13)), _w((9, 5, 3, 3)), 9, 5, strides=(2, 2), pads=(1, 1, 0, 1), x_zero=-128),
+        # float multipliers, dilated, 64 positions
+        Example(
+            (_x((1, 3, 10, 12)), _w((5, 3, 2, 3)), Sample((5,), "int32", -5000, 5000)),
+            {"scale": (0.002, 0.0031, 0.0045, 0.001, 0.0027), "dilations": (2, 2), "x_zero": 127,
+             "y_zero": -4},
+        ),
     ),  # fmt: skip
 )
 

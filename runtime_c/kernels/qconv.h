@@ -53,19 +53,75 @@ FC_INLINE long fc_qconv_wq(const fc_qconv_geom *g) {
 }
 
 /* int16 values of one input channel's phases, and the columns a tap's pass reads past the last
- * phase's end ((kw - 1) * dw / sw; its sums there are left), rounded up to 32 bytes. */
+ * phase's end ((kw - 1) * dw / sw, and up to 15 more: the passes run in whole blocks of 16; its
+ * sums there are left), rounded up to 32 bytes. */
 FC_INLINE long fc_qconv_ps(const fc_qconv_geom *g) {
-    const long slack = (g->kw - 1) * g->dw / g->sw + (g->kh - 1) * g->dh / g->sh * fc_qconv_wq(g);
+    const long slack = (g->kw - 1) * g->dw / g->sw + (g->kh - 1) * g->dh / g->sh * fc_qconv_wq(g) + 16;
     return (g->sh * g->sw * fc_qconv_hq(g) * fc_qconv_wq(g) + slack + 15) / 16 * 16;
 }
 
-/* int32 sums of one output channel (oh rows of wq), rounded up to 16 (64 bytes). */
-FC_INLINE long fc_qconv_acc(const fc_qconv_geom *g) { return (g->oh * fc_qconv_wq(g) + 15) / 16 * 16; }
+/* int32 sums of one output channel (oh rows of wq), rounded up to 64. */
+FC_INLINE long fc_qconv_acc(const fc_qconv_geom *g) { return (g->oh * fc_qconv_wq(g) + 63) / 64 * 64; }
 
-/* Bytes of scratch of one call: the sums of FC_QCONV_BLOCK output channels, then the image's
- * padded planes. */
+/* An output plane's positions rounded up to 64: its requantization runs in whole blocks of 64
+ * (no scalar remainder) into a staging row, then copied out. */
+FC_INLINE long fc_qconv_pn(const fc_qconv_geom *g) { return (g->oh * g->ow + 63) / 64 * 64; }
+
+/* The dot-product form (x86 AVX-512 VNNI): a dense convolution (one group) of at least
+ * FC_QCONV_DOT_MIN outputs a plane runs as a product of the weights (M, K = C * KH * KW) and the
+ * image's windows packed once per image as unsigned bytes, four consecutive k of one output
+ * position together (x + 128 for int8: the sums are corrected by (x_zero + 128) times the
+ * weights' sum), each instruction four products a lane into 16 output positions' int32 sums. */
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define FC_QCONV_DOT 1
+#else
+#define FC_QCONV_DOT 0
+#endif
+#define FC_QCONV_DOT_MIN 32
+
+#if FC_QCONV_DOT
+/* dst[4 * p + r] = s_r[p] + off (modulo 256) for the positions p of [0, n) of four byte streams,
+ * 16 a pass: the loads and the last store masked to the positions there are. */
+FC_INLINE void fc_qconv_weave(uint8_t *dst, const void *s0, const void *s1, const void *s2, const void *s3, long n,
+                              int off) {
+    const __m128i o = _mm_set1_epi8((char)off);
+    long p;
+    for (p = 0; p < n; p += 16) {
+        const long left = n - p;
+        const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        const __m128i a = _mm_add_epi8(_mm_maskz_loadu_epi8(m, (const char *)s0 + p), o);
+        const __m128i b = _mm_add_epi8(_mm_maskz_loadu_epi8(m, (const char *)s1 + p), o);
+        const __m128i c = _mm_add_epi8(_mm_maskz_loadu_epi8(m, (const char *)s2 + p), o);
+        const __m128i d = _mm_add_epi8(_mm_maskz_loadu_epi8(m, (const char *)s3 + p), o);
+        const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+        const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+        __m512i z = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
+        z = _mm512_inserti32x4(z, _mm_unpackhi_epi16(ab0, cd0), 1);
+        z = _mm512_inserti32x4(z, _mm_unpacklo_epi16(ab1, cd1), 2);
+        z = _mm512_inserti32x4(z, _mm_unpackhi_epi16(ab1, cd1), 3);
+        _mm512_mask_storeu_epi8(dst + 4 * p, left >= 16 ? ~(__mmask64)0 : ((__mmask64)1 << (4 * left)) - 1, z);
+    }
+}
+#endif
+
+FC_INLINE int fc_qconv_dot(const fc_qconv_geom *g) {
+    return FC_QCONV_DOT && g->groups == 1 && g->oh * g->ow >= FC_QCONV_DOT_MIN;
+}
+/* groups of four k (the weights' K rounded up; the packed windows of 64 positions a block, four
+ * vectors of 16 lanes), and the bytes of a row of padding the packing reads */
+FC_INLINE long fc_qconv_k4(const fc_qconv_geom *g) { return (g->c / g->groups * g->kh * g->kw + 3) / 4; }
+FC_INLINE long fc_qconv_rl(const fc_qconv_geom *g) { return (g->ow * g->sw + 63) / 64 * 64; }
+
+/* Bytes of scratch of one call: the sums of FC_QCONV_BLOCK output channels, a staging row of
+ * outputs, then the image's padded planes; in the dot-product form the sums, the staging row,
+ * the image's packed windows, a block's weights and two rows (x_zero, and the value packed as
+ * 0), whichever is larger. */
 FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
-    return FC_QCONV_BLOCK * fc_qconv_acc(g) * 4 + g->c * fc_qconv_ps(g) * 2;
+    const long pn = fc_qconv_pn(g), k4 = fc_qconv_k4(g);
+    const long planes = FC_QCONV_BLOCK * fc_qconv_acc(g) * 4 + pn + g->c * fc_qconv_ps(g) * 2;
+    const long dot = FC_QCONV_BLOCK * pn * 4 + pn + k4 * 4 * pn + FC_QCONV_BLOCK * k4 * 4 + 2 * fc_qconv_rl(g);
+    return fc_qconv_dot(g) && dot > planes ? dot : planes;
 }
 
 #define FC_QT int8_t

@@ -10,15 +10,25 @@ from ..op_table import Call, kernel
 
 def _qconv_scratch(ins, outs, attrs, isa):
     """kernels/qconv.h's fc_qconv_scratch: the int32 sums of FC_QCONV_BLOCK (4) output channels
-    (oh rows of a phase's width each), then the image's input planes as padded int16 copies
-    split by stride phase."""
+    (oh rows of a phase's width each, rounded up to 64), a staging row of outputs (the plane's
+    positions rounded up to 64), then the image's input planes as padded int16 copies split by
+    stride phase; or, larger, what its dot-product form takes (AVX-512 VNNI, which only
+    AVX-512 machines have): 4 rows of sums, the staging row, the image's packed windows, a
+    block's weights (K rounded up to 4) and two rows of padding."""
     x, w, y = ins[0], ins[1], outs[0]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
-    hq = ((y.shape[2] - 1) * sh + (w.shape[2] - 1) * dh + sh) // sh
-    wq = ((y.shape[3] - 1) * sw + (w.shape[3] - 1) * dw + sw) // sw
-    slack = (w.shape[3] - 1) * dw // sw + (w.shape[2] - 1) * dh // sh * wq
+    oh, ow = y.shape[2], y.shape[3]
+    hq = ((oh - 1) * sh + (w.shape[2] - 1) * dh + sh) // sh
+    wq = ((ow - 1) * sw + (w.shape[3] - 1) * dw + sw) // sw
+    slack = (w.shape[3] - 1) * dw // sw + (w.shape[2] - 1) * dh // sh * wq + 16
     ps = -(-(sh * sw * hq * wq + slack) // 16) * 16
-    return 4 * 4 * (-(-(y.shape[2] * wq) // 16) * 16) + 2 * x.shape[1] * ps
+    pn = -(-(oh * ow) // 64) * 64
+    planes = 4 * 4 * (-(-(oh * wq) // 64) * 64) + pn + 2 * x.shape[1] * ps
+    if isa != "avx512" or attrs["group"] != 1 or oh * ow < 32:
+        return planes
+    k4 = -(-(w.shape[1] * w.shape[2] * w.shape[3]) // 4)
+    rows = 2 * (-(-(ow * sw) // 64) * 64)
+    return max(planes, 4 * pn * 4 + pn + k4 * 4 * pn + 4 * k4 * 4 + rows)
 
 
 def _qconv_split(ins, outs, attrs):

@@ -39,6 +39,7 @@ from ..builder import (
 from ..errors import FlowcError, GraphError, ShapeError, UnsupportedError, printable
 from ..interpret import run
 from ..ops.shape import identity
+from . import qdq
 
 MAX_TENSOR_BYTES = 1 << 34  # 16 GiB: declared sizes above this are refused before allocating
 FOLD_LIMIT_BYTES = 64 << 20  # 64 MiB: the most the importer computes at import time for one node
@@ -431,7 +432,9 @@ class _Importer:
                 raise OnnxImportError(
                     f"{self.label}: --shape/--value name unknown input(s) {', '.join(sorted(unknown))}"
                 )
-            self._convert_nodes(g.node)
+            # a QDQ convolution as QLinearConv, as onnxruntime runs it (qdq.py)
+            known = {k: v for k, v in self.env.items() if isinstance(v, np.ndarray)}
+            self._convert_nodes(qdq.fuse(g.node, known, {vi.name for vi in g.output}))
             outs = []
             for vi in g.output:
                 if vi.name not in self.env:

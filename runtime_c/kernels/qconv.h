@@ -67,18 +67,18 @@ FC_INLINE long fc_qconv_acc(const fc_qconv_geom *g) { return (g->oh * fc_qconv_w
  * (no scalar remainder) into a staging row, then copied out. */
 FC_INLINE long fc_qconv_pn(const fc_qconv_geom *g) { return (g->oh * g->ow + 63) / 64 * 64; }
 
-/* The dot-product form (x86 AVX-512 VNNI): a dense convolution (one group) of at least
- * FC_QCONV_DOT_MIN outputs a plane runs as a product of the weights (M, K = C * KH * KW) and the
- * image's windows packed once per image as unsigned bytes, four consecutive k of one output
- * position together (x + 128 for int8: the sums are corrected by (x_zero + 128) times the
- * weights' sum), each instruction four products a lane into 16 output positions' int32 sums. */
+/* The dot-product form (x86 AVX-512 VNNI): a dense convolution (one group) runs as a product of
+ * the weights (M, K = C * KH * KW) and the image's windows packed once per image as unsigned
+ * bytes, four consecutive k of one output position together (x + 128 for int8: the sums are
+ * corrected by (x_zero + 128) times the weights' sum), each instruction four products a lane
+ * into 16 output positions' int32 sums: 4 channels x 64 positions a pass, or 16 channels x 16
+ * positions where a plane has at most 16 (fc_qconv_dot_mb). */
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #define FC_QCONV_DOT 1
 #else
 #define FC_QCONV_DOT 0
 #endif
-#define FC_QCONV_DOT_MIN 32
 
 #if FC_QCONV_DOT
 /* dst[4 * p + r] = s_r[p] + off (modulo 256) for the positions p of [0, n) of four byte streams,
@@ -105,9 +105,9 @@ FC_INLINE void fc_qconv_weave(uint8_t *dst, const void *s0, const void *s1, cons
 }
 #endif
 
-FC_INLINE int fc_qconv_dot(const fc_qconv_geom *g) {
-    return FC_QCONV_DOT && g->groups == 1 && g->oh * g->ow >= FC_QCONV_DOT_MIN;
-}
+FC_INLINE int fc_qconv_dot(const fc_qconv_geom *g) { return FC_QCONV_DOT && g->groups == 1; }
+/* the output channels of a pass of the dot-product form: 16 for planes of at most 16 positions */
+FC_INLINE long fc_qconv_dot_mb(const fc_qconv_geom *g) { return g->oh * g->ow <= 16 ? 16 : FC_QCONV_BLOCK; }
 /* groups of four k (the weights' K rounded up; the packed windows of 64 positions a block, four
  * vectors of 16 lanes), and the bytes of a row of padding the packing reads */
 FC_INLINE long fc_qconv_k4(const fc_qconv_geom *g) { return (g->c / g->groups * g->kh * g->kw + 3) / 4; }
@@ -120,7 +120,8 @@ FC_INLINE long fc_qconv_rl(const fc_qconv_geom *g) { return (g->ow * g->sw + 63)
 FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
     const long pn = fc_qconv_pn(g), k4 = fc_qconv_k4(g);
     const long planes = FC_QCONV_BLOCK * fc_qconv_acc(g) * 4 + pn + g->c * fc_qconv_ps(g) * 2;
-    const long dot = FC_QCONV_BLOCK * pn * 4 + pn + k4 * 4 * pn + FC_QCONV_BLOCK * k4 * 4 + 2 * fc_qconv_rl(g);
+    const long mb = fc_qconv_dot_mb(g);
+    const long dot = mb * pn * 4 + pn + k4 * 4 * pn + mb * k4 * 4 + 2 * fc_qconv_rl(g);
     return fc_qconv_dot(g) && dot > planes ? dot : planes;
 }
 

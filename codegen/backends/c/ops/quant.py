@@ -13,8 +13,9 @@ def _qconv_scratch(ins, outs, attrs, isa):
     (oh rows of a phase's width each, rounded up to 64), a staging row of outputs (the plane's
     positions rounded up to 64), then the image's input planes as padded int16 copies split by
     stride phase; or, larger, what its dot-product form takes (AVX-512 VNNI, which only
-    AVX-512 machines have): 4 rows of sums, the staging row, the image's packed windows, a
-    block's weights (K rounded up to 4) and two rows of padding."""
+    AVX-512 machines have): a pass's rows of sums (4 channels, or 16 for planes of at most 16
+    positions), the staging row, the image's packed windows, a pass's weights (K rounded up to
+    4) and two rows of padding."""
     x, w, y = ins[0], ins[1], outs[0]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
     oh, ow = y.shape[2], y.shape[3]
@@ -24,11 +25,12 @@ def _qconv_scratch(ins, outs, attrs, isa):
     ps = -(-(sh * sw * hq * wq + slack) // 16) * 16
     pn = -(-(oh * ow) // 64) * 64
     planes = 4 * 4 * (-(-(oh * wq) // 64) * 64) + pn + 2 * x.shape[1] * ps
-    if isa != "avx512" or attrs["group"] != 1 or oh * ow < 32:
+    if isa != "avx512" or attrs["group"] != 1:
         return planes
     k4 = -(-(w.shape[1] * w.shape[2] * w.shape[3]) // 4)
     rows = 2 * (-(-(ow * sw) // 64) * 64)
-    return max(planes, 4 * pn * 4 + pn + k4 * 4 * pn + 4 * k4 * 4 + rows)
+    mb = 16 if oh * ow <= 16 else 4  # channels of a pass: fc_qconv_dot_mb
+    return max(planes, mb * pn * 4 + pn + k4 * 4 * pn + mb * k4 * 4 + rows)
 
 
 def _qconv_split(ins, outs, attrs):

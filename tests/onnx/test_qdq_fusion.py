@@ -1,0 +1,136 @@
+"""QDQ convolutions fused into QLinearConv at import (graphdef/onnx/qdq.py): a two-convolution
+model quantized by onnxruntime in its default QDQ format runs on the integer kernel (``qconv``,
+int8 weights kept) and gives onnxruntime's results to one output step (onnxruntime fuses the
+average pool after them too, and requantizes in float32); the patterns QLinearConv would change
+(another bias scale, a float result read elsewhere) stay float and stay correct."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import graphdef as gd  # noqa: E402
+from codegen import pipeline  # noqa: E402
+
+
+def _float_model(path) -> None:
+    rng = np.random.default_rng(5)
+
+    def init(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2], pads=[0, 1, 1, 0]),
+        helper.make_node("AveragePool", ["c2"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    inits = [init("w1", 8, 3, 3, 3), init("b1", 8, scale=0.1), init("w2", 6, 8, 3, 3, scale=0.2),
+             init("b2", 6, scale=0.1)]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 3, 3])
+    graph = helper.make_graph(nodes, "cnn", [x], [y], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    """{activation type: the QDQ file} and inputs the calibration did not see."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    folder = tmp_path_factory.mktemp("qdq")
+    _float_model(folder / "float.onnx")
+    rng = np.random.default_rng(8)
+    samples = [rng.standard_normal((1, 3, 12, 12)).astype(np.float32) for _ in range(12)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": x} for x in samples[:8]])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    files = {}
+    for act in (QuantType.QInt8, QuantType.QUInt8):
+        files[act.name] = folder / f"cnn_{act.name}.onnx"
+        quantize_static(folder / "float.onnx", files[act.name], Reader(), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=act, weight_type=QuantType.QInt8)  # fmt: skip
+    return files, samples[8:]
+
+
+def _steps(graph) -> list[str]:
+    return [n.op for n in pipeline.run(graph, pipeline.Options(), until="plan").program.steps]
+
+
+def _check(path, graph, inputs, compile_graphs, name) -> None:
+    """Compiled against onnxruntime: at most one step of the output's quantization apart, on
+    under a tenth of the values."""
+    model_proto = onnx.load(path)
+    y = model_proto.graph.output[0].name
+    last = next(n for n in model_proto.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == y)
+    scale = next(t for t in model_proto.graph.initializer if t.name == last.input[1])
+    step = float(numpy_helper.to_array(scale).reshape(-1)[0])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (model,) = compile_graphs({name: graph}).values()
+    for x in inputs:
+        wants = session.run(None, {"x": x})
+        haves = list(model(x=x).values())
+        np.testing.assert_allclose(haves[0], wants[0], rtol=0, atol=step * 1.001)
+        assert np.mean(haves[0] != wants[0]) < 0.1
+        for have, want in zip(haves[1:], wants[1:]):  # a float output (a convolution's): its input
+            # may be a step apart at a value
+            np.testing.assert_allclose(have, want, rtol=0, atol=0.02 * float(np.abs(want).max()))
+
+
+@pytest.mark.c
+@pytest.mark.parametrize("act", ["QInt8", "QUInt8"])
+def test_qdq_convolutions_run_on_the_integer_kernel_as_onnxruntime_runs_them(act, quantized, compile_graphs):
+    files, inputs = quantized
+    graph = gd.load_onnx(files[act])
+    steps = _steps(graph)
+    assert steps.count("qconv") == 2 and "conv" not in steps, steps
+    _check(files[act], graph, inputs, compile_graphs, f"qdq_{act}")
+
+
+def _edited(path, tmp_path, edit) -> tuple:
+    model = onnx.load(path)
+    edit(model.graph)
+    out = tmp_path / "edited.onnx"
+    onnx.save(model, out)
+    return out, gd.load_onnx(out)
+
+
+@pytest.mark.c
+def test_a_bias_scale_other_than_x_scale_times_w_scale_stays_float(quantized, compile_graphs, tmp_path):
+    files, inputs = quantized
+
+    def scale_bias(g):
+        dq = next(n for n in g.node if n.op_type == "DequantizeLinear" and "b1" in n.input[0])
+        t = next(t for t in g.initializer if t.name == dq.input[1])
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.0001), t.name))
+
+    path, graph = _edited(files["QInt8"], tmp_path, scale_bias)
+    steps = _steps(graph)
+    assert steps.count("qconv") == 1, steps
+    _check(path, graph, inputs, compile_graphs, "qdq_bias")
+
+
+@pytest.mark.c
+def test_a_convolution_whose_float_result_is_an_output_stays_float(quantized, compile_graphs, tmp_path):
+    files, inputs = quantized
+
+    def expose(g):
+        conv = [n for n in g.node if n.op_type == "Conv"][1]
+        g.output.append(helper.make_tensor_value_info(conv.output[0], TensorProto.FLOAT, None))
+
+    path, graph = _edited(files["QInt8"], tmp_path, expose)
+    steps = _steps(graph)
+    assert steps.count("qconv") == 1, steps
+    _check(path, graph, inputs, compile_graphs, "qdq_exposed")

@@ -432,9 +432,11 @@ class _Importer:
                 raise OnnxImportError(
                     f"{self.label}: --shape/--value name unknown input(s) {', '.join(sorted(unknown))}"
                 )
-            # a QDQ convolution as QLinearConv, as onnxruntime runs it (qdq.py)
+            # QDQ convolutions and dense layers as QLinearConv, as onnxruntime runs them (qdq.py)
             known = {k: v for k, v in self.env.items() if isinstance(v, np.ndarray)}
-            self._convert_nodes(qdq.fuse(g.node, known, {vi.name for vi in g.output}))
+            nodes, made = qdq.fuse(g.node, known, {vi.name for vi in g.output})
+            self.env.update(made)
+            self._convert_nodes(nodes)
             outs = []
             for vi in g.output:
                 if vi.name not in self.env:

@@ -29,6 +29,7 @@ from ..builder import Tensor, constant
 from ..ops import elementwise as E
 from ..ops import math as M
 from ..ops import nn as N
+from ..ops import quant as Q
 from ..ops import shape as S
 from .importer import converter
 from .ops_basic import _pool_args
@@ -202,6 +203,9 @@ def _qgemm(node):
         raise node.unsupported(f"A {a.shape} and B {b.shape} must be matrices")
     if node.attr("transA", 0):
         a = S.transpose(a, (1, 0))
+    dense = _qgemm_kernel(node, a, b)
+    if dense is not None:
+        return dense
     b_zp = _zero_point(node, 5)
     if node.attr("transB", 0):  # the per-column parameters stay per column of the product
         b = S.transpose(b, (1, 0))
@@ -226,3 +230,36 @@ def _qgemm(node):
     if not node.has(8):
         raise node.unsupported("y_scale is given without y_zero_point")
     return _requantize(node, acc, E.div(scale, _scalar(y_scale)), 8)
+
+
+def _qgemm_kernel(node, a: Tensor, b: Tensor) -> Tensor | None:
+    """QGemm on the integer kernel (graphdef/ops/quant.py ``qconv`` on 1x1 planes: the int8
+    weights stored as they are, int32 sums), where it computes the same values: constant int8
+    B with zero points 0, constant scales, zero points and int32 bias, a quantized output of
+    A's type. The multiplier is alpha * a_scale * b_scale / y_scale in float32 as the float ops
+    compute it, the sum times it in double rounded half to even. None elsewhere."""
+    known = all(node.is_const(i) for i in (1, 2, 3, 4, 5, 6, 7, 8) if node.has(i))
+    if not known or not (node.has(7) and node.has(8)) or b.dtype != "int8":
+        return None
+    out = node.dtype(8)
+    b_zp = node.const(5) if node.has(5) else np.zeros(1, np.int8)
+    w = node.const(3)
+    w = w if node.attr("transB", 0) else w.T  # (M, K)
+    m = w.shape[0]
+    scales = [node.const(i).astype(np.float32).reshape(-1) for i in (1, 4, 7)]
+    x_zp = node.const(2).reshape(-1) if node.has(2) else np.zeros(1, np.int64)
+    y_zp = node.const(8).reshape(-1)
+    if out != a.dtype or np.any(b_zp) or x_zp.size != 1 or y_zp.size != 1 or scales[1].size not in (1, m):
+        return None
+    bias = node.const(6) if node.has(6) else None
+    if bias is not None and (bias.dtype != np.int32 or bias.shape != (m,)):
+        return None
+    with np.errstate(all="ignore"):  # as the float ops: inf or nan where they give them
+        multiplier = (scales[0][0] * scales[1]) * np.float32(node.attr("alpha", 1.0)) / scales[2][0]
+    lo, hi = (-128, 127) if out == "int8" else (0, 255)
+    y = Q.qconv(
+        S.reshape(a, (a.shape[0], a.shape[1], 1, 1)), constant(np.ascontiguousarray(w)[:, :, None, None]),
+        None if bias is None else constant(bias), scale=[float(v) for v in multiplier], x_zero=int(x_zp[0]),
+        y_zero=int(y_zp[0]), lo=lo, hi=hi,
+    )  # fmt: skip
+    return S.reshape(y, (a.shape[0], m))

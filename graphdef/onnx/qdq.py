@@ -1,17 +1,19 @@
-"""QDQ convolutions as QLinearConv, before conversion.
+"""QDQ convolutions and dense layers as QLinearConv, before conversion.
 
 onnxruntime's quantizer writes an int8 model in its default (QDQ) format as float operators
 between DequantizeLinear and QuantizeLinear pairs: ``DequantizeLinear(x_q) -> Conv(.,
-DequantizeLinear(w_q), DequantizeLinear(b_q)) -> QuantizeLinear -> y_q``. onnxruntime itself
-fuses that pattern into one integer QLinearConv; so does ``fuse``, on the ONNX nodes, so that
-the convolution runs on the integer kernel (ops_quant.py ``_qlinear_conv_kernel``: int8
-weights stored as they are, int8 activations between such convolutions) and computes what
-onnxruntime computes. A pattern is fused only where QLinearConv means the same: the scales
-and zero points constants of one value each for x and y (the weights' per output channel),
-the weights and bias constants, the bias an int32 dequantized with scale x_scale * w_scale
-and zero point 0, no attribute that changes the rounding (``saturate``, ``output_dtype``,
-``block_size``), the Conv's float output read by that QuantizeLinear alone and not a graph
-output. Everything else stays as it is (correct in float, as before).
+DequantizeLinear(w_q), DequantizeLinear(b_q)) -> QuantizeLinear -> y_q``, and the same around
+Gemm. onnxruntime itself fuses those patterns into integer operators; so does ``fuse``, on the
+ONNX nodes: a Conv becomes one QLinearConv, a Gemm a QLinearConv on 1x1 planes between two
+Reshapes (its weights, transposed where ``transB`` is 0, a new initializer), so that both run
+on the integer kernel (ops_quant.py ``_qlinear_conv_kernel``: int8 weights stored as they are,
+int8 activations between such layers) and compute what onnxruntime computes. A pattern is
+fused only where QLinearConv means the same: the scales and zero points constants of one
+value each for x and y (the weights' per output channel), the weights and bias constants, the
+bias an int32 dequantized with scale x_scale * w_scale and zero point 0, no attribute that
+changes the rounding (``saturate``, ``output_dtype``, ``block_size``), a Gemm with alpha and
+beta 1 and x not transposed, the float result read by that QuantizeLinear alone and not a
+graph output. Everything else stays as it is (correct in float, as before).
 """
 
 from __future__ import annotations
@@ -24,43 +26,57 @@ from onnx import helper
 _PLAIN_DQ = {"axis"}  # the attributes a DequantizeLinear / QuantizeLinear fused here may carry
 
 
-def fuse(nodes, known: dict, outputs: set[str]) -> list:
-    """``nodes`` (an ONNX graph's, in order) with each fusable QDQ convolution (see the module)
-    one QLinearConv node in place of its Conv and QuantizeLinear (named as the Conv); the
-    DequantizeLinear nodes nothing else reads are dropped. ``known``: the initializers' values
-    by name; ``outputs``: the graph's output names."""
+def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict]:
+    """``nodes`` (an ONNX graph's, in order) with each fusable QDQ Conv and Gemm (see the
+    module) replaced by its integer nodes (named as the Conv or Gemm) in place of it and its
+    QuantizeLinear; the DequantizeLinear nodes nothing else reads are dropped. ``known``: the
+    initializers' values by name; ``outputs``: the graph's output names. Returns the nodes and
+    the new initializers (name -> array: a Gemm's weights and shapes)."""
     producer = {o: n for n in nodes for o in n.output if o}
     reader = {i: n for n in nodes for i in n.input if i}  # a reader of each name (the last)
     readers = Counter(i for n in nodes for i in n.input if i)
     readers.update(outputs)
-    replace, drop = {}, set()
+    taken = set(producer) | set(readers) | set(known)
+    replace, drop, new = {}, set(), {}
     for n in nodes:
-        if n.op_type != "Conv" or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+        if n.op_type not in ("Conv", "Gemm") or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
             continue
-        fused = _fused(n, producer, reader, readers, known, outputs)
+        found = _pattern(n, producer, reader, readers, known, outputs)
+        if found is None:
+            continue
+        q, inputs, dqs = found
+        w_axis = _axis(dqs[1]) if known[inputs[4]].size != 1 else None  # per channel: along which
+        if n.op_type == "Conv":
+            fused = [_qlinear_conv(n.name, inputs, q.output[0], _attrs(n))] if w_axis in (None, 0) else None
+        else:
+            fused = _gemm(n, q, inputs, w_axis, known, taken, new)
         if fused is None:
             continue
-        q, node, dqs = fused
-        replace[id(q)] = node
+        replace[id(q)] = fused
         drop.add(id(n))
-        for dq in dqs:  # read by this Conv alone: no longer needed
+        for dq in dqs:  # read by this node alone: no longer needed
             if readers[dq.output[0]] == 1:
                 drop.add(id(dq))
     if not replace:
-        return list(nodes)
-    return [replace.get(id(n), n) for n in nodes if id(n) not in drop]
+        return list(nodes), {}
+    out = []
+    for n in nodes:
+        if id(n) not in drop:
+            out += replace.get(id(n), [n])
+    return out, new
 
 
-def _fused(conv, producer, reader, readers, known, outputs):
-    """(the QuantizeLinear, the QLinearConv replacing both, the DequantizeLinear nodes it read)
-    for a fusable pattern, else None."""
-    y = conv.output[0]
+def _pattern(node, producer, reader, readers, known, outputs):
+    """(the QuantizeLinear, QLinearConv's inputs [x_q, x_scale, x_zero, w_q, w_scale, w_zero,
+    y_scale, y_zero, bias_q or ''], the DequantizeLinear nodes read) for a fusable pattern around
+    ``node`` (its x, w and bias its first three inputs), else None."""
+    y = node.output[0]
     if y in outputs or readers[y] != 1:
         return None
     q = reader.get(y)
     if q is None or q.op_type != "QuantizeLinear" or list(q.input[:1]) != [y] or not _plain(q):
         return None
-    ins = list(conv.input) + [""] * (3 - len(conv.input))
+    ins = list(node.input) + [""] * (3 - len(node.input))
     dq = [producer.get(name) if name else None for name in ins]
     if any(d is None or d.op_type != "DequantizeLinear" or not _plain(d) for d in dq[:2]):
         return None
@@ -76,12 +92,10 @@ def _fused(conv, producer, reader, readers, known, outputs):
         return None
     if any(name and known[name].size != 1 for name in (x_zero, y_zero)):
         return None
-    if known[w_scale].size != 1 and _axis(dq[1]) != 0:  # per channel: along the output channels
-        return None
     bias = ""
     if ins[2]:
         b_q, b_scale, b_zero = _operands(dq[2])
-        if b_q not in known or b_scale not in known or known[b_q].dtype != np.int32:
+        if b_q not in known or b_scale not in known or known[b_q].dtype != np.int32 or known[b_q].ndim != 1:
             return None
         if b_zero and (b_zero not in known or np.any(known[b_zero])):
             return None
@@ -92,19 +106,57 @@ def _fused(conv, producer, reader, readers, known, outputs):
         if not np.array_equal(np.broadcast_to(want, m), np.broadcast_to(known[b_scale].reshape(-1), m)):
             return None  # another bias scale: QLinearConv's is x_scale * w_scale
         bias = b_q
-    attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
-    node = helper.make_node(
-        "QLinearConv",
-        [x_q, x_scale, x_zero, w_q, w_scale, w_zero, y_scale, y_zero] + ([bias] if bias else []),
-        [q.output[0]],
-        name=conv.name,
-        **attrs,
-    )
-    return q, node, [d for d in dq if d is not None]
+    inputs = [x_q, x_scale, x_zero, w_q, w_scale, w_zero, y_scale, y_zero, bias]
+    return q, inputs, [d for d in dq if d is not None]
+
+
+def _gemm(gemm, q, inputs, w_axis, known, taken, new) -> list | None:
+    """A Gemm's nodes: x (N, K) reshaped to (N, K, 1, 1), QLinearConv with the weights as (M, K,
+    1, 1), the result reshaped to (N, M)."""
+    a = _attrs(gemm)
+    if a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0 or a.get("transA", 0):
+        return None
+    w = known[inputs[3]]
+    if w.ndim != 2 or w.dtype != np.int8:
+        return None
+    by_row = a.get("transB", 0)  # (M, K); else (K, M), its scales along axis 1
+    if w_axis not in (None, 0 if by_row else 1):  # per channel: along the output channels
+        return None
+    if inputs[5] and known[inputs[5]].size != 1 and known[inputs[5]].size != known[inputs[4]].size:
+        return None
+    y = q.output[0]
+    names = [_fresh(f"{y}_flowc_{what}", taken) for what in ("x4", "w4", "y4", "shape4", "shape2")]
+    x4, w4, y4, shape4, shape2 = names
+    new[w4] = np.ascontiguousarray(w if by_row else w.T)[:, :, None, None]
+    new[shape4] = np.array([0, -1, 1, 1], np.int64)
+    new[shape2] = np.array([0, -1], np.int64)
+    conv_inputs = [x4, *inputs[1:3], w4, *inputs[4:]]
+    return [
+        helper.make_node("Reshape", [inputs[0], shape4], [x4], name=f"{gemm.name}_x"),
+        _qlinear_conv(gemm.name, conv_inputs, y4, {}),
+        helper.make_node("Reshape", [y4, shape2], [y], name=f"{gemm.name}_y"),
+    ]
+
+
+def _qlinear_conv(name: str, inputs: list, out: str, attrs: dict):
+    return helper.make_node("QLinearConv", inputs if inputs[8] else inputs[:8], [out], name=name, **attrs)
+
+
+def _fresh(name: str, taken: set) -> str:
+    k, out = 1, name
+    while out in taken:
+        k += 1
+        out = f"{name}_{k}"
+    taken.add(out)
+    return out
+
+
+def _attrs(node) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _axis(node) -> int:
-    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 1)
+    return _attrs(node).get("axis", 1)
 
 
 def _plain(node) -> bool:

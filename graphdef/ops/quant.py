@@ -175,6 +175,8 @@ defop(
         _example(_x((1, 20, 9, 9), "uint8"), _w((7, 20, 1, 1)), 7, 4, x_zero=255, y_zero=3, lo=0, hi=255),
         # 3x3 stride 2, padded, int8 zero point at the bottom, K = 45 (not a multiple of 4), 2 images
         _example(_x((2, 5, 12, 13)), _w((9, 5, 3, 3)), 9, 5, strides=(2, 2), pads=(1, 1, 0, 1), x_zero=-128),
+        # one output position whose window reads padding, K = 270 (a dense layer's dot products)
+        _example(_x((2, 30, 3, 3)), _w((10, 30, 3, 3)), 10, 6, strides=(2, 1), pads=(1, 0, 0, 0), x_zero=5),
         # float multipliers, dilated, 64 positions
         Example(
             (_x((1, 3, 10, 12)), _w((5, 3, 2, 3)), Sample((5,), "int32", -5000, 5000)),

@@ -105,6 +105,9 @@ FC_INLINE void fc_qconv_weave(uint8_t *dst, const void *s0, const void *s1, cons
 }
 #endif
 
+/* A dense convolution of one output position (a dense layer on 1x1 planes, or a window over the
+ * whole input): one dot product per output over the window, on every target. */
+FC_INLINE int fc_qconv_dense(const fc_qconv_geom *g) { return g->groups == 1 && g->oh * g->ow == 1; }
 FC_INLINE int fc_qconv_dot(const fc_qconv_geom *g) { return FC_QCONV_DOT && g->groups == 1; }
 /* the output channels of a pass of the dot-product form: 16 for planes of at most 16 positions */
 FC_INLINE long fc_qconv_dot_mb(const fc_qconv_geom *g) { return g->oh * g->ow <= 16 ? 16 : FC_QCONV_BLOCK; }
@@ -116,12 +119,14 @@ FC_INLINE long fc_qconv_rl(const fc_qconv_geom *g) { return (g->ow * g->sw + 63)
 /* Bytes of scratch of one call: the sums of FC_QCONV_BLOCK output channels, a staging row of
  * outputs, then the image's padded planes; in the dot-product form the sums, the staging row,
  * the image's packed windows, a block's weights and two rows (x_zero, and the value packed as
- * 0), whichever is larger. */
+ * 0), whichever is larger; for a dense layer (fc_qconv_dense) the window alone. */
 FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
     const long pn = fc_qconv_pn(g), k4 = fc_qconv_k4(g);
     const long planes = FC_QCONV_BLOCK * fc_qconv_acc(g) * 4 + pn + g->c * fc_qconv_ps(g) * 2;
     const long mb = fc_qconv_dot_mb(g);
     const long dot = mb * pn * 4 + pn + k4 * 4 * pn + mb * k4 * 4 + 2 * fc_qconv_rl(g);
+    if (fc_qconv_dense(g))
+        return k4 * 4 * 2; /* the window, as int16 (as bytes on AVX-512 VNNI) */
     return fc_qconv_dot(g) && dot > planes ? dot : planes;
 }
 

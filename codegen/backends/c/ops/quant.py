@@ -15,7 +15,7 @@ def _qconv_scratch(ins, outs, attrs, isa):
     stride phase; or, larger, what its dot-product form takes (AVX-512 VNNI, which only
     AVX-512 machines have): a pass's rows of sums (4 channels, or 16 for planes of at most 16
     positions), the staging row, the image's packed windows, a pass's weights (K rounded up to
-    4) and two rows of padding."""
+    4) and two rows of padding; for a dense layer (one output position) the window alone."""
     x, w, y = ins[0], ins[1], outs[0]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
     oh, ow = y.shape[2], y.shape[3]
@@ -25,9 +25,11 @@ def _qconv_scratch(ins, outs, attrs, isa):
     ps = -(-(sh * sw * hq * wq + slack) // 16) * 16
     pn = -(-(oh * ow) // 64) * 64
     planes = 4 * 4 * (-(-(oh * wq) // 64) * 64) + pn + 2 * x.shape[1] * ps
+    k4 = -(-(w.shape[1] * w.shape[2] * w.shape[3]) // 4)
+    if attrs["group"] == 1 and oh * ow == 1:  # a dense layer (fc_qconv_dense): the window as int16
+        return k4 * 4 * 2
     if isa != "avx512" or attrs["group"] != 1:
         return planes
-    k4 = -(-(w.shape[1] * w.shape[2] * w.shape[3]) // 4)
     rows = 2 * (-(-(ow * sw) // 64) * 64)
     mb = 16 if oh * ow <= 16 else 4  # channels of a pass: fc_qconv_dot_mb
     return max(planes, mb * pn * 4 + pn + k4 * 4 * pn + mb * k4 * 4 + rows)

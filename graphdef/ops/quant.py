@@ -177,6 +177,9 @@ defop(
         _example(_x((2, 5, 12, 13)), _w((9, 5, 3, 3)), 9, 5, strides=(2, 2), pads=(1, 1, 0, 1), x_zero=-128),
         # one output position whose window reads padding, K = 270 (a dense layer's dot products)
         _example(_x((2, 30, 3, 3)), _w((10, 30, 3, 3)), 10, 6, strides=(2, 1), pads=(1, 0, 0, 0), x_zero=5),
+        # 552 positions: the dot-product form's rows 11 at a time (the last 2), uint8
+        _example(_x((1, 4, 24, 23), "uint8"), _w((6, 4, 3, 3)), 6, 7, pads=(1, 1, 1, 1), x_zero=17, lo=0,
+                 hi=255),
         # float multipliers, dilated, 64 positions
         Example(
             (_x((1, 3, 10, 12)), _w((5, 3, 2, 3)), Sample((5,), "int32", -5000, 5000)),

@@ -4,12 +4,14 @@
  * graphdef/ops/quant.py for the op and its numpy reference.
  *
  * Layout: x (N, C, H, W) and y (N, M, OH, OW) channels-first, w (M, C/groups, KH, KW). Each
- * (image, output channel) plane is one unit of work. Per image, x - x_zero is copied once into
- * int16 planes, padded with zeros and split by stride phase, so that every tap of the kernel
- * adds one dense run of them, times its weight, into the int32 sums of its output channel (four
- * output channels a pass, sharing the reads): loops the compiler vectorizes. No float
- * arithmetic with the fixed-point multipliers: a microcontroller build links no float routine
- * for it (``scale``, ONNX's float multipliers, rounds in double).
+ * (image, output channel) plane is one unit of work. Three forms: a dense layer (one output
+ * position) is a dot product per output (fc_qconv_dense); a dense convolution on AVX-512 VNNI
+ * the dot-product form (fc_qconv_dot); anything else the plane form: per image and group,
+ * x - x_zero is copied once into int16 planes, padded with zeros and split by stride phase, so
+ * that every tap of the kernel adds one dense run of them, times its weight, into the int32
+ * sums of its output channel (four output channels a pass, sharing the reads): loops the
+ * compiler vectorizes. No float arithmetic with the fixed-point multipliers: a microcontroller
+ * build links no float routine for it (``scale``, ONNX's float multipliers, rounds in double).
  */
 #ifndef FLOWC_KERNELS_QCONV_H
 #define FLOWC_KERNELS_QCONV_H
@@ -81,6 +83,13 @@ FC_INLINE long fc_qconv_pn(const fc_qconv_geom *g) { return (g->oh * g->ow + 63)
 #endif
 
 #if FC_QCONV_DOT
+/* The four bytes at p (any alignment) in every 32-bit lane. */
+FC_INLINE __m512i fc_qconv_word(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
 /* dst[4 * p + r] = s_r[p] + off (modulo 256) for the positions p of [0, n) of four byte streams,
  * 16 a pass: the loads and the last store masked to the positions there are. */
 FC_INLINE void fc_qconv_weave(uint8_t *dst, const void *s0, const void *s1, const void *s2, const void *s3, long n,
@@ -111,20 +120,27 @@ FC_INLINE int fc_qconv_dense(const fc_qconv_geom *g) { return g->groups == 1 && 
 FC_INLINE int fc_qconv_dot(const fc_qconv_geom *g) { return FC_QCONV_DOT && g->groups == 1; }
 /* the output channels of a pass of the dot-product form: 16 for planes of at most 16 positions */
 FC_INLINE long fc_qconv_dot_mb(const fc_qconv_geom *g) { return g->oh * g->ow <= 16 ? 16 : FC_QCONV_BLOCK; }
+/* The output rows the dot-product form packs and computes at once (a plane of at most 256
+ * positions, else rows of about 256), and their positions rounded up to 64. */
+FC_INLINE long fc_qconv_dot_rows(const fc_qconv_geom *g) {
+    const long r = 256 / g->ow < 1 ? 1 : 256 / g->ow;
+    return g->oh * g->ow <= 256 || r > g->oh ? g->oh : r;
+}
+FC_INLINE long fc_qconv_cpn(const fc_qconv_geom *g) { return (fc_qconv_dot_rows(g) * g->ow + 63) / 64 * 64; }
 /* groups of four k (the weights' K rounded up; the packed windows of 64 positions a block, four
  * vectors of 16 lanes), and the bytes of a row of padding the packing reads */
 FC_INLINE long fc_qconv_k4(const fc_qconv_geom *g) { return (g->c / g->groups * g->kh * g->kw + 3) / 4; }
 FC_INLINE long fc_qconv_rl(const fc_qconv_geom *g) { return (g->ow * g->sw + 63) / 64 * 64; }
 
 /* Bytes of scratch of one call: the sums of FC_QCONV_BLOCK output channels, a staging row of
- * outputs, then the image's padded planes; in the dot-product form the sums, the staging row,
- * the image's packed windows, a block's weights and two rows (x_zero, and the value packed as
- * 0), whichever is larger; for a dense layer (fc_qconv_dense) the window alone. */
+ * outputs, then the padded planes of a group's input channels (all of them for one group); in the dot-product form the sums, the staging row,
+ * the image's packed windows, a block's weights, each channel's first sum and two rows (x_zero,
+ * and the value packed as 0), whichever is larger; for a dense layer (fc_qconv_dense) the window alone. */
 FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
     const long pn = fc_qconv_pn(g), k4 = fc_qconv_k4(g);
-    const long planes = FC_QCONV_BLOCK * fc_qconv_acc(g) * 4 + pn + g->c * fc_qconv_ps(g) * 2;
-    const long mb = fc_qconv_dot_mb(g);
-    const long dot = mb * pn * 4 + pn + k4 * 4 * pn + mb * k4 * 4 + 2 * fc_qconv_rl(g);
+    const long planes = FC_QCONV_BLOCK * fc_qconv_acc(g) * 4 + pn + g->c / g->groups * fc_qconv_ps(g) * 2;
+    const long mb = fc_qconv_dot_mb(g), cpn = fc_qconv_cpn(g);
+    const long dot = mb * cpn * 4 + cpn + k4 * 4 * cpn + mb * k4 * 4 + g->m * 4 + 2 * fc_qconv_rl(g);
     if (fc_qconv_dense(g))
         return k4 * 4 * 2; /* the window, as int16 (as bytes on AVX-512 VNNI) */
     return fc_qconv_dot(g) && dot > planes ? dot : planes;

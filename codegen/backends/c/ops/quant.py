@@ -11,11 +11,12 @@ from ..op_table import Call, kernel
 def _qconv_scratch(ins, outs, attrs, isa):
     """kernels/qconv.h's fc_qconv_scratch: the int32 sums of FC_QCONV_BLOCK (4) output channels
     (oh rows of a phase's width each, rounded up to 64), a staging row of outputs (the plane's
-    positions rounded up to 64), then the image's input planes as padded int16 copies split by
+    positions rounded up to 64), then a group's input planes as padded int16 copies split by
     stride phase; or, larger, what its dot-product form takes (AVX-512 VNNI, which only
-    AVX-512 machines have): a pass's rows of sums (4 channels, or 16 for planes of at most 16
-    positions), the staging row, the image's packed windows, a pass's weights (K rounded up to
-    4) and two rows of padding; for a dense layer (one output position) the window alone."""
+    AVX-512 machines have): for the output rows it computes at once (about 256 positions), a
+    pass's rows of sums (4 channels, or 16 for planes of at most 16 positions), a staging row,
+    their packed windows, a pass's weights (K rounded up to 4), each channel's first sum and two
+    rows of padding; for a dense layer (one output position) the window alone."""
     x, w, y = ins[0], ins[1], outs[0]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
     oh, ow = y.shape[2], y.shape[3]
@@ -24,7 +25,7 @@ def _qconv_scratch(ins, outs, attrs, isa):
     slack = (w.shape[3] - 1) * dw // sw + (w.shape[2] - 1) * dh // sh * wq + 16
     ps = -(-(sh * sw * hq * wq + slack) // 16) * 16
     pn = -(-(oh * ow) // 64) * 64
-    planes = 4 * 4 * (-(-(oh * wq) // 64) * 64) + pn + 2 * x.shape[1] * ps
+    planes = 4 * 4 * (-(-(oh * wq) // 64) * 64) + pn + 2 * (x.shape[1] // attrs["group"]) * ps
     k4 = -(-(w.shape[1] * w.shape[2] * w.shape[3]) // 4)
     if attrs["group"] == 1 and oh * ow == 1:  # a dense layer (fc_qconv_dense): the window as int16
         return k4 * 4 * 2
@@ -32,7 +33,9 @@ def _qconv_scratch(ins, outs, attrs, isa):
         return planes
     rows = 2 * (-(-(ow * sw) // 64) * 64)
     mb = 16 if oh * ow <= 16 else 4  # channels of a pass: fc_qconv_dot_mb
-    return max(planes, mb * pn * 4 + pn + k4 * 4 * pn + mb * k4 * 4 + rows)
+    r = max(1, 256 // ow)  # the rows computed at once (fc_qconv_dot_rows), their positions (cpn)
+    cpn = -(-((oh if oh * ow <= 256 or r > oh else r) * ow) // 64) * 64
+    return max(planes, mb * cpn * 4 + cpn + k4 * 4 * cpn + mb * k4 * 4 + 4 * w.shape[0] + rows)
 
 
 def _qconv_split(ins, outs, attrs):

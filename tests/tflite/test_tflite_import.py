@@ -11,6 +11,7 @@ builds a binary that agrees with LiteRT, and refusals are one line.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zlib
@@ -25,6 +26,7 @@ pytest.importorskip("ai_edge_litert")
 import tflite  # noqa: E402
 from tflite_files import Model, litert  # noqa: E402
 
+import codegen  # noqa: E402
 import graphdef as gd  # noqa: E402
 
 SAME, VALID = tflite.Padding.SAME, tflite.Padding.VALID
@@ -394,14 +396,18 @@ def ds_cnn() -> Case:
     return Case("ds_cnn", m.write(), [w("mfcc", 1, 49, 10, 1, scale=3.0)])
 
 
-def ds_cnn_int8() -> Case:
+def ds_cnn_int8(float_io: bool = True) -> Case:
     """The keyword spotter quantized as TFLite's converter writes it: a float input quantized to
     int8, int8 convolutions with per-channel filters and int32 biases, an int8 average pool,
-    fully connected layer and softmax, dequantized to float."""
+    fully connected layer and softmax, dequantized to float; without ``float_io``, int8 in and
+    out (the converter's inference_input_type / inference_output_type int8)."""
     m, c, sx = Model(), 16, 0.08
-    x = m.input("input", (1, 49, 10, 1))
-    q = m.tensor("q", (1, 49, 10, 1), "int8", quant=([sx], [-1], 0))
-    m.op("QUANTIZE", [x], [q])
+    if float_io:
+        x = m.input("input", (1, 49, 10, 1))
+        q = m.tensor("q", (1, 49, 10, 1), "int8", quant=([sx], [-1], 0))
+        m.op("QUANTIZE", [x], [q])
+    else:
+        q = m.input("input", (1, 49, 10, 1), "int8", quant=([sx], [-1], 0))
     h, s_in = q, sx
 
     def conv(name, h, s_in, w_shape, out_shape, depthwise, stride, padding):
@@ -435,13 +441,16 @@ def ds_cnn_int8() -> Case:
     m.op("FULLY_CONNECTED", [p, fw, fb], [fq], "FullyConnectedOptions", FusedActivationFunction=ACT.NONE)
     yq = m.tensor("probabilities_q", (1, 12), "int8", quant=([1 / 256], [-128], 0))
     m.op("SOFTMAX", [fq], [yq], "SoftmaxOptions", Beta=1.0)
+    if not float_io:
+        m.outputs = [fq, yq]
+        return Case("ds_cnn_int8_io", m.write(), [qi("mfcc8", 1, 49, 10, 1)])
     y = m.tensor("probabilities", (1, 12))
     m.op("DEQUANTIZE", [yq], [y])
     m.outputs = [fq, y]
     return Case("ds_cnn_int8", m.write(), [w("mfcc8", 1, 49, 10, 1, scale=3.0)])
 
 
-ALL = CASES + [ds_cnn(), ds_cnn_int8()]
+ALL = CASES + [ds_cnn(), ds_cnn_int8(), ds_cnn_int8(float_io=False)]
 
 
 @pytest.fixture(scope="module")
@@ -527,6 +536,34 @@ def test_int8_convolutions_and_dense_layers_run_on_the_integer_kernel(imported):
 def flowc(*args, cwd):
     cmd = [sys.executable, "-m", "codegen.cli", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+
+
+# the integer routines a Cortex-M4 library of an int8 model may import (64-bit division, shifts
+# and products): no float or double routine, no libm function
+INTEGER_ROUTINES = {"memcpy", "memset", "__aeabi_ldivmod", "__aeabi_uldivmod", "__aeabi_idiv",
+                    "__aeabi_uidiv", "__aeabi_idivmod", "__aeabi_uidivmod", "__aeabi_llsl", "__aeabi_llsr",
+                    "__aeabi_lasr", "__aeabi_lmul"}  # fmt: skip
+
+
+@pytest.mark.cross
+def test_an_int8_model_runs_on_a_cortex_m4_without_float_routines(tmp_path, imported):
+    """The int8 keyword spotter with int8 input and output (no QUANTIZE / DEQUANTIZE), built
+    for a Cortex-M4: its library imports integer routines only (the float-I/O model links the
+    float quantization's), and on the emulated board it gives LiteRT's outputs exactly."""
+    import shutil
+
+    from codegen.backends.c import mcu
+    from codegen.target import Target
+
+    target = Target("cortex-m4")
+    if not shutil.which(target.compiler) or not shutil.which(target.spec.qemu):
+        pytest.skip(f"{target.compiler} or {target.spec.qemu} missing")
+    _, graph, want = imported["ds_cnn_int8_io"]
+    folder = codegen.export(graph, tmp_path / "m4", name="kws", arch="cortex-m4")
+    fp = json.loads((folder / "metadata.json").read_text())["footprint"]
+    assert set(fp["imports"]) <= INTEGER_ROUTINES, set(fp["imports"]) - INTEGER_ROUTINES
+    run = mcu.run_firmware(folder, _feeds(graph, ds_cnn_int8(float_io=False)))
+    assert_like_litert(list(run["outputs"].values()), want, "ds_cnn_int8_io on the board")
 
 
 @pytest.mark.c

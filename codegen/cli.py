@@ -259,6 +259,8 @@ def cmd_inspect(args) -> int:
     print("ops: " + ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())))
     missing = unsupported_ops(c.lowered, options.backend)
     print("unsupported ops: " + (", ".join(missing) if missing else "none"))
+    for note in getattr(graph, "notes", ()):  # what the importer left as it was (graphdef/onnx/qdq.py)
+        print(f"left in float: {note}")
     print("stages: " + " -> ".join(f"{name} ({len(g.nodes)})" for name, g in c.graphs()))
     lowered = c.lowered
     lv = schedule.levels(lowered)

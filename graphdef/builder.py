@@ -29,13 +29,15 @@ class Graph(ir.Graph):
     ever appended (``add``), by the builder functions or by a pass assembling a new graph.
 
     ``reserved``: names that automatic node names avoid (a pass rebuilding a graph reserves the
-    old graph's names, so kept nodes keep theirs).
+    old graph's names, so kept nodes keep theirs). ``notes``: lines an importer has to say about
+    the model (``flowc inspect`` prints them: the QDQ patterns left in float, and why).
     """
 
     def __init__(self, name="graph", nodes=(), outputs=(), constants=None, variables=None, reserved=()):
         super().__init__(name, nodes, outputs, constants, variables)
         self._names_used: dict[str, int] = {}
         self.reserved: set[str] = set(reserved)
+        self.notes: list[str] = []
 
     def add(self, node: Node, constant=None, variable=None) -> None:
         """Append ``node`` (its inputs must already be in the graph), with the array of a

@@ -434,7 +434,7 @@ class _Importer:
                 )
             # QDQ convolutions and dense layers as QLinearConv, as onnxruntime runs them (qdq.py)
             known = {k: v for k, v in self.env.items() if isinstance(v, np.ndarray)}
-            nodes, made = qdq.fuse(g.node, known, {vi.name for vi in g.output})
+            nodes, made, self.qdq_notes = qdq.fuse(g.node, known, {vi.name for vi in g.output})
             self.env.update(made)
             self._convert_nodes(nodes)
             outs = []
@@ -451,6 +451,7 @@ class _Importer:
                 else:
                     outs.append(v)
             graph.set_outputs(*outs)
+        graph.notes = list(self.qdq_notes)
         return graph
 
     def _trainable(self, g) -> list[str]:

@@ -13,7 +13,8 @@ value each for x and y (the weights' per output channel), the weights and bias c
 bias an int32 dequantized with scale x_scale * w_scale and zero point 0, no attribute that
 changes the rounding (``saturate``, ``output_dtype``, ``block_size``), a Gemm with alpha and
 beta 1 and x not transposed, the float result read by that QuantizeLinear alone and not a
-graph output. Everything else stays as it is (correct in float, as before).
+graph output. Everything else stays as it is (correct in float, as before), and ``flowc
+inspect`` says which Conv and Gemm between DequantizeLinear nodes stayed float, and why.
 """
 
 from __future__ import annotations
@@ -23,34 +24,44 @@ from collections import Counter
 import numpy as np
 from onnx import helper
 
+from ..errors import printable
+
 _PLAIN_DQ = {"axis"}  # the attributes a DequantizeLinear / QuantizeLinear fused here may carry
 
 
-def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict]:
+def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict, list[str]]:
     """``nodes`` (an ONNX graph's, in order) with each fusable QDQ Conv and Gemm (see the
     module) replaced by its integer nodes (named as the Conv or Gemm) in place of it and its
     QuantizeLinear; the DequantizeLinear nodes nothing else reads are dropped. ``known``: the
-    initializers' values by name; ``outputs``: the graph's output names. Returns the nodes and
-    the new initializers (name -> array: a Gemm's weights and shapes)."""
+    initializers' values by name; ``outputs``: the graph's output names. Returns the nodes, the
+    new initializers (name -> array: a Gemm's weights and shapes) and a line for each Conv or
+    Gemm between DequantizeLinear nodes that stays float, saying why ("Conv 'c1': ...")."""
     producer = {o: n for n in nodes for o in n.output if o}
     reader = {i: n for n in nodes for i in n.input if i}  # a reader of each name (the last)
     readers = Counter(i for n in nodes for i in n.input if i)
     readers.update(outputs)
     taken = set(producer) | set(readers) | set(known)
-    replace, drop, new = {}, set(), {}
+    replace, drop, new, notes = {}, set(), {}, []
     for n in nodes:
         if n.op_type not in ("Conv", "Gemm") or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
             continue
         found = _pattern(n, producer, reader, readers, known, outputs)
-        if found is None:
+        if isinstance(found, str):
+            if any(
+                producer.get(i) is not None and producer[i].op_type == "DequantizeLinear" for i in n.input[:2]
+            ):
+                notes.append(f"{n.op_type} {_label(n)}: {found}")
             continue
         q, inputs, dqs = found
         w_axis = _axis(dqs[1]) if known[inputs[4]].size != 1 else None  # per channel: along which
         if n.op_type == "Conv":
             fused = [_qlinear_conv(n.name, inputs, q.output[0], _attrs(n))] if w_axis in (None, 0) else None
+            why = "its weights' scales are not along the output channels (axis 0)"
         else:
             fused = _gemm(n, q, inputs, w_axis, known, taken, new)
+            why = "alpha or beta is not 1, A is transposed, or its weights are not int8 scaled per column"
         if fused is None:
+            notes.append(f"{n.op_type} {_label(n)}: {why}")
             continue
         replace[id(q)] = fused
         drop.add(id(n))
@@ -58,53 +69,59 @@ def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict]:
             if readers[dq.output[0]] == 1:
                 drop.add(id(dq))
     if not replace:
-        return list(nodes), {}
+        return list(nodes), {}, notes
     out = []
     for n in nodes:
         if id(n) not in drop:
             out += replace.get(id(n), [n])
-    return out, new
+    return out, new, notes
 
 
 def _pattern(node, producer, reader, readers, known, outputs):
     """(the QuantizeLinear, QLinearConv's inputs [x_q, x_scale, x_zero, w_q, w_scale, w_zero,
     y_scale, y_zero, bias_q or ''], the DequantizeLinear nodes read) for a fusable pattern around
-    ``node`` (its x, w and bias its first three inputs), else None."""
+    ``node`` (its x, w and bias its first three inputs), else why not."""
     y = node.output[0]
-    if y in outputs or readers[y] != 1:
-        return None
+    if y in outputs:
+        return "its float result is a graph output"
+    if readers[y] != 1:
+        return "its float result is read by more than one node"
     q = reader.get(y)
-    if q is None or q.op_type != "QuantizeLinear" or list(q.input[:1]) != [y] or not _plain(q):
-        return None
+    if q is None or q.op_type != "QuantizeLinear" or list(q.input[:1]) != [y]:
+        return f"its result goes to {q.op_type if q is not None else 'nothing'}, not to a QuantizeLinear"
     ins = list(node.input) + [""] * (3 - len(node.input))
     dq = [producer.get(name) if name else None for name in ins]
-    if any(d is None or d.op_type != "DequantizeLinear" or not _plain(d) for d in dq[:2]):
-        return None
-    if ins[2] and (dq[2] is None or dq[2].op_type != "DequantizeLinear" or not _plain(dq[2])):
-        return None
+    if any(d is None or d.op_type != "DequantizeLinear" for d in dq[:2]) or (
+        ins[2] and (dq[2] is None or dq[2].op_type != "DequantizeLinear")
+    ):
+        return "an input (x, weights or bias) is not read through a DequantizeLinear"
+    if not all(_plain(d) for d in [q, *dq] if d is not None):
+        return "a QuantizeLinear or DequantizeLinear has an attribute that changes its rounding"
     x_q, x_scale, x_zero = _operands(dq[0])
     w_q, w_scale, w_zero = _operands(dq[1])
     _, y_scale, y_zero = _operands(q)
     consts = [x_scale, x_zero, w_q, w_scale, w_zero, y_scale, y_zero]
     if any(name and name not in known for name in consts) or not (x_scale and w_scale and y_scale):
-        return None
-    if any(known[name].size != 1 for name in (x_scale, y_scale)):
-        return None
-    if any(name and known[name].size != 1 for name in (x_zero, y_zero)):
-        return None
+        return "its weights, scales or zero points are not constants"
+    if any(known[name].size != 1 for name in (x_scale, y_scale)) or any(
+        name and known[name].size != 1 for name in (x_zero, y_zero)
+    ):
+        return "x or y has more than one scale or zero point"
     bias = ""
     if ins[2]:
         b_q, b_scale, b_zero = _operands(dq[2])
         if b_q not in known or b_scale not in known or known[b_q].dtype != np.int32 or known[b_q].ndim != 1:
-            return None
+            return "its bias is not a constant int32 vector"
         if b_zero and (b_zero not in known or np.any(known[b_zero])):
-            return None
+            return "its bias's zero point is not 0"
         m = known[b_q].shape
         want = known[x_scale].reshape(-1) * known[w_scale].reshape(-1)
-        if known[b_scale].size not in (1, *m) or known[w_scale].size not in (1, *m):
-            return None
-        if not np.array_equal(np.broadcast_to(want, m), np.broadcast_to(known[b_scale].reshape(-1), m)):
-            return None  # another bias scale: QLinearConv's is x_scale * w_scale
+        if (
+            known[b_scale].size not in (1, *m)
+            or known[w_scale].size not in (1, *m)
+            or not np.array_equal(np.broadcast_to(want, m), np.broadcast_to(known[b_scale].reshape(-1), m))
+        ):
+            return "its bias's scale is not x_scale * w_scale"
         bias = b_q
     inputs = [x_q, x_scale, x_zero, w_q, w_scale, w_zero, y_scale, y_zero, bias]
     return q, inputs, [d for d in dq if d is not None]
@@ -140,6 +157,12 @@ def _gemm(gemm, q, inputs, w_axis, known, taken, new) -> list | None:
 
 def _qlinear_conv(name: str, inputs: list, out: str, attrs: dict):
     return helper.make_node("QLinearConv", inputs if inputs[8] else inputs[:8], [out], name=name, **attrs)
+
+
+def _label(node) -> str:
+    """A node's name for a message, or its output's when it has none: untrusted text from the
+    file, escaped and cut (errors.printable)."""
+    return f"'{printable(node.name, 80)}'" if node.name else f"(output '{printable(node.output[0], 80)}')"
 
 
 def _fresh(name: str, taken: set) -> str:

@@ -134,3 +134,20 @@ def test_a_convolution_whose_float_result_is_an_output_stays_float(quantized, co
     steps = _steps(graph)
     assert steps.count("qconv") == 1, steps
     _check(path, graph, inputs, compile_graphs, "qdq_exposed")
+
+
+def test_inspect_says_which_patterns_stay_float_and_why(quantized, tmp_path, capsys):
+    from codegen.cli import main
+
+    files, _ = quantized
+
+    def scale_bias(g):
+        dq = next(n for n in g.node if n.op_type == "DequantizeLinear" and "b1" in n.input[0])
+        t = next(t for t in g.initializer if t.name == dq.input[1])
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.0001), t.name))
+
+    path, _ = _edited(files["QInt8"], tmp_path, scale_bias)
+    for model, want in ((files["QInt8"], []), (path, ["its bias's scale is not x_scale * w_scale"])):
+        assert main(["inspect", str(model)]) == 0
+        lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("left in float: ")]
+        assert len(lines) == len(want) and all(w in ln and "Conv" in ln for w, ln in zip(want, lines)), lines

@@ -99,6 +99,13 @@ def test_qdq_convolutions_run_on_the_integer_kernel_as_onnxruntime_runs_them(act
     _check(files[act], graph, inputs, compile_graphs, f"qdq_{act}")
 
 
+def _scale_bias(g) -> None:
+    """The first convolution's bias scale 1.0001 times x_scale * w_scale."""
+    dq = next(n for n in g.node if n.op_type == "DequantizeLinear" and "b1" in n.input[0])
+    t = next(t for t in g.initializer if t.name == dq.input[1])
+    t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.0001), t.name))
+
+
 def _edited(path, tmp_path, edit) -> tuple:
     model = onnx.load(path)
     edit(model.graph)
@@ -111,12 +118,7 @@ def _edited(path, tmp_path, edit) -> tuple:
 def test_a_bias_scale_other_than_x_scale_times_w_scale_stays_float(quantized, compile_graphs, tmp_path):
     files, inputs = quantized
 
-    def scale_bias(g):
-        dq = next(n for n in g.node if n.op_type == "DequantizeLinear" and "b1" in n.input[0])
-        t = next(t for t in g.initializer if t.name == dq.input[1])
-        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.0001), t.name))
-
-    path, graph = _edited(files["QInt8"], tmp_path, scale_bias)
+    path, graph = _edited(files["QInt8"], tmp_path, _scale_bias)
     steps = _steps(graph)
     assert steps.count("qconv") == 1, steps
     _check(path, graph, inputs, compile_graphs, "qdq_bias")
@@ -141,12 +143,7 @@ def test_inspect_says_which_patterns_stay_float_and_why(quantized, tmp_path, cap
 
     files, _ = quantized
 
-    def scale_bias(g):
-        dq = next(n for n in g.node if n.op_type == "DequantizeLinear" and "b1" in n.input[0])
-        t = next(t for t in g.initializer if t.name == dq.input[1])
-        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.0001), t.name))
-
-    path, _ = _edited(files["QInt8"], tmp_path, scale_bias)
+    path, _ = _edited(files["QInt8"], tmp_path, _scale_bias)
     for model, want in ((files["QInt8"], []), (path, ["its bias's scale is not x_scale * w_scale"])):
         assert main(["inspect", str(model)]) == 0
         lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("left in float: ")]

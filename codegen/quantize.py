@@ -5,7 +5,9 @@ OUT``) writes the QDQ format onnxruntime's own quantizer writes and runs:
 
 - weights: every constant weight of Conv, ConvTranspose-free Gemm and MatMul as int8, symmetric
   (zero point 0), one scale per output channel (``max |w| / 127``), read back through a
-  DequantizeLinear (the biases stay float);
+  DequantizeLinear; the constant biases of Conv and Gemm as int32 with scale x_scale * w_scale
+  and zero point 0 (what onnxruntime's quantizer writes: such a layer runs in integers, in
+  onnxruntime and in flowc, graphdef/onnx/qdq.py);
 - activations: every non-constant input of those operators, and of Add, Mul, Concat, the pools,
   as int8 per tensor, asymmetric (the range widened to hold 0, ``scale = (max - min) / 255``),
   through a QuantizeLinear -> DequantizeLinear pair; the range of each tensor is its minimum and
@@ -176,7 +178,7 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
     # the QDQ model
     q = copy.deepcopy(m)
     qg = q.graph
-    new_inits, new_nodes, renamed = [], [], {}
+    new_inits, new_nodes, renamed, w_scales = [], [], {}, {}
     for name, (w, axis) in weights.items():
         moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
         scale = (np.abs(moved).max(axis=1) / 127.0).astype(np.float32)
@@ -184,6 +186,7 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
         shape = [1] * w.ndim
         shape[axis] = -1
         wq = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+        w_scales[name] = scale
         zero = np.zeros(scale.shape, np.int8)
         new_inits += [numpy_helper.from_array(wq, f"{name}_quantized"),
                       numpy_helper.from_array(scale, f"{name}_scale"),
@@ -192,6 +195,29 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
         new_nodes.append(helper.make_node("DequantizeLinear", ins, [f"{name}_dequantized"], axis=axis,
                                           name=f"{name}_DequantizeLinear"))  # fmt: skip
         renamed[name] = f"{name}_dequantized"
+    act_scales = {name: _activation_params(*ranges[name])[0] for name in activations}
+    # biases of Conv and Gemm as int32 with scale x_scale * w_scale, zero point 0: as onnxruntime's
+    # quantizer writes them, so that the layer runs in integers (graphdef/onnx/qdq.py)
+    biased = {}
+    for node in g.node:
+        ins = list(node.input) + [""] * 3
+        if node.op_type not in ("Conv", "Gemm") or ins[2] not in inits or ins[1] not in weights:
+            continue
+        if ins[0] not in act_scales or ins[2] in biased or ins[2] in weights:
+            continue
+        b = numpy_helper.to_array(inits[ins[2]])
+        w_scale = w_scales[ins[1]]
+        if b.dtype != np.float32 or b.ndim != 1 or w_scale.shape != b.shape:
+            continue
+        b_scale = (np.float32(act_scales[ins[0]]) * w_scale).astype(np.float32)
+        bq = np.clip(np.round(b.astype(np.float64) / b_scale), -(2**31), 2**31 - 1).astype(np.int32)
+        base = ins[2]
+        new_inits += [numpy_helper.from_array(bq, f"{base}_quantized"),
+                      numpy_helper.from_array(b_scale, f"{base}_scale")]  # fmt: skip
+        new_nodes.append(helper.make_node("DequantizeLinear", [f"{base}_quantized", f"{base}_scale"],
+                                          [f"{base}_dequantized"], axis=0,
+                                          name=f"{base}_DequantizeLinear"))  # fmt: skip
+        biased[base] = f"{base}_dequantized"
     for name in activations:
         scale, zero = _activation_params(*ranges[name])
         new_inits += [
@@ -212,10 +238,12 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
         for k, name in enumerate(node.input):
             if node.op_type in WEIGHT_OPS and k == 1 and name in weights:
                 node.input[k] = renamed[name]
+            elif node.op_type in ("Conv", "Gemm") and k == 2 and name in biased:
+                node.input[k] = biased[name]
             elif name in activations and (node.op_type not in WEIGHT_OPS or k == 0):
                 node.input[k] = renamed[name]
     qg.node.extend(new_nodes)
-    for name in weights:
+    for name in [*weights, *biased]:
         qg.initializer.remove(next(t for t in qg.initializer if t.name == name))
     qg.initializer.extend(new_inits)
     _sort_nodes(qg)

@@ -5,7 +5,9 @@ between DequantizeLinear and QuantizeLinear pairs: ``DequantizeLinear(x_q) -> Co
 DequantizeLinear(w_q), DequantizeLinear(b_q)) -> QuantizeLinear -> y_q``, and the same around
 Gemm. onnxruntime itself fuses those patterns into integer operators; so does ``fuse``, on the
 ONNX nodes: a Conv becomes one QLinearConv, a Gemm a QLinearConv on 1x1 planes between two
-Reshapes (its weights, transposed where ``transB`` is 0, a new initializer), so that both run
+Reshapes (its weights, transposed where ``transB`` is 0, a new initializer), a Relu between
+the float result and its QuantizeLinear a Max with y's zero point after it (what the
+quantized Relu is, exactly), so that both run
 on the integer kernel (ops_quant.py ``_qlinear_conv_kernel``: int8 weights stored as they are,
 int8 activations between such layers) and compute what onnxruntime computes. A pattern is
 fused only where QLinearConv means the same: the scales and zero points constants of one
@@ -52,17 +54,26 @@ def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict, list[str]]:
             ):
                 notes.append(f"{n.op_type} {_label(n)}: {found}")
             continue
-        q, inputs, dqs = found
+        q, relu, inputs, dqs = found
         w_axis = _axis(dqs[1]) if known[inputs[4]].size != 1 else None  # per channel: along which
+        out = q.output[0] if relu is None else _fresh(f"{q.output[0]}_flowc_q", taken)
         if n.op_type == "Conv":
-            fused = [_qlinear_conv(n.name, inputs, q.output[0], _attrs(n))] if w_axis in (None, 0) else None
+            fused = [_qlinear_conv(n.name, inputs, out, _attrs(n))] if w_axis in (None, 0) else None
             why = "its weights' scales are not along the output channels (axis 0)"
         else:
-            fused = _gemm(n, q, inputs, w_axis, known, taken, new)
+            fused = _gemm(n, out, inputs, w_axis, known, taken, new)
             why = "alpha or beta is not 1, A is transposed, or its weights are not int8 scaled per column"
         if fused is None:
             notes.append(f"{n.op_type} {_label(n)}: {why}")
             continue
+        if relu is not None:  # quantized, relu(v) is max(q(v), y_zero): y's zero point is its floor
+            floor = inputs[7]
+            if not floor:  # uint8 with zero point 0
+                floor = _fresh(f"{q.output[0]}_flowc_zero", taken)
+                new[floor] = np.zeros((), np.uint8)
+            name = f"{relu.name or n.name}_max"
+            fused.append(helper.make_node("Max", [out, floor], [q.output[0]], name=name))
+            drop.add(id(relu))
         replace[id(q)] = fused
         drop.add(id(n))
         for dq in dqs:  # read by this node alone: no longer needed
@@ -82,11 +93,17 @@ def _pattern(node, producer, reader, readers, known, outputs):
     y_scale, y_zero, bias_q or ''], the DequantizeLinear nodes read) for a fusable pattern around
     ``node`` (its x, w and bias its first three inputs), else why not."""
     y = node.output[0]
-    if y in outputs:
-        return "its float result is a graph output"
-    if readers[y] != 1:
-        return "its float result is read by more than one node"
-    q = reader.get(y)
+    relu = None  # a Relu between the node and its QuantizeLinear: the quantized result's floor
+    for _ in range(2):
+        if y in outputs:
+            return "its float result is a graph output"
+        if readers[y] != 1:
+            return "its float result is read by more than one node"
+        q = reader.get(y)
+        if relu is None and q is not None and q.op_type == "Relu" and list(q.input) == [y]:
+            relu, y = q, q.output[0]
+            continue
+        break
     if q is None or q.op_type != "QuantizeLinear" or list(q.input[:1]) != [y]:
         return f"its result goes to {q.op_type if q is not None else 'nothing'}, not to a QuantizeLinear"
     ins = list(node.input) + [""] * (3 - len(node.input))
@@ -124,10 +141,10 @@ def _pattern(node, producer, reader, readers, known, outputs):
             return "its bias's scale is not x_scale * w_scale"
         bias = b_q
     inputs = [x_q, x_scale, x_zero, w_q, w_scale, w_zero, y_scale, y_zero, bias]
-    return q, inputs, [d for d in dq if d is not None]
+    return q, relu, inputs, [d for d in dq if d is not None]
 
 
-def _gemm(gemm, q, inputs, w_axis, known, taken, new) -> list | None:
+def _gemm(gemm, y, inputs, w_axis, known, taken, new) -> list | None:
     """A Gemm's nodes: x (N, K) reshaped to (N, K, 1, 1), QLinearConv with the weights as (M, K,
     1, 1), the result reshaped to (N, M)."""
     a = _attrs(gemm)
@@ -141,7 +158,6 @@ def _gemm(gemm, q, inputs, w_axis, known, taken, new) -> list | None:
         return None
     if inputs[5] and known[inputs[5]].size != 1 and known[inputs[5]].size != known[inputs[4]].size:
         return None
-    y = q.output[0]
     names = [_fresh(f"{y}_flowc_{what}", taken) for what in ("x4", "w4", "y4", "shape4", "shape2")]
     x4, w4, y4, shape4, shape2 = names
     new[w4] = np.ascontiguousarray(w if by_row else w.T)[:, :, None, None]

@@ -168,6 +168,27 @@ def test_a_split_run_computes_what_numpy_computes():
     np.testing.assert_allclose(m(x=x)["y"], gd.run(g, {"x": x}, ["y"])[0], rtol=1e-5, atol=1e-7)
 
 
+def test_a_profile_names_every_step_of_every_step_file():
+    """Steps spread over several C files, some calling another's function: the profiling
+    build's table of step names holds every step in call order (it listed the model file's step
+    functions only: the rest printed as "(null)", and names shifted past a shared function)."""
+    with gd.Graph("g") as g:  # ten softmaxes, each after 100 tanh steps fused into a few long ones
+        h = gd.placeholder("x", (3, 5))
+        for k in range(10):
+            for i in range(100):
+                h = gd.tanh(h * (1.0 + 0.001 * (k * 100 + i)) + 0.01 * i)
+            h = gd.softmax(h)
+        gd.identity(h, name="y")
+    c = pipeline.run(g, pipeline.Options(), until="render")
+    files = [f for f in c.sources.c_files if f in c.sources.files]
+    assert len(files) > 1, "the steps fit one file: this test needs more"
+    table = re.search(r"_profile_steps\[(\d+)\] = \{(.*?)\};", c.sources.files[files[0]], re.S)
+    names = re.findall(r'"(\d+) (\w+)"', table.group(2))
+    calls = [int(k) for k in re.findall(r"FC_STEP\((\d+),", "".join(c.sources.files[f] for f in files))]
+    assert len(names) == int(table.group(1)) == len(calls) == len(c.program.steps)
+    assert [f"{k} {op}" for k, op in names] == [f"{k} {s.op}" for k, s in enumerate(c.program.steps)]
+
+
 @pytest.mark.c
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA simulator builds with g++")
 def test_split_fused_groups_run_through_the_cuda_simulator():

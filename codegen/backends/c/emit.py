@@ -219,6 +219,7 @@ def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> 
         "steps": st.steps,
         "step_files": [],  # (file, steps) after the model's own (step_files)
         "calls": st.calls,
+        "profile_names": st.names,
         "run_parts": run_parts(
             name, st.calls, run_params(ins, outs, uses_arena, has_state, st.uses_pool, bool(st.requests))
         ),

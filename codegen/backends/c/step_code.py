@@ -7,7 +7,7 @@ function's calls of them. The pointers each call passes come from the frame (ren
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jinja2
 
@@ -23,6 +23,7 @@ class Steps:
     uses_pool: bool
     requests: int = 0  # MPI requests of the communication steps (sends and receives)
     scratch_in_arena: bool = False  # a step's call passes it scratch memory in the arena
+    names: list[str] = field(default_factory=list)  # each call's step index and op (the profile's names)
 
 
 def split_step(
@@ -123,6 +124,7 @@ def steps(env: jinja2.Environment, f: Frame, threads: int, isa: str) -> Steps:
                 slot = request[node.name] = len(request)
             call_args += ["fc_m", f"&req[{slot}]"]
         out.calls.append(f"{func}({', '.join(call_args)})")
+        out.names.append(f"{index} {node.op}")
     if threads > 1:
         out.headers.add("threadpool.h")
     out.requests = len(request)

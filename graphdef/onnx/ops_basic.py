@@ -636,6 +636,8 @@ def _max_pool(node):
 def _avg_pool(node):
     x = node.tensor(0)
     kernel, strides, pads, dil = _pool_args(node, x)
+    if tuple(kernel) == tuple(x.shape[2:]) and not any(pads) and all(d == 1 for d in dil):
+        return N.global_avg_pool(x)  # one window over the whole plane: its mean (a reduction)
     return N.avg_pool(x, kernel, strides, pads, dil, bool(node.attr("ceil_mode", 0)),
                       bool(node.attr("count_include_pad", 0)))
 

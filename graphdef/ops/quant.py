@@ -10,8 +10,8 @@ multiplier per output channel (``multiplier`` * 2**(``shift`` - 31), shift <= 0)
 ``requantize`` is the fixed-point product every backend computes alike: the high half of the
 doubled 64-bit product rounded half away from zero, then a rounding arithmetic right shift by
 ``-shift`` (TFLite's MultiplyByQuantizedMultiplier for multipliers below one). With ``scale``
-given instead (ONNX's QLinearConv), the sum times each float multiplier in double, rounded half
-to even.
+given instead (ONNX's QLinearConv), the sum and each multiplier in float32, their product in
+float32 rounded half to even (onnxruntime's requantization: the same rounding step by step).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ _QCONV_ATTRS = {
     "y_zero": Attr("int", 0),
     "multiplier": Attr("ints", (0,)),  # one, or one per output channel
     "shift": Attr("ints", (0,)),
-    "scale": Attr("floats", ()),  # instead: float multipliers, the product rounded half to even (ONNX)
+    "scale": Attr("floats", ()),  # instead: float32 multipliers, the float32 product rounded half to even
     "lo": Attr("int", -128),
     "hi": Attr("int", 127),
 }
@@ -74,8 +74,8 @@ def _qconv_infer(types, attrs):
     for k in ("multiplier", "shift") + (("scale",) if attrs["scale"] else ()):
         if len(attrs[k]) not in (1, m):
             raise ShapeError(f"{k}: {len(attrs[k])} values for {m} output channels")
-    if any(not (v >= 0.0 and math.isfinite(v)) for v in attrs["scale"]):
-        raise ShapeError("qconv's scales are finite and not negative")
+    if any(not (0.0 <= v <= float(np.finfo(np.float32).max)) for v in attrs["scale"]):
+        raise ShapeError("qconv's scales are finite float32 values and not negative")
     if any(s > 0 for s in attrs["shift"]) or any(not 0 <= q < 1 << 31 for q in attrs["multiplier"]):
         raise ShapeError("qconv's multipliers are below one: shift <= 0, multiplier in [0, 2**31)")
     lo, hi = INT_RANGES[x.dtype]
@@ -93,9 +93,9 @@ def qconv_ref(xs, attrs):
     if len(xs) == 3:
         acc = acc + xs[2].astype(np.int64).reshape(1, m, 1, 1)
     per = (1, -1, 1, 1)
-    if attrs["scale"]:  # in double, rounded half to even (ONNX's QLinearConv)
-        y = np.rint(acc.astype(np.float64) * np.reshape(np.asarray(attrs["scale"], np.float64), per))
-        y = np.clip(y, -(2.0**31), 2.0**31 - 1).astype(np.int64)
+    if attrs["scale"]:  # in float32, rounded half to even (ONNX's QLinearConv as onnxruntime computes it)
+        y = acc.astype(np.int32).astype(np.float32) * np.reshape(np.asarray(attrs["scale"], np.float32), per)
+        y = np.rint(np.clip(y, attrs["lo"] - attrs["y_zero"], attrs["hi"] - attrs["y_zero"])).astype(np.int64)
     else:
         y = requantize(acc, np.reshape(attrs["multiplier"], per), np.reshape(attrs["shift"], per))
     return np.clip(y + attrs["y_zero"], attrs["lo"], attrs["hi"]).astype(xs[0].dtype)
@@ -186,6 +186,20 @@ defop(
             {"scale": (0.002, 0.0031, 0.0045, 0.001, 0.0027), "dilations": (2, 2), "x_zero": 127,
              "y_zero": -4},
         ),
+        # depthwise 3x3 keeping the plane (the flat form: stride 1, ow == w), 2 images, x_zero -128
+        _example(_x((2, 6, 9, 5)), _w((6, 1, 3, 3)), 6, 8, pads=(1, 1, 1, 1), group=6, x_zero=-128,
+                 y_zero=-128, lo=-128, hi=127),
+        # the flat form with a channel multiplier of 2, dilation 2, pads 1 left and 3 right, uint8,
+        # float multipliers, 110 positions
+        Example(
+            (_x((1, 3, 11, 10), "uint8"), _w((6, 1, 3, 3)), Sample((6,), "int32", -5000, 5000)),
+            {"scale": (0.002, 0.0031, 0.0045, 0.001, 0.0027, 0.0019), "dilations": (2, 2), "group": 3,
+             "pads": (2, 1, 2, 3), "x_zero": 3, "y_zero": 250, "lo": 0, "hi": 255},
+        ),
+        # the flat form, 1x5 taps all left of the output (pads 4 left, 0 right), 148 positions
+        _example(_x((1, 2, 4, 37)), _w((2, 1, 1, 5)), 2, 9, pads=(0, 4, 0, 0), group=2, x_zero=127, y_zero=0),
+        # columns read every 4th (the dot-product form packs them in vectors), 3x5 taps
+        _example(_x((1, 3, 9, 30)), _w((4, 3, 3, 5)), 4, 10, strides=(1, 4), pads=(1, 2, 1, 2), x_zero=-7),
     ),  # fmt: skip
 )
 

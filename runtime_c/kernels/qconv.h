@@ -11,7 +11,8 @@
  * that every tap of the kernel adds one dense run of them, times its weight, into the int32
  * sums of its output channel (four output channels a pass, sharing the reads): loops the
  * compiler vectorizes. No float arithmetic with the fixed-point multipliers: a microcontroller
- * build links no float routine for it (``scale``, ONNX's float multipliers, rounds in double).
+ * build links no float routine for it (``scale``, ONNX's float multipliers: the int32 sum times
+ * the multiplier in float32, rounded half to even, as onnxruntime requantizes).
  */
 #ifndef FLOWC_KERNELS_QCONV_H
 #define FLOWC_KERNELS_QCONV_H
@@ -33,13 +34,6 @@ FC_INLINE int32_t fc_qmul(int32_t acc, int32_t q, int right) {
     const int64_t mask = ((int64_t)1 << right) - 1;
     const int64_t threshold = (mask >> 1) + (high < 0);
     return (int32_t)((high >> right) + ((high & mask) > threshold));
-}
-
-/* acc * scale in double, rounded half to even (the current rounding mode: C's default),
- * saturated to int32 (ONNX's QLinearConv with a float multiplier). */
-FC_INLINE int32_t fc_qround(int32_t acc, double scale) {
-    const double v = nearbyint((double)acc * scale);
-    return v < -2147483648.0 ? INT32_MIN : v > 2147483647.0 ? INT32_MAX : (int32_t)v;
 }
 
 #define FC_QCONV_BLOCK 4 /* output channels summed in one pass over the input planes */
@@ -75,7 +69,7 @@ FC_INLINE long fc_qconv_pn(const fc_qconv_geom *g) { return (g->oh * g->ow + 63)
  * corrected by (x_zero + 128) times the weights' sum), each instruction four products a lane
  * into 16 output positions' int32 sums: 4 channels x 64 positions a pass, or 16 channels x 16
  * positions where a plane has at most 16 (fc_qconv_dot_mb). */
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
 #define FC_QCONV_DOT 1
 #else
@@ -90,19 +84,29 @@ FC_INLINE __m512i fc_qconv_word(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-/* dst[4 * p + r] = s_r[p] + off (modulo 256) for the positions p of [0, n) of four byte streams,
- * 16 a pass: the loads and the last store masked to the positions there are. */
+/* 16 bytes s[0], s[sw], ..., s[15 * sw] (sw 1, 2 or 4), the first n of them (n <= 16) read and
+ * the rest 0: a masked load of the bytes there are, then every sw-th byte kept (vpmovwb, vpmovdb). */
+FC_INLINE __m128i fc_qconv_take(const void *s, long n, long sw) {
+    if (sw == 1)
+        return _mm_maskz_loadu_epi8(n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1), s);
+    if (sw == 2)
+        return _mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8(n >= 16 ? (__mmask32)0x7FFFFFFF : (((__mmask32)1 << (2 * n - 1)) - 1), s));
+    return _mm512_cvtepi32_epi8(_mm512_maskz_loadu_epi8(n >= 16 ? (((__mmask64)1 << 61) - 1) : (((__mmask64)1 << (4 * n - 3)) - 1), s));
+}
+
+/* dst[4 * p + r] = s_r[p * sw] + off (modulo 256) for the positions p of [0, n) of four byte
+ * streams read every sw-th byte (sw 1, 2 or 4), 16 positions a pass: the loads and the last
+ * store masked to the bytes there are. */
 FC_INLINE void fc_qconv_weave(uint8_t *dst, const void *s0, const void *s1, const void *s2, const void *s3, long n,
-                              int off) {
+                              int off, long sw) {
     const __m128i o = _mm_set1_epi8((char)off);
     long p;
     for (p = 0; p < n; p += 16) {
         const long left = n - p;
-        const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-        const __m128i a = _mm_add_epi8(_mm_maskz_loadu_epi8(m, (const char *)s0 + p), o);
-        const __m128i b = _mm_add_epi8(_mm_maskz_loadu_epi8(m, (const char *)s1 + p), o);
-        const __m128i c = _mm_add_epi8(_mm_maskz_loadu_epi8(m, (const char *)s2 + p), o);
-        const __m128i d = _mm_add_epi8(_mm_maskz_loadu_epi8(m, (const char *)s3 + p), o);
+        const __m128i a = _mm_add_epi8(fc_qconv_take((const char *)s0 + p * sw, left, sw), o);
+        const __m128i b = _mm_add_epi8(fc_qconv_take((const char *)s1 + p * sw, left, sw), o);
+        const __m128i c = _mm_add_epi8(fc_qconv_take((const char *)s2 + p * sw, left, sw), o);
+        const __m128i d = _mm_add_epi8(fc_qconv_take((const char *)s3 + p * sw, left, sw), o);
         const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
         const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
         __m512i z = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
@@ -132,6 +136,32 @@ FC_INLINE long fc_qconv_cpn(const fc_qconv_geom *g) { return (fc_qconv_dot_rows(
 FC_INLINE long fc_qconv_k4(const fc_qconv_geom *g) { return (g->c / g->groups * g->kh * g->kw + 3) / 4; }
 FC_INLINE long fc_qconv_rl(const fc_qconv_geom *g) { return (g->ow * g->sw + 63) / 64 * 64; }
 
+/* GNU vectors of 16 int32 (GCC, Clang) where the target has a vector unit (SSE2, NEON): the flat
+ * form keeps its sums in them; plain loops elsewhere (a microcontroller's registers would not
+ * hold them). */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(FC_NO_VECTOR) && (defined(__SSE2__) || defined(__ARM_NEON))
+#define FC_QV 1
+typedef int32_t fc_qv32 __attribute__((vector_size(64)));
+#define FC_QV32_SPLAT(v) ((fc_qv32){v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v})
+#else
+#define FC_QV 0
+#endif
+
+/* The flat form (fc_qconv_flats): stride 1, rows that keep their width, one input channel per
+ * group, at most 64 taps. Its copies of an input plane: `lead` zeros (the most a tap reads left
+ * of its row), ph zero rows, the h rows, then zeros to where the last run of 32 ends (fs, the
+ * plane's positions rounded up to 64 plus the taps' reach); the masks' rows of hw rounded up. */
+FC_INLINE int fc_qconv_flat(const fc_qconv_geom *g) {
+    return g->sh == 1 && g->sw == 1 && g->ow == g->w && g->c == g->groups && g->kh * g->kw <= 64;
+}
+FC_INLINE long fc_qconv_lead(const fc_qconv_geom *g) { return g->pw > 0 ? g->pw : 0; }
+FC_INLINE long fc_qconv_hw16(const fc_qconv_geom *g) { return (g->h * g->w + 15) / 16 * 16; }
+FC_INLINE long fc_qconv_fs(const fc_qconv_geom *g) {
+    const long reach = fc_qconv_lead(g) + (g->kh - 1) * g->dh * g->w + (g->kw - 1) * g->dw - g->pw + fc_qconv_pn(g);
+    const long image = fc_qconv_lead(g) + (g->ph + g->h) * g->w;
+    return ((reach > image ? reach : image) + 15) / 16 * 16;
+}
+
 /* Bytes of scratch of one call: the sums of FC_QCONV_BLOCK output channels, a staging row of
  * outputs, then the padded planes of a group's input channels (all of them for one group); in the dot-product form the sums, the staging row,
  * the image's packed windows, a block's weights, each channel's first sum and two rows (x_zero,
@@ -143,6 +173,8 @@ FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
     const long dot = mb * cpn * 4 + cpn + k4 * 4 * cpn + mb * k4 * 4 + g->m * 4 + 2 * fc_qconv_rl(g);
     if (fc_qconv_dense(g))
         return k4 * 4 * 2; /* the window, as int16 (as bytes on AVX-512 VNNI) */
+    if (fc_qconv_flat(g)) /* the sums, the masks, the copies and a staging row */
+        return pn * 4 + (fc_qconv_hw16(g) + fc_qconv_fs(g)) * g->kw * 4 + pn;
     return fc_qconv_dot(g) && dot > planes ? dot : planes;
 }
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
+
 from graphdef import dtypes
 from graphdef.ir import Attrs, TensorType
 from graphdef.ops.elementwise import clip_bounds
@@ -119,13 +121,18 @@ def _bounds(s, outer: int, inner: int) -> dict:
 def program_locals(program, types: list[TensorType], values: list[dict]) -> None:
     """Append to ``values`` (the C locals of the program's inputs, typed ``types``) one local
     per instruction of an elementwise program."""
-    types = list(types)
+    types, n_in = list(types), len(types)
     for k, (op, operands, attrs) in enumerate(program):
         opdef, a = get_op(op), Attrs(attrs)
         args = [types[i] for i in operands]
         t = opdef.infer_types(args, a)[0]
         if op == "fill":  # an inline scalar: fill with shape ()
             text = c_literal(a["value"], a["dtype"])
+        elif op == "cast" and _clipped_to_int32(program, operands[0] - n_in, args[0].dtype, a["to"]):
+            # a quantize step's cast: its value is an int32 or NaN, so the int64 route (which
+            # keeps the loop from vectorizing well) gives the same as int32's
+            v = values[operands[0]]["name"]
+            text = f"fc_to_{SUFFIX[a['to']]}({v} == {v} ? (int32_t)({v}) : 0)"
         else:
             pattern = expr_of(op).pattern([s.dtype for s in args], t.dtype, a, c_literal)
             names = [values[i]["name"] for i in operands]
@@ -134,6 +141,20 @@ def program_locals(program, types: list[TensorType], values: list[dict]) -> None
                 text = f"fc_narrow_f16({text})"
         values.append({"ctype": COMPUTE[t.dtype], "name": f"v{k}", "expr": text})
         types.append(t)
+
+
+def _clipped_to_int32(program, at: int, src: str, dst: str) -> bool:
+    """Whether instruction ``at`` of the program (a cast's operand, -1 or less for an input) is
+    a clip of a float to bounds inside int32's range, cast to an integer of at most 32 bits."""
+    if at < 0 or not dtypes.is_float(src) or not dtypes.is_int(dst) or dtypes.itemsize(dst) > 4:
+        return False
+    op, _, attrs = program[at]
+    if op != "clip":
+        return False
+    a = Attrs(attrs)
+    # the bounds as C holds them (float32 literals but for float64)
+    lo, hi = (float(np.float32(v)) if src != "float64" else v for v in (a["min"], a["max"]))
+    return -(2.0**31) <= lo <= hi < 2.0**31
 
 
 # ----------------------------------------------------------------------------- expressions

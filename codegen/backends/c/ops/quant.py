@@ -29,6 +29,14 @@ def _qconv_scratch(ins, outs, attrs, isa):
     k4 = -(-(w.shape[1] * w.shape[2] * w.shape[3]) // 4)
     if attrs["group"] == 1 and oh * ow == 1:  # a dense layer (fc_qconv_dense): the window as int16
         return k4 * 4 * 2
+    kh, kw, h, wd = w.shape[2], w.shape[3], x.shape[2], x.shape[3]
+    if (sh, sw) == (1, 1) and ow == wd and attrs["group"] == x.shape[1] and kh * kw <= 64:
+        # the flat form (fc_qconv_flat): the sums, the masks, kw int32 copies, a staging row
+        pw, ph = attrs["pads"][1], attrs["pads"][0]
+        lead = max(pw, 0)
+        reach = lead + (kh - 1) * dh * wd + (kw - 1) * dw - pw + pn
+        fs = -(-max(reach, lead + (ph + h) * wd) // 16) * 16
+        return pn * 4 + (-(-(h * wd) // 16) * 16 + fs) * kw * 4 + pn
     if isa != "avx512" or attrs["group"] != 1:
         return planes
     rows = 2 * (-(-(ow * sw) // 64) * 64)

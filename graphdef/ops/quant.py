@@ -200,6 +200,13 @@ defop(
         _example(_x((1, 2, 4, 37)), _w((2, 1, 1, 5)), 2, 9, pads=(0, 4, 0, 0), group=2, x_zero=127, y_zero=0),
         # columns read every 4th (the dot-product form packs them in vectors), 3x5 taps
         _example(_x((1, 3, 9, 30)), _w((4, 3, 3, 5)), 4, 10, strides=(1, 4), pads=(1, 2, 1, 2), x_zero=-7),
+        # depthwise, strided, 20 channels (16 and 4 in the channel form), rows in bands, dilated
+        # columns, uint8, float multipliers
+        Example(
+            (_x((1, 20, 30, 37), "uint8"), _w((20, 1, 3, 3)), Sample((20,), "int32", -5000, 5000)),
+            {"scale": tuple(0.001 + 0.0003 * i for i in range(20)), "strides": (2, 2), "dilations": (1, 2),
+             "group": 20, "pads": (1, 1, 1, 1), "x_zero": 140, "y_zero": 7, "lo": 0, "hi": 255},
+        ),
     ),  # fmt: skip
 )
 

@@ -84,6 +84,30 @@ FC_INLINE __m512i fc_qconv_word(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
+/* out[j][c] = r[c][j]: a 16 x 16 byte transpose (four rounds of unpacking). */
+FC_INLINE void fc_qconv_t16(const __m128i *r, __m128i *out) {
+    __m128i a[16], b[16];
+    int k, h, m, q, gq, p2;
+    for (k = 0; k < 8; ++k) { /* positions 0-7 and 8-15, channel pairs */
+        b[k] = _mm_unpacklo_epi8(r[2 * k], r[2 * k + 1]);
+        b[8 + k] = _mm_unpackhi_epi8(r[2 * k], r[2 * k + 1]);
+    }
+    for (h = 0; h < 2; ++h) /* groups of four positions, channel quads */
+        for (m = 0; m < 4; ++m) {
+            a[h * 8 + m] = _mm_unpacklo_epi16(b[h * 8 + 2 * m], b[h * 8 + 2 * m + 1]);
+            a[h * 8 + 4 + m] = _mm_unpackhi_epi16(b[h * 8 + 2 * m], b[h * 8 + 2 * m + 1]);
+        }
+    for (gq = 0; gq < 4; ++gq) /* pairs of positions, channel octets */
+        for (q = 0; q < 2; ++q) {
+            b[gq * 4 + q] = _mm_unpacklo_epi32(a[gq * 4 + 2 * q], a[gq * 4 + 2 * q + 1]);
+            b[gq * 4 + 2 + q] = _mm_unpackhi_epi32(a[gq * 4 + 2 * q], a[gq * 4 + 2 * q + 1]);
+        }
+    for (gq = 0; gq < 4; ++gq) /* one position, all 16 channels */
+        for (p2 = 0; p2 < 2; ++p2) {
+            out[gq * 4 + p2 * 2] = _mm_unpacklo_epi64(b[gq * 4 + p2 * 2], b[gq * 4 + p2 * 2 + 1]);
+            out[gq * 4 + p2 * 2 + 1] = _mm_unpackhi_epi64(b[gq * 4 + p2 * 2], b[gq * 4 + p2 * 2 + 1]);
+        }
+}
 /* 16 bytes s[0], s[sw], ..., s[15 * sw] (sw 1, 2 or 4), the first n of them (n <= 16) read and
  * the rest 0: a masked load of the bytes there are, then every sw-th byte kept (vpmovwb, vpmovdb). */
 FC_INLINE __m128i fc_qconv_take(const void *s, long n, long sw) {
@@ -147,19 +171,51 @@ typedef int32_t fc_qv32 __attribute__((vector_size(64)));
 #define FC_QV 0
 #endif
 
-/* The flat form (fc_qconv_flats): stride 1, rows that keep their width, one input channel per
- * group, at most 64 taps. Its copies of an input plane: `lead` zeros (the most a tap reads left
- * of its row), ph zero rows, the h rows, then zeros to where the last run of 32 ends (fs, the
- * plane's positions rounded up to 64 plus the taps' reach); the masks' rows of hw rounded up. */
+/* The flat form (fc_qconv_flats): stride 1, one input channel per group, at most 64 taps. Planes
+ * of more than 1024 positions are padded (fc_qconv_fpad): a copy in rows of wq (the columns the
+ * windows read, from -pw), and the sums in rows of wq; smaller ones take kw copies in rows of w
+ * with masks, sums in rows of ow (then wq == ow: fc_qconv_frw, the rows' width). A copy: `lead`
+ * values (small planes: the most a tap reads left of its row), ph rows of padding, the h rows,
+ * then rows of padding to where the last run of 64 sums reads (fs); the sums: the runs'
+ * positions rounded up to 64 (fpn). */
 FC_INLINE int fc_qconv_flat(const fc_qconv_geom *g) {
-    return g->sh == 1 && g->sw == 1 && g->ow == g->w && g->c == g->groups && g->kh * g->kw <= 64;
+    return g->sh == 1 && g->sw == 1 && g->c == g->groups && g->kh * g->kw <= 64;
 }
-FC_INLINE long fc_qconv_lead(const fc_qconv_geom *g) { return g->pw > 0 ? g->pw : 0; }
-FC_INLINE long fc_qconv_hw16(const fc_qconv_geom *g) { return (g->h * g->w + 15) / 16 * 16; }
-FC_INLINE long fc_qconv_fs(const fc_qconv_geom *g) {
-    const long reach = fc_qconv_lead(g) + (g->kh - 1) * g->dh * g->w + (g->kw - 1) * g->dw - g->pw + fc_qconv_pn(g);
-    const long image = fc_qconv_lead(g) + (g->ph + g->h) * g->w;
+FC_INLINE int fc_qconv_fpad(const fc_qconv_geom *g) { return g->h * g->w > 1024 || g->ow != g->w; }
+FC_INLINE long fc_qconv_frw(const fc_qconv_geom *g) {
+    const long a = g->pw + g->w, b = g->ow + (g->kw - 1) * g->dw;
+    return !fc_qconv_fpad(g) ? g->w : a > b ? a : b;
+}
+FC_INLINE long fc_qconv_fpn(const fc_qconv_geom *g) { return (g->oh * fc_qconv_frw(g) + 63) / 64 * 64; }
+FC_INLINE long fc_qconv_ffs(const fc_qconv_geom *g) {
+    const int pad = fc_qconv_fpad(g);
+    const long rw = fc_qconv_frw(g), lead = pad ? 0 : g->pw;
+    const long reach = lead + (g->kh - 1) * g->dh * rw + (g->kw - 1) * g->dw - (pad ? 0 : g->pw) + fc_qconv_fpn(g);
+    const long image = lead + (g->ph + g->h) * rw;
     return ((reach > image ? reach : image) + 15) / 16 * 16;
+}
+
+/* The channel form (fc_qconv_dwcs; AVX-512 VNNI): a depthwise convolution (one input channel
+ * per group, multiplier 1) that is strided or has small planes, 16 channels at a time with the
+ * channels in the vector lanes: the input rows a band of output rows reads, transposed to
+ * positions of 16 int32 (x - x_zero; the padding 0), fc_qconv_dwc_rows output rows a band; each
+ * output position is then its taps' vpdpwssd on the 16 channels. Scratch: the band's rows of
+ * padded positions, the taps' weights, the band's positions' offsets and their outputs. */
+FC_INLINE int fc_qconv_dwc(const fc_qconv_geom *g) {
+    return FC_QCONV_DOT && g->c == g->groups && g->m == g->c && g->kh * g->kw <= 64 &&
+           (g->sh > 1 || g->sw > 1 || g->oh * g->ow < 64);
+}
+FC_INLINE long fc_qconv_dwc_wp(const fc_qconv_geom *g) { return (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1; }
+FC_INLINE long fc_qconv_dwc_in(const fc_qconv_geom *g, long rows) { return (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1; }
+FC_INLINE long fc_qconv_dwc_rows(const fc_qconv_geom *g) {
+    long r = 1; /* as many output rows as keep the band's input within 16 KiB */
+    while (r < g->oh && fc_qconv_dwc_in(g, r + 1) * fc_qconv_dwc_wp(g) * 64 <= 16384)
+        ++r;
+    return r;
+}
+FC_INLINE long fc_qconv_dwc_scratch(const fc_qconv_geom *g) {
+    const long r = fc_qconv_dwc_rows(g), np = (r * g->ow + 15) / 16 * 16;
+    return (fc_qconv_dwc_in(g, r) * fc_qconv_dwc_wp(g) + 1) * 64 + g->kh * g->kw * 64 + np * 8 + np * 16;
 }
 
 /* Bytes of scratch of one call: the sums of FC_QCONV_BLOCK output channels, a staging row of
@@ -173,8 +229,10 @@ FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
     const long dot = mb * cpn * 4 + cpn + k4 * 4 * cpn + mb * k4 * 4 + g->m * 4 + 2 * fc_qconv_rl(g);
     if (fc_qconv_dense(g))
         return k4 * 4 * 2; /* the window, as int16 (as bytes on AVX-512 VNNI) */
-    if (fc_qconv_flat(g)) /* the sums, the masks, the copies and a staging row */
-        return pn * 4 + (fc_qconv_hw16(g) + fc_qconv_fs(g)) * g->kw * 4 + pn;
+    if (fc_qconv_dwc(g))
+        return fc_qconv_dwc_scratch(g);
+    if (fc_qconv_flat(g)) /* the sums, small planes' masks, the copies, the runs' outputs */
+        return fc_qconv_fpn(g) * 5 + (fc_qconv_fpad(g) ? fc_qconv_ffs(g) : g->kw * ((g->h * g->w + 15) / 16 * 16 + fc_qconv_ffs(g))) * 4;
     return fc_qconv_dot(g) && dot > planes ? dot : planes;
 }
 

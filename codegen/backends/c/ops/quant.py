@@ -16,7 +16,10 @@ def _qconv_scratch(ins, outs, attrs, isa):
     AVX-512 machines have): for the output rows it computes at once (about 256 positions), a
     pass's rows of sums (4 channels, or 16 for planes of at most 16 positions), a staging row,
     their packed windows, a pass's weights (K rounded up to 4), each channel's first sum and two
-    rows of padding; for a dense layer (one output position) the window alone."""
+    rows of padding; for a dense layer (one output position) the window alone; for the flat form
+    (stride 1, one input channel per group) a plane's sums and outputs in padded rows and its
+    int32 copy; for the channel form (AVX-512 VNNI: depthwise, strided or small planes) a band's
+    transposed input rows, the taps' weights, the band's offsets and outputs."""
     x, w, y = ins[0], ins[1], outs[0]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
     oh, ow = y.shape[2], y.shape[3]
@@ -30,13 +33,27 @@ def _qconv_scratch(ins, outs, attrs, isa):
     if attrs["group"] == 1 and oh * ow == 1:  # a dense layer (fc_qconv_dense): the window as int16
         return k4 * 4 * 2
     kh, kw, h, wd = w.shape[2], w.shape[3], x.shape[2], x.shape[3]
-    if (sh, sw) == (1, 1) and ow == wd and attrs["group"] == x.shape[1] and kh * kw <= 64:
-        # the flat form (fc_qconv_flat): the sums, the masks, kw int32 copies, a staging row
+    depthwise = attrs["group"] == x.shape[1]
+    channels = depthwise and w.shape[0] == x.shape[1] and kh * kw <= 64 and isa == "avx512"
+    if channels and ((sh, sw) != (1, 1) or oh * ow < 64):
+        # the channel form on AVX-512 VNNI (fc_qconv_dwc), else the flat or the plane form
+        wp = (ow - 1) * sw + (kw - 1) * dw + 1
+        rows = 1  # fc_qconv_dwc_rows: a band's input rows within 16 KiB
+        while rows < oh and (rows * sh + (kh - 1) * dh + 1) * wp * 64 <= 16384:
+            rows += 1
+        np_ = -(-(rows * ow) // 16) * 16
+        dwc = (((rows - 1) * sh + (kh - 1) * dh + 1) * wp + 1) * 64 + kh * kw * 64 + np_ * 8 + np_ * 16
+        return max(dwc, _qconv_scratch(ins, outs, attrs, "none"))
+    if (sh, sw) == (1, 1) and depthwise and kh * kw <= 64:
+        # the flat form (fc_qconv_flat): sums and outputs, small planes' masks, the copies
         pw, ph = attrs["pads"][1], attrs["pads"][0]
-        lead = max(pw, 0)
-        reach = lead + (kh - 1) * dh * wd + (kw - 1) * dw - pw + pn
-        fs = -(-max(reach, lead + (ph + h) * wd) // 16) * 16
-        return pn * 4 + (-(-(h * wd) // 16) * 16 + fs) * kw * 4 + pn
+        pad = h * wd > 1024 or ow != wd  # fc_qconv_fpad
+        rw = max(pw + wd, ow + (kw - 1) * dw) if pad else wd
+        lead = 0 if pad else pw
+        fpn = -(-(oh * rw) // 64) * 64
+        reach = lead + (kh - 1) * dh * rw + (kw - 1) * dw - (0 if pad else pw) + fpn
+        fs = -(-max(reach, lead + (ph + h) * rw) // 16) * 16
+        return fpn * 5 + (fs if pad else kw * (-(-(h * wd) // 16) * 16 + fs)) * 4
     if isa != "avx512" or attrs["group"] != 1:
         return planes
     rows = 2 * (-(-(ow * sw) // 64) * 64)

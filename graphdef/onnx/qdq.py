@@ -76,8 +76,8 @@ def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict, list[str]]:
             drop.add(id(relu))
         replace[id(q)] = fused
         drop.add(id(n))
-        for dq in dqs:  # read by this node alone: no longer needed
-            if readers[dq.output[0]] == 1:
+        for dq in dqs:  # read by this node alone: no longer needed (one read through an Identity stays)
+            if readers[dq.output[0]] == 1 and reader[dq.output[0]] is n:
                 drop.add(id(dq))
     if not replace:
         return list(nodes), {}, notes
@@ -107,7 +107,7 @@ def _pattern(node, producer, reader, readers, known, outputs):
     if q is None or q.op_type != "QuantizeLinear" or list(q.input[:1]) != [y]:
         return f"its result goes to {q.op_type if q is not None else 'nothing'}, not to a QuantizeLinear"
     ins = list(node.input) + [""] * (3 - len(node.input))
-    dq = [producer.get(name) if name else None for name in ins]
+    dq = [_source(name, producer) if name else None for name in ins]
     if any(d is None or d.op_type != "DequantizeLinear" for d in dq[:2]) or (
         ins[2] and (dq[2] is None or dq[2].op_type != "DequantizeLinear")
     ):
@@ -137,7 +137,7 @@ def _pattern(node, producer, reader, readers, known, outputs):
             known[b_scale].size not in (1, *m)
             or known[w_scale].size not in (1, *m)
             or not np.array_equal(np.broadcast_to(want, m), np.broadcast_to(known[b_scale].reshape(-1), m))
-        ):
+        ) and np.any(known[b_q]):  # zeros are zeros whatever their scale (a bias shared by layers)
             return "its bias's scale is not x_scale * w_scale"
         bias = b_q
     inputs = [x_q, x_scale, x_zero, w_q, w_scale, w_zero, y_scale, y_zero, bias]
@@ -169,6 +169,17 @@ def _gemm(gemm, y, inputs, w_axis, known, taken, new) -> list | None:
         _qlinear_conv(gemm.name, conv_inputs, y4, {}),
         helper.make_node("Reshape", [y4, shape2], [y], name=f"{gemm.name}_y"),
     ]
+
+
+def _source(name: str, producer: dict):
+    """The node that computes ``name``, through Identity nodes (the TorchScript exporter reads a
+    shared bias through one)."""
+    node = producer.get(name)
+    for _ in range(len(producer)):
+        if node is None or node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
+            break
+        node = producer.get(node.input[0])
+    return node
 
 
 def _qlinear_conv(name: str, inputs: list, out: str, attrs: dict):

@@ -207,6 +207,15 @@ defop(
             {"scale": tuple(0.001 + 0.0003 * i for i in range(20)), "strides": (2, 2), "dilations": (1, 2),
              "group": 20, "pads": (1, 1, 1, 1), "x_zero": 140, "y_zero": 7, "lo": 0, "hi": 255},
         ),
+        # 40 output channels and K = 72 (where the machine has AMX-INT8: a pass of 32 channels and
+        # one of 8, weights copied with zeros past K), 90 positions
+        _example(_x((1, 8, 10, 9)), _w((40, 8, 3, 3)), 40, 11, pads=(1, 1, 1, 1), x_zero=3, y_zero=-2),
+        # K = 64 and 32 channels (AMX: the weights read in place), float multipliers, 36 positions
+        Example(
+            (_x((1, 64, 6, 6), "uint8"), _w((32, 64, 1, 1)), Sample((32,), "int32", -5000, 5000)),
+            {"scale": tuple(0.0005 + 0.0001 * i for i in range(32)), "x_zero": 129, "y_zero": 100, "lo": 0,
+             "hi": 255},
+        ),
     ),  # fmt: skip
 )
 

@@ -76,6 +76,40 @@ FC_INLINE long fc_qconv_pn(const fc_qconv_geom *g) { return (g->oh * g->ow + 63)
 #define FC_QCONV_DOT 0
 #endif
 
+/* AMX-INT8 (built with -mamx-int8 -mamx-tile, e.g. -march=native on a CPU that has it; Linux,
+ * which lends the tile registers to a process that asks: arch_prctl(ARCH_REQ_XCOMP_PERM,
+ * XFEATURE_XTILEDATA), asked once, by a raw system call so that no header is needed): the
+ * dot-product form's products on 16 x 16 tiles, 2 x 2 of them a pass (32 channels x 32
+ * positions), 64 k a tile instruction (tdpbsud: the int8 weights times the packed windows'
+ * unsigned bytes, in the layout the packing already writes). Where the kernel refuses, the
+ * VNNI loop runs. */
+#if FC_QCONV_DOT && defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__linux__) && defined(__x86_64__)
+#define FC_QCONV_AMX 1
+static int fc_qconv_amx_state __attribute__((unused)); /* 0 not asked, 1 granted, -1 refused */
+FC_INLINE int fc_qconv_amx_ok(void) {
+    if (fc_qconv_amx_state == 0) {
+        long ret; /* arch_prctl (158) ARCH_REQ_XCOMP_PERM (0x1023) XFEATURE_XTILEDATA (18) */
+        __asm__ volatile("syscall" : "=a"(ret) : "0"(158L), "D"(0x1023L), "S"(18L) : "rcx", "r11", "memory");
+        fc_qconv_amx_state = ret == 0 ? 1 : -1;
+    }
+    return fc_qconv_amx_state > 0;
+}
+/* The tile configuration: C tiles 0-3 (16 rows of 16 int32), weights 4-5 and windows 6-7 (16
+ * rows of 64 bytes). */
+typedef struct fc_qconv_tiles {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} fc_qconv_tiles;
+/* (a constant: GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of the
+ * configuration, so the stores of one built on the stack could be dropped) */
+static const fc_qconv_tiles fc_qconv_tile_cfg __attribute__((unused)) = {
+    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+FC_INLINE void fc_qconv_amx_begin(void) { _tile_loadconfig(&fc_qconv_tile_cfg); }
+#else
+#define FC_QCONV_AMX 0
+#endif
+
 #if FC_QCONV_DOT
 /* The four bytes at p (any alignment) in every 32-bit lane. */
 FC_INLINE __m512i fc_qconv_word(const int8_t *p) {
@@ -159,6 +193,24 @@ FC_INLINE long fc_qconv_cpn(const fc_qconv_geom *g) { return (fc_qconv_dot_rows(
  * vectors of 16 lanes), and the bytes of a row of padding the packing reads */
 FC_INLINE long fc_qconv_k4(const fc_qconv_geom *g) { return (g->c / g->groups * g->kh * g->kw + 3) / 4; }
 FC_INLINE long fc_qconv_rl(const fc_qconv_geom *g) { return (g->ow * g->sw + 63) / 64 * 64; }
+/* The dot-product form's rows of sums and of weights (32 on the tiles: a pass's channels), and
+ * its packed k4 groups (on the tiles rounded up to 16: a tile's 64 k). */
+/* Whether the tiles take a convolution (where the machine lends them): planes of more than 16
+ * positions, at least 32 output channels and 64 k (smaller ones would fill a tile's rows or
+ * columns in part only, and take more scratch than the VNNI loops). */
+FC_INLINE int fc_qconv_dot_amx(const fc_qconv_geom *g) {
+    return FC_QCONV_AMX && fc_qconv_dot_mb(g) == FC_QCONV_BLOCK && g->m >= 32 && g->c * g->kh * g->kw >= 64;
+}
+FC_INLINE long fc_qconv_dot_ar(const fc_qconv_geom *g) { return fc_qconv_dot_amx(g) ? 32 : fc_qconv_dot_mb(g); }
+/* int32 values of the dot-product form's sums: mb rows of cpn, or for the tiles a pass's 32 rows
+ * of 64 and 32 rows of 16 first sums, whichever is more */
+FC_INLINE long fc_qconv_dot_acc(const fc_qconv_geom *g) {
+    const long v = fc_qconv_dot_mb(g) * fc_qconv_cpn(g);
+    return fc_qconv_dot_amx(g) && v < 32 * 64 + 32 * 16 ? 32 * 64 + 32 * 16 : v;
+}
+FC_INLINE long fc_qconv_dot_k4r(const fc_qconv_geom *g) {
+    return fc_qconv_dot_amx(g) ? (fc_qconv_k4(g) + 15) / 16 * 16 : fc_qconv_k4(g);
+}
 
 /* GNU vectors of 16 int32 (GCC, Clang) where the target has a vector unit (SSE2, NEON): the flat
  * form keeps its sums in them; plain loops elsewhere (a microcontroller's registers would not
@@ -221,12 +273,13 @@ FC_INLINE long fc_qconv_dwc_scratch(const fc_qconv_geom *g) {
 /* Bytes of scratch of one call: the sums of FC_QCONV_BLOCK output channels, a staging row of
  * outputs, then the padded planes of a group's input channels (all of them for one group); in the dot-product form the sums, the staging row,
  * the image's packed windows, a block's weights, each channel's first sum and two rows (x_zero,
- * and the value packed as 0), whichever is larger; for a dense layer (fc_qconv_dense) the window alone. */
+ * and the value packed as 0), whichever is larger (rows of sums and weights, and k4 groups, as
+ * fc_qconv_dot_ar and fc_qconv_dot_k4r count them); for a dense layer (fc_qconv_dense) the window alone. */
 FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
     const long pn = fc_qconv_pn(g), k4 = fc_qconv_k4(g);
     const long planes = FC_QCONV_BLOCK * fc_qconv_acc(g) * 4 + pn + g->c / g->groups * fc_qconv_ps(g) * 2;
-    const long mb = fc_qconv_dot_mb(g), cpn = fc_qconv_cpn(g);
-    const long dot = mb * cpn * 4 + cpn + k4 * 4 * cpn + mb * k4 * 4 + g->m * 4 + 2 * fc_qconv_rl(g);
+    const long cpn = fc_qconv_cpn(g), ar = fc_qconv_dot_ar(g), kr = fc_qconv_dot_k4r(g);
+    const long dot = fc_qconv_dot_acc(g) * 4 + cpn + kr * 4 * cpn + ar * kr * 4 + g->m * 4 + 2 * fc_qconv_rl(g);
     if (fc_qconv_dense(g))
         return k4 * 4 * 2; /* the window, as int16 (as bytes on AVX-512 VNNI) */
     if (fc_qconv_dwc(g))

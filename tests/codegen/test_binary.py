@@ -222,10 +222,7 @@ def test_npy_format_versions_are_read(digits, tmp_path, version):
     check_outputs(tmp_path / "res", g, {"x": x}, ["probs"])
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_integer_convolutions_run_clean_under_address_and_undefined_sanitizers(threads, tmp_path):
-    """Every example of ``qconv`` (fixed-point and float multipliers, per channel and not,
-    depthwise, strided, dilated, uint8) in one program, split over threads, against numpy."""
+def _qconv_examples():
     from graphdef import examples
     from graphdef.registry import get_op
 
@@ -236,6 +233,38 @@ def test_integer_convolutions_run_clean_under_address_and_undefined_sanitizers(t
             feeds.update(f)
             names += [str(o.ref) for o in outs]
         g.set_outputs(*names)
+    return g, feeds, names
+
+
+# the integer kernel's forms below the machine's best: AMX-INT8 tiles off (the AVX-512 VNNI
+# loops), VNNI off too (the plane and flat forms' loops): each built and run where the machine
+# has what they leave, against numpy
+LESS = {
+    "vnni": ("-mno-amx-tile", "-mno-amx-int8"),
+    "avx512": ("-mno-amx-tile", "-mno-amx-int8", "-mno-avx512vnni"),
+}
+
+
+@pytest.mark.parametrize("less", sorted(LESS))
+def test_integer_convolutions_give_numpys_results_in_each_form_below_the_native_one(less, tmp_path):
+    """Every ``qconv`` example built with the CPU's features less AMX (and less VNNI): the forms a
+    machine without them runs (this one runs its best form in every other test)."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"):
+        pytest.skip("an x86-64 build with gcc")
+    g, feeds, names = _qconv_examples()
+    m = codegen.compile(g, name=f"qless_{less}", flags=LESS[less], threads=1)
+    got = m(**feeds)
+    for name, want in zip(names, gd.Session(g).run(feeds, names)):
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_integer_convolutions_run_clean_under_address_and_undefined_sanitizers(threads, tmp_path):
+    """Every example of ``qconv`` (fixed-point and float multipliers, per channel and not,
+    depthwise, strided, dilated, uint8) in one program, split over threads, against numpy."""
+    g, feeds, names = _qconv_examples()
     flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g1", "-O1"]
     out = codegen.export(g, tmp_path / "san", name="san", outputs=names, flags=flags, threads=threads)
     res = run_binary(out / "san", feeds, tmp_path / "res")

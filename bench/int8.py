@@ -2,13 +2,15 @@
 
     python bench/int8.py [--runs 200] [--rounds 5] [--markdown FILE]
 
-The four MLPerf Tiny architectures (samples/tiny.py), float and quantized by onnxruntime's
-quantizer in both its formats (QDQ and QOperator; per-channel int8 weights, int8 activations,
-calibrated on random inputs). Each file is timed, one thread, by flowc's shared library called
-through cffi and by onnxruntime's session on the same input, in interleaved rounds (this
-machine is shared and noisy); each cell is the median over rounds of a round's mean
-microseconds. The ratio column is flowc / onnxruntime on the same int8 file, the median of the
-rounds' ratios. The bytes are flowc's: its weights (the blob the build links) and its arena.
+The four MLPerf Tiny architectures (samples/tiny.py) and torchvision's MobileNetV2 and ResNet-18
+at 224 x 224 (where torchvision is installed), float and quantized by onnxruntime's quantizer in
+both its formats (QDQ and QOperator; per-channel int8 weights, int8 activations, calibrated on
+random inputs). Each file is timed, one thread, by flowc's shared library called through cffi
+and by onnxruntime's session on the same input, in interleaved rounds (this machine is shared
+and noisy); each cell is the median over rounds of a round's mean microseconds. The ratio column
+is flowc / onnxruntime on the same int8 file, the median of the rounds' ratios; "flowc float /
+QDQ" how much faster flowc's int8 build is than its float one. The bytes are flowc's: its
+weights (the blob the build links) and its arena.
 """
 
 from __future__ import annotations
@@ -44,15 +46,51 @@ def _mean_us(fn, runs: int) -> float:
 FORMATS = ("qdq", "qop")  # onnxruntime's two int8 formats: QDQ, and QOperator (QLinearConv, ...)
 
 
+def torchvision_files(folder: Path) -> dict:
+    """{name: (float ONNX file, input shape)} of torchvision MobileNetV2 and ResNet-18 at 224 x 224
+    (weights from a seed, batch-norm statistics from a few random batches so that activations
+    keep their scale), exported by the TorchScript exporter; {} without torchvision."""
+    import io
+    import warnings
+    from contextlib import redirect_stderr, redirect_stdout
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import zoo
+
+    tv = zoo.torchvision_or_none()
+    if tv is None:
+        print("torchvision is not installed: its models are left out", file=sys.stderr)
+        return {}
+    import torch
+
+    out = {}
+    for name in ("mobilenet_v2", "resnet18"):
+        torch.manual_seed(0)
+        model = getattr(tv.models, name)(weights=None).train()
+        with torch.no_grad():
+            for _ in range(3):
+                model(torch.randn(8, 3, 224, 224))
+        path = folder / f"{name}.onnx"
+        with warnings.catch_warnings(), redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model.eval(), (torch.randn(1, 3, 224, 224),), str(path), dynamo=False,
+                              opset_version=17, input_names=["input"], output_names=["logits"])  # fmt: skip
+        out[name] = (path, (1, 3, 224, 224))
+    return out
+
+
 def measure(runs: int, rounds: int) -> list[dict]:
     import onnxruntime as ort
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, path in tiny.write_all(tmp).items():
-            shape = tiny.INPUTS[name]
-            calib = np.random.default_rng(11).standard_normal((8, *shape)).astype(np.float32)
+        models = {name: (path, tiny.INPUTS[name]) for name, path in tiny.write_all(tmp).items()}
+        models.update(torchvision_files(Path(tmp)))
+        for name, (path, shape) in models.items():
+            count = runs if np.prod(shape) < 100_000 else max(5, runs // 40)  # about as long a round
+            calib = np.random.default_rng(11).standard_normal((8 if count == runs else 4, *shape))
+            calib = calib.astype(np.float32)
 
             class Reader(CalibrationDataReader):
                 def __init__(self, calib=calib):
@@ -69,6 +107,7 @@ def measure(runs: int, rounds: int) -> list[dict]:
             x = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
             so = ort.SessionOptions()
             so.intra_op_num_threads = 1
+            so.log_severity_level = 3  # (the exporter's unused initializers: a warning each)
             peers, sizes = {}, {}
             for kind, file in files.items():
                 model = codegen.compile(gd.load_onnx(file), name=f"{name}_{kind}", cache=False)
@@ -81,20 +120,22 @@ def measure(runs: int, rounds: int) -> list[dict]:
                 order = list(timed) if r % 2 == 0 else list(reversed(timed))
                 for key in order:
                     peers[key]()  # warm
-                    timed[key].append(_mean_us(peers[key], runs))
+                    timed[key].append(_mean_us(peers[key], count))
             row = {"model": name, **{k: statistics.median(v) for k, v in timed.items()}, "bytes": sizes}
             for kind in FORMATS:
                 pairs = zip(timed[f"flowc {kind}"], timed[f"ort {kind}"])
                 row[f"ratio {kind}"] = statistics.median(a / b for a, b in pairs)
+            pairs = zip(timed["flowc float"], timed["flowc qdq"])
+            row["speedup"] = statistics.median(a / b for a, b in pairs)
             rows.append(row)
     return rows
 
 
 def table(rows: list[dict]) -> str:
     head = ("| model | flowc float us | flowc QDQ us | onnxruntime QDQ us | flowc QOperator us | "
-            "onnxruntime QOperator us | flowc / onnxruntime QDQ, QOperator | "
+            "onnxruntime QOperator us | flowc / onnxruntime QDQ, QOperator | flowc float / QDQ | "
             "weights float / QDQ / QOperator B | arena float / QDQ / QOperator B |")  # fmt: skip
-    lines = [head, "|---|" + "---:|" * 8]
+    lines = [head, "|---|" + "---:|" * 9]
     for r in rows:
         b = r["bytes"]
         weights = " / ".join(str(b[k][0]) for k in ("float", *FORMATS))
@@ -102,7 +143,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['model']} | {r['flowc float']:.1f} | {r['flowc qdq']:.1f} | {r['ort qdq']:.1f} | "
             f"{r['flowc qop']:.1f} | {r['ort qop']:.1f} | {r['ratio qdq']:.2f}, {r['ratio qop']:.2f} | "
-            f"{weights} | {arenas} |"
+            f"{r['speedup']:.2f} | {weights} | {arenas} |"
         )
     return "\n".join(lines)
 

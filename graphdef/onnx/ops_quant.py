@@ -201,27 +201,14 @@ def _check_zero_point(node, i: int, dtype: str, what: str) -> None:
 _PRECISIONS = ("float16", "float32", "float64")
 
 
-def quantize(x: Tensor, scale: Tensor, zp: Tensor | None, out: str, precision: str, importer=None) -> Tensor:
-    """saturate(round(x / scale) + zp) with the division in ``precision`` (halves to even).
-    With the ``importer``, the saturated value before its cast to ``out`` is remembered (see
-    ``_dequantize_linear``)."""
+def quantize(x: Tensor, scale: Tensor, zp: Tensor | None, out: str, precision: str) -> Tensor:
+    """saturate(round(x / scale) + zp) with the division in ``precision`` (halves to even)."""
     q = M.round(E.div(_cast(x, precision), _cast(scale, precision)))
     wide = "float64" if precision == "float64" else "float32"
     if zp is not None:
         q = E.add(_cast(q, wide), _cast(zp, wide))
     lo, hi = _RANGE[out]
-    clipped = E.clip(_cast(q, wide), float(lo), float(hi))
-    y = E.cast(clipped, out)
-    if importer is not None:
-        _quantized_values(importer)[y.ref] = clipped
-    return y
-
-
-def _quantized_values(importer) -> dict:
-    """The float values (integers, in range) each QuantizeLinear output was cast from."""
-    if not hasattr(importer, "quantized_values"):
-        importer.quantized_values = {}
-    return importer.quantized_values
+    return E.cast(E.clip(_cast(q, wide), float(lo), float(hi)), out)
 
 
 @converter("QuantizeLinear", 10)
@@ -245,7 +232,7 @@ def _quantize_linear(node):
     scale = _along(node, scale, x.shape, axis, block, "y_scale")
     if zp is not None:
         zp = _along(node, zp, x.shape, axis, block, "y_zero_point")
-    return quantize(x, scale, zp, out, precision, node.importer)
+    return quantize(x, scale, zp, out, precision)
 
 
 # ----------------------------------------------------------------------------- DequantizeLinear
@@ -263,16 +250,11 @@ def _dequantize_linear(node):
     axis, block = node.attr("axis", 1), node.attr("block_size", 0)
     scale = _along(node, scale, x.shape, axis, block, "x_scale")
     acc = "float64" if "float64" in (out, scale.dtype) else "float32"
-    source = _quantized_values(node.importer).get(x.ref) if node.has(0) and x.dtype != "int32" else None
     if zp is not None:
         zp = _along(node, zp, x.shape, axis, block, "x_zero_point")
-    if source is not None and source.dtype in (acc, "float32"):
-        # x = QuantizeLinear(...): its value before the cast, an integer in x's range, exact in
-        # float32: (v - zp) * scale in floats is the same number, with no integer round trip
-        # (a quantize-dequantize pair then fuses into one vectorized float loop)
-        v = _cast(source, acc)
-        v = v if zp is None else E.sub(v, _cast(zp, acc))
-        return _cast(E.mul(v, _cast(scale, acc)), out)
+    # (x = QuantizeLinear(...) is read as the integers it is, not as the float before its cast:
+    # the pair still fuses into one loop where nothing else reads x, and where an integer
+    # layer does, the float is not kept in memory beside it)
     if zp is not None:
         x = _minus_zero_point(x, zp, "int64" if x.dtype == "int32" else "int32")
     return _cast(E.mul(_cast(x, acc), _cast(scale, acc)), out)

@@ -16,7 +16,9 @@ bias an int32 dequantized with scale x_scale * w_scale and zero point 0, no attr
 changes the rounding (``saturate``, ``output_dtype``, ``block_size``), a Gemm with alpha and
 beta 1 and x not transposed, the float result read by that QuantizeLinear alone and not a
 graph output. Everything else stays as it is (correct in float, as before), and ``flowc
-inspect`` says which Conv and Gemm between DequantizeLinear nodes stayed float, and why.
+inspect`` says which Conv and Gemm between DequantizeLinear nodes stayed float, and why. A
+MaxPool between a DequantizeLinear and a QuantizeLinear of the same scale and zero point runs on
+the integers (max commutes with the map: exactly the same values).
 """
 
 from __future__ import annotations
@@ -79,6 +81,16 @@ def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict, list[str]]:
         for dq in dqs:  # read by this node alone: no longer needed (one read through an Identity stays)
             if readers[dq.output[0]] == 1 and reader[dq.output[0]] is n:
                 drop.add(id(dq))
+    for n in nodes:  # DequantizeLinear -> MaxPool -> QuantizeLinear of the same scale: the integers' max
+        if n.op_type == "MaxPool" and n.domain in ("", "ai.onnx") and id(n) not in drop:
+            pair = _max_pool_pair(n, producer, reader, readers, known, outputs)
+            if pair is not None:
+                dq, q = pair
+                pool = helper.make_node("MaxPool", [dq.input[0]], [q.output[0]], name=n.name, **_attrs(n))
+                replace[id(q)] = [pool]
+                drop.add(id(n))
+                if readers[dq.output[0]] == 1:
+                    drop.add(id(dq))
     if not replace:
         return list(nodes), {}, notes
     out = []
@@ -169,6 +181,32 @@ def _gemm(gemm, y, inputs, w_axis, known, taken, new) -> list | None:
         _qlinear_conv(gemm.name, conv_inputs, y4, {}),
         helper.make_node("Reshape", [y4, shape2], [y], name=f"{gemm.name}_y"),
     ]
+
+
+def _max_pool_pair(node, producer, reader, readers, known, outputs):
+    """(its DequantizeLinear, its QuantizeLinear) where ``node`` (a MaxPool) reads one tensor's
+    dequantized integers and only a QuantizeLinear with the same scale and zero point (constants,
+    one each) reads its result: max commutes with that monotonic map, so the MaxPool of the
+    integers is exactly the QuantizeLinear's output. Else None."""
+    y = node.output[0]
+    if len(node.output) != 1 or y in outputs or readers[y] != 1 or len(node.input) != 1:
+        return None
+    dq, q = _source(node.input[0], producer), reader.get(y)
+    if dq is None or q is None or dq.op_type != "DequantizeLinear" or q.op_type != "QuantizeLinear":
+        return None
+    if not (_plain(dq) and _plain(q)) or list(q.input[:1]) != [y]:
+        return None
+    (_, ds, dz), (_, qs, qz) = _operands(dq)[:3], _operands(q)[:3]
+    if any(name not in known for name in (ds, dz, qs, qz)):  # zero points given: x's and y's types
+        return None
+    zeros = [known[dz], known[qz]]
+    if known[ds].size != 1 or known[qs].size != 1 or any(z.size != 1 for z in zeros):
+        return None
+    same_scale = known[ds].reshape(-1)[0] == known[qs].reshape(-1)[0]
+    same_zero = zeros[0].dtype == zeros[1].dtype and zeros[0].reshape(-1)[0] == zeros[1].reshape(-1)[0]
+    if not (same_scale and same_zero):
+        return None
+    return dq, q
 
 
 def _source(name: str, producer: dict):

@@ -118,6 +118,33 @@ def test_aarch64_uses_the_neon_gemm(models, tmp_path):
 
 @pytest.mark.cross
 @pytest.mark.parametrize("arch", LINUX + MCUS)
+def test_integer_convolutions_give_numpys_results_on_the_arch(arch, tmp_path):
+    """Every ``qconv`` example (fixed-point and float multipliers, depthwise, strided, dilated,
+    uint8, dense layers) in one model, built for the arch and run under QEMU: numpy's integers
+    exactly (the kernel's portable forms: NEON vectors on Arm, plain C on RISC-V and the
+    microcontrollers)."""
+    from graphdef import examples
+    from graphdef.registry import get_op
+
+    target = need(arch)
+    g, feeds, names = gd.Graph("qconvs"), {}, []
+    with g:
+        for i in range(len(get_op("qconv").examples)):
+            outs, f = examples.add_example("qconv", i, prefix=f"x{i}_")
+            feeds.update(f)
+            names += [str(o.ref) for o in outs]
+        g.set_outputs(*names)
+    folder = codegen.export(g, tmp_path / "q", name="q", outputs=names, arch=arch)
+    if target.spec.kind == "mcu":
+        got = mcu.run_firmware(folder, feeds)["outputs"]
+    else:
+        got = run_binary(target.runner(), folder / "q", feeds, tmp_path / "run")
+    for name, want in zip(names, gd.Session(g).run(feeds, names)):
+        np.testing.assert_array_equal(got[name], want, err_msg=f"{arch} {name}")
+
+
+@pytest.mark.cross
+@pytest.mark.parametrize("arch", LINUX + MCUS)
 def test_every_op_compiles_warning_free_for_the_arch(arch, zoo, tmp_path):
     """The all-ops graph through the arch's compiler with -std=c99 -Wall -Wextra -Werror
     (32-bit arches catch size_t/int64 and promotion warnings); MCU code imports no malloc,

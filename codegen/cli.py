@@ -24,8 +24,9 @@ MODEL is an .onnx file (``--shape NAME=1x3x224x224`` fixes symbolic input dimens
 saved graph (.flowc), or a Python file and function returning a Graph
 (``samples/digits.py:build``). Errors print one line and exit 1.
 
-ARCH is host (default), a Linux phone or board (aarch64-linux, armv7-linux, riscv64-linux:
-a static binary from Debian's cross compiler) or a microcontroller (cortex-m0plus, cortex-m4,
+ARCH is host (default), a Linux phone or board (aarch64-linux, cortex-a76-linux: AArch64 with
+the dot-product extension, armv7-linux, riscv64-linux: a static binary from Debian's cross
+compiler) or a microcontroller (cortex-m0plus, cortex-m4,
 cortex-m7: lib<NAME>.a + <NAME>.h, and a flash/RAM footprint report). --max-ram / --max-flash
 (e.g. 64K) refuse a model that does not fit.
 

@@ -89,6 +89,18 @@ ARCH_LIST = (
         "qemu-aarch64",
         "qemu-user",
     ),
+    # AArch64 cores of Armv8.2 and later with the dot-product extension (Cortex-A76/A78/X1,
+    # Neoverse N1: most phones since 2019): int8 convolutions on sdot; QEMU's default CPU has it
+    Arch(
+        "cortex-a76-linux",
+        "linux",
+        "aarch64-linux-gnu-",
+        ("-O3", "-mcpu=cortex-a76"),
+        ("-static",),
+        ("gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"),
+        "qemu-aarch64",
+        "qemu-user",
+    ),
     Arch(
         "armv7-linux",
         "linux",

@@ -76,6 +76,22 @@ FC_INLINE long fc_qconv_pn(const fc_qconv_geom *g) { return (g->oh * g->ow + 63)
 #define FC_QCONV_DOT 0
 #endif
 
+/* The same form on Arm's dot-product extension (AArch64 with __ARM_FEATURE_DOTPROD, e.g.
+ * -mcpu=cortex-a76 or -march=armv8.2-a+dotprod): the windows packed as signed bytes (x - 128
+ * for uint8: the sums corrected as above), each sdot four products a lane into four positions'
+ * sums, 4 channels x 16 positions a pass (vdotq_laneq_s32 on the 4 channels' weights of four
+ * k). FC_QCONV_PACKED: either. */
+#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+#include <arm_neon.h>
+#define FC_QCONV_SDOT 1
+#else
+#define FC_QCONV_SDOT 0
+#endif
+#define FC_QCONV_PACKED (FC_QCONV_DOT || FC_QCONV_SDOT)
+/* what the packing adds to x (modulo 256): x86 multiplies unsigned bytes by signed weights,
+ * Arm's sdot signed bytes by signed weights */
+#define FC_QCONV_OFF(is_signed) (FC_QCONV_DOT ? ((is_signed) ? 128 : 0) : ((is_signed) ? 0 : -128))
+
 /* AMX-INT8 (built with -mamx-int8 -mamx-tile, e.g. -march=native on a CPU that has it; Linux,
  * which lends the tile registers to a process that asks: arch_prctl(ARCH_REQ_XCOMP_PERM,
  * XFEATURE_XTILEDATA), asked once, by a raw system call so that no header is needed): the
@@ -176,12 +192,32 @@ FC_INLINE void fc_qconv_weave(uint8_t *dst, const void *s0, const void *s1, cons
 }
 #endif
 
+#if FC_QCONV_SDOT
+/* dst[4 * p + r] = s_r[p * sw] + off (modulo 256) for the positions p of [0, n) of four byte
+ * streams read every sw-th byte (the AVX-512 version's loop, in C). */
+FC_INLINE void fc_qconv_weave(uint8_t *dst, const void *s0, const void *s1, const void *s2, const void *s3, long n,
+                              int off, long sw) {
+    const uint8_t *a = (const uint8_t *)s0, *b = (const uint8_t *)s1, *c = (const uint8_t *)s2;
+    const uint8_t *d = (const uint8_t *)s3;
+    long p;
+    for (p = 0; p < n; ++p) {
+        dst[4 * p] = (uint8_t)(a[p * sw] + off);
+        dst[4 * p + 1] = (uint8_t)(b[p * sw] + off);
+        dst[4 * p + 2] = (uint8_t)(c[p * sw] + off);
+        dst[4 * p + 3] = (uint8_t)(d[p * sw] + off);
+    }
+}
+#endif
+
 /* A dense convolution of one output position (a dense layer on 1x1 planes, or a window over the
  * whole input): one dot product per output over the window, on every target. */
 FC_INLINE int fc_qconv_dense(const fc_qconv_geom *g) { return g->groups == 1 && g->oh * g->ow == 1; }
-FC_INLINE int fc_qconv_dot(const fc_qconv_geom *g) { return FC_QCONV_DOT && g->groups == 1; }
-/* the output channels of a pass of the dot-product form: 16 for planes of at most 16 positions */
-FC_INLINE long fc_qconv_dot_mb(const fc_qconv_geom *g) { return g->oh * g->ow <= 16 ? 16 : FC_QCONV_BLOCK; }
+FC_INLINE int fc_qconv_dot(const fc_qconv_geom *g) { return FC_QCONV_PACKED && g->groups == 1; }
+/* the output channels of a pass of the dot-product form: 16 for planes of at most 16 positions
+ * (AVX-512) */
+FC_INLINE long fc_qconv_dot_mb(const fc_qconv_geom *g) {
+    return FC_QCONV_DOT && g->oh * g->ow <= 16 ? 16 : FC_QCONV_BLOCK;
+}
 /* The output rows the dot-product form packs and computes at once (a plane of at most 256
  * positions, else rows of about 256), and their positions rounded up to 64. */
 FC_INLINE long fc_qconv_dot_rows(const fc_qconv_geom *g) {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,8 +122,8 @@ def test_aarch64_uses_the_neon_gemm(models, tmp_path):
 def test_integer_convolutions_give_numpys_results_on_the_arch(arch, tmp_path):
     """Every ``qconv`` example (fixed-point and float multipliers, depthwise, strided, dilated,
     uint8, dense layers) in one model, built for the arch and run under QEMU: numpy's integers
-    exactly (the kernel's portable forms: NEON vectors on Arm, plain C on RISC-V and the
-    microcontrollers)."""
+    exactly (the kernel's portable forms: NEON vectors on Arm, sdot where the core has the
+    dot-product extension, plain C on RISC-V and the microcontrollers)."""
     from graphdef import examples
     from graphdef.registry import get_op
 
@@ -141,6 +142,10 @@ def test_integer_convolutions_give_numpys_results_on_the_arch(arch, tmp_path):
         got = run_binary(target.runner(), folder / "q", feeds, tmp_path / "run")
     for name, want in zip(names, gd.Session(g).run(feeds, names)):
         np.testing.assert_array_equal(got[name], want, err_msg=f"{arch} {name}")
+    objdump = shutil.which(f"{target.spec.prefix}objdump")
+    if arch == "cortex-a76-linux" and objdump:  # the dot-product form ran on sdot
+        asm = subprocess.run([objdump, "-d", str(folder / "q")], capture_output=True, text=True).stdout
+        assert re.search(r"\tsdot\t", asm)
 
 
 @pytest.mark.cross

@@ -54,17 +54,19 @@ def _qconv_scratch(ins, outs, attrs, isa):
         reach = lead + (kh - 1) * dh * rw + (kw - 1) * dw - (0 if pad else pw) + fpn
         fs = -(-max(reach, lead + (ph + h) * rw) // 16) * 16
         return fpn * 5 + (fs if pad else kw * (-(-(h * wd) // 16) * 16 + fs)) * 4
-    if isa != "avx512" or attrs["group"] != 1:
+    if isa not in ("avx512", "aarch64") or attrs["group"] != 1:
         return planes
+    # the dot-product form: AVX-512 VNNI (which only AVX-512 builds have) or AArch64's dot
+    # product extension (which an aarch64 build may have)
     rows = 2 * (-(-(ow * sw) // 64) * 64)
-    mb = 16 if oh * ow <= 16 else 4  # channels of a pass: fc_qconv_dot_mb
+    mb = 16 if oh * ow <= 16 and isa == "avx512" else 4  # channels of a pass: fc_qconv_dot_mb
     r = max(1, 256 // ow)  # the rows computed at once (fc_qconv_dot_rows), their positions (cpn)
     cpn = -(-((oh if oh * ow <= 256 or r > oh else r) * ow) // 64) * 64
     # on AMX-INT8 tiles (an AVX-512 build may have them; fc_qconv_dot_amx: at least 32 channels
     # and 64 k): a pass's 32 rows of 64 sums and 32 x 16 first sums (fc_qconv_dot_acc), 32 rows
     # of weights, k4 groups rounded up to 16 (fc_qconv_dot_k4r)
     acc, ar, kr = mb * cpn, mb, k4
-    if mb == 4 and w.shape[0] >= 32 and w.shape[1] * kh * kw >= 64:
+    if isa == "avx512" and mb == 4 and w.shape[0] >= 32 and w.shape[1] * kh * kw >= 64:
         acc, ar, kr = max(acc, 32 * 64 + 32 * 16), 32, -(-k4 // 16) * 16
     return max(planes, acc * 4 + cpn + kr * 4 * cpn + ar * kr * 4 + 4 * w.shape[0] + rows)
 

@@ -271,8 +271,15 @@ def cmd_inspect(args) -> int:
         f"peak live bytes: topological order {schedule.peak_bytes(lowered, topo)}, "
         f"chosen order {schedule.peak_bytes(lowered, list(c.results['schedule'].order))}"
     )
+    from .backends.c import toolchain
+    from .backends.c.ops.quant import qconv_form
     from .backends.c.winograd import describe as conv_algorithm
 
+    try:  # the build's predefined macros: which form each integer convolution takes
+        cc = toolchain.find_cc(options.cc, options.target) if args.target == "c" else None
+    except FlowcError:  # no compiler for the arch here: the forms are not printed
+        cc = None
+    macros = toolchain.macros(options.target, cc, options.flags) if cc else ""
     program = c.program
     print("schedule (step, op, node, ASAP us, ALAP us, slack us, flops):")
     for i, n in enumerate(program.steps):
@@ -280,7 +287,8 @@ def cmd_inspect(args) -> int:
         times = " ".join(f"{v * 1e6:9.2f}" for v in (lv.asap[n.name], lv.alap[n.name], lv.slack(n.name)))
         name = printable(n.name, 48)  # a long name (an ONNX node's scope) keeps its start and end
         line = f"  {i:4d} {n.op:16s} {name:48s} {times} {cost.flops}"
-        algorithm = conv_algorithm(n)  # a convolution's, with the cost model's estimates
+        # a convolution's algorithm, with the cost model's estimates; an integer one's form
+        algorithm = conv_algorithm(n) or qconv_form(n, macros, program.graph)
         print(f"{line} {algorithm}" if algorithm else line)
     print(program.describe())
     if args.svg:

@@ -6,6 +6,9 @@ average pool after them too, and requantizes in float32); the patterns QLinearCo
 
 from __future__ import annotations
 
+import re
+import shutil
+
 import numpy as np
 import pytest
 
@@ -148,3 +151,26 @@ def test_inspect_says_which_patterns_stay_float_and_why(quantized, tmp_path, cap
         assert main(["inspect", str(model)]) == 0
         lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("left in float: ")]
         assert len(lines) == len(want) and all(w in ln and "Conv" in ln for w, ln in zip(want, lines)), lines
+
+
+def test_inspect_names_each_integer_convolutions_form(quantized, capsys):
+    """Each qconv step's line ends with the kernel form the build takes: the portable build's
+    int16 planes, AArch64's sdot where the core has the dot-product extension, and on the host
+    what its compiler enables (AVX-512 VNNI on the machines these tests run on, else the planes)."""
+    from codegen.backends.c import toolchain
+    from codegen.cli import main
+    from codegen.target import Target
+
+    files, _ = quantized
+    host = toolchain.macros(Target(), toolchain.find_cc(None, Target()))
+    vnni = all(f"__{f}__" in host for f in ("AVX512VNNI", "AVX512BW", "AVX512VL"))
+    for flags, want in (
+        (["--portable"], "int16 planes"),
+        (["--arch", "cortex-a76-linux"], "dot products: sdot"),
+        ([], "dot products: VNNI" if vnni else "int16 planes"),
+    ):
+        if flags[1:] == ["cortex-a76-linux"] and not shutil.which("aarch64-linux-gnu-gcc"):
+            continue
+        assert main(["inspect", str(files["QInt8"]), *flags]) == 0
+        lines = [ln for ln in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ qconv ", ln)]
+        assert len(lines) == 2 and all(ln.endswith(want) for ln in lines), (flags, lines)

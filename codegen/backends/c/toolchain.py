@@ -366,22 +366,29 @@ def build_library(
     return lib
 
 
-_ISA: dict = {}
+_MACROS: dict = {}
+
+
+def macros(target: Target, cc: str, flags=()) -> str:
+    """What ``cc`` predefines with the target's flags and ``flags`` (``-dM -E``; "" where it
+    cannot say)."""
+    key = (cc, target.cflags(), tuple(flags))
+    if key not in _MACROS:
+        cmd = [*shlex.split(cc), *target.cflags(), *flags, "-dM", "-E", "-x", "c", "-"]
+        try:
+            res = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=60)
+            _MACROS[key] = res.stdout if res.returncode == 0 else ""
+        except (OSError, subprocess.TimeoutExpired):
+            _MACROS[key] = ""
+    return _MACROS[key]
 
 
 def isa(target: Target, cc: str, flags=()) -> str:
     """The float32 GEMM micro-kernel ``cc`` selects with the target's flags and the caller's
     extra ``flags`` (avx512, avx2, aarch64, v128, scalar): ``cc`` must be the target's
     compiler, since the weights are packed for the tile it picks."""
-    key = (cc, target.cflags(), tuple(flags))
-    if key not in _ISA:
-        cmd = [*shlex.split(cc), *target.cflags(), *flags, "-dM", "-E", "-x", "c", "-"]
-        try:
-            res = subprocess.run(cmd, input="", capture_output=True, text=True, timeout=60)
-            _ISA[key] = isa_from_macros(res.stdout) if res.returncode == 0 else "scalar"
-        except (OSError, subprocess.TimeoutExpired):
-            _ISA[key] = "scalar"
-    return _ISA[key]
+    predefined = macros(target, cc, flags)
+    return isa_from_macros(predefined) if predefined else "scalar"
 
 
 # ----------------------------------------------------------------------------- MPI

@@ -4,6 +4,8 @@ channel) planes."""
 
 from __future__ import annotations
 
+import re
+
 from ....render.splits import Split, work
 from ..op_table import Call, kernel
 
@@ -69,6 +71,33 @@ def _qconv_scratch(ins, outs, attrs, isa):
     if isa == "avx512" and mb == 4 and w.shape[0] >= 32 and w.shape[1] * kh * kw >= 64:
         acc, ar, kr = max(acc, 32 * 64 + 32 * 16), 32, -(-k4 // 16) * 16
     return max(planes, acc * 4 + cpn + kr * 4 * cpn + ar * kr * 4 + 4 * w.shape[0] + rows)
+
+
+def qconv_form(node, macros: str, graph) -> str | None:
+    """Which form of kernels/qconv.h computes a ``qconv`` step of ``graph`` (its C dispatch,
+    fc_qconv, from the build's predefined ``macros``; None for other ops): ``flowc inspect``
+    prints it for every integer convolution."""
+    if node.op != "qconv":
+        return None
+    have = set(re.findall(r"#define\s+(\w+)", macros))
+    vnni = {"__AVX512VNNI__", "__AVX512BW__", "__AVX512VL__"} <= have
+    sdot = {"__aarch64__", "__ARM_FEATURE_DOTPROD"} <= have
+    a, (x, w), y = node.attrs, (graph.type_of(r) for r in node.inputs[:2]), node.outputs[0]
+    group, (oh, ow) = a["group"], y.shape[2:]
+    c, m, k = x.shape[1], y.shape[1], w.shape[1] * w.shape[2] * w.shape[3]
+    if group == 1 and oh * ow == 1:
+        return "dense layer: a dot product an output" + (" (VNNI)" if vnni else "")
+    if group == 1 and vnni:
+        amx = {"__AMX_INT8__", "__AMX_TILE__", "__linux__"} <= have and oh * ow > 16 and m >= 32 and k >= 64
+        return "dot products: AMX tiles where Linux lends them, else VNNI" if amx else "dot products: VNNI"
+    if group == 1 and sdot:
+        return "dot products: sdot"
+    strided, taps = tuple(a["strides"]) != (1, 1), w.shape[2] * w.shape[3]
+    if group == c == m and taps <= 64 and vnni and (strided or oh * ow < 64):
+        return "channels in the vector lanes (VNNI)"
+    if group == c and not strided and taps <= 64:
+        return "flat rows: one run a tap"
+    return "int16 planes"
 
 
 def _qconv_split(ins, outs, attrs):

@@ -3,9 +3,10 @@
 quantized to int8 three ways: onnxruntime's quantizer in QDQ and in QOperator format
 (per-channel int8 weights, int8 activations, calibrated on random inputs) and ``flowc quantize``.
 flowc's compiled C runs every file against onnxruntime on the same file: float to float32
-rounding, int8 within a few output steps (both run the convolutions in integers; the other
-layers flowc still computes in floats between the quantize steps: a rounding apart in one
-layer can move the next by a step), the top class the same on nearly every input."""
+rounding, QOperator exactly, QDQ within two output steps (both run the convolutions in integers
+alike; the pools and softmax, which onnxruntime fuses into integer operators, flowc computes in
+floats between the quantize steps: a rounding apart in one layer can move the next by a step),
+the top class the same on nearly every input."""
 
 from __future__ import annotations
 
@@ -66,6 +67,18 @@ def compiled(files, compile_graphs):
     return compile_graphs(graphs)
 
 
+def _output_step(path) -> float:
+    """The scale of the DequantizeLinear that gives a QDQ file its output."""
+    from onnx import numpy_helper
+
+    model = onnx.load(path)
+    out = model.graph.output[0].name
+    node = next(n for n in model.graph.node if out in n.output)
+    assert node.op_type == "DequantizeLinear", node.op_type
+    scale = next(t for t in model.graph.initializer if t.name == node.input[1])
+    return float(numpy_helper.to_array(scale).reshape(-1)[0])
+
+
 @pytest.mark.c
 @pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("name", list(tiny.MODELS))
@@ -83,6 +96,11 @@ def test_compiled_matches_onnxruntime(name, route, files, compiled):
         agree += int(np.argmax(have) == np.argmax(want))
     if route == "float":
         assert worst <= 2e-4 * max(span, 1.0), worst
+    elif route == "qoperator":  # QLinearConv and QGemm requantize as onnxruntime does: exactly
+        assert worst == 0, worst
+    elif route == "qdq":  # the pools and softmax onnxruntime fuses into integer operators, in float
+        step = _output_step(files[(name, route)])
+        assert worst <= 2 * step * (1 + 1e-6), (worst, step)
     else:
         assert worst <= 0.08 * span, (worst, span)
     if name != "autoencoder":

@@ -9,7 +9,8 @@ OUT``) writes the QDQ format onnxruntime's own quantizer writes and runs:
   and zero point 0 (what onnxruntime's quantizer writes: such a layer runs in integers, in
   onnxruntime and in flowc, graphdef/onnx/qdq.py);
 - activations: every non-constant input of those operators, and of Add, Mul, Concat, the pools,
-  as int8 per tensor, asymmetric (the range widened to hold 0, ``scale = (max - min) / 255``),
+  and the results of Conv and Gemm layers (after a Relu they go to) no such operator reads (the
+  last layer's), as int8 per tensor, asymmetric (the range widened to hold 0, ``scale = (max - min) / 255``),
   through a QuantizeLinear -> DequantizeLinear pair; the range of each tensor is its minimum and
   maximum over the calibration inputs, or with ``percentile`` P the P-th percentile of its values
   above and the (100 - P)-th below;
@@ -156,13 +157,31 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
             for name in node.input[: 1 if node.op_type in WEIGHT_OPS else len(node.input)]:
                 if name and name not in inits and name not in activations:
                     activations.append(name)
+    # the results of Conv and Gemm layers no quantized operator reads (the last layer's: a graph
+    # output, or a Softmax's input) quantized too, so that those layers run in integers as well
+    # (a Relu the layer's result goes to alone: its result instead, the Relu folded in)
+    readers = {}
+    for n in g.node:
+        for name in n.input:
+            readers.setdefault(name, []).append(n)
+    results = []
+    for n in g.node:
+        if n.op_type not in ("Conv", "Gemm") or len(n.input) < 2 or n.input[1] not in weights:
+            continue
+        result, after = n.output[0], readers.get(n.output[0], [])
+        if len(after) == 1 and after[0].op_type == "Relu" and result not in {o.name for o in g.output}:
+            result = after[0].output[0]
+        if n.input[0] in activations and result not in activations and result not in results:
+            results.append(result)
 
     # calibration: the float model with every activation as an output
     import tempfile
 
     probe = copy.deepcopy(m)
     del probe.graph.output[:]
-    for name in activations:
+    outputs = {o.name for o in g.output}
+    calibrated = activations + [r for r in results if r not in outputs]  # (an output is one already)
+    for name in calibrated:
         probe.graph.output.append(helper.make_empty_tensor_value_info(name))
     for o in g.output:
         probe.graph.output.append(copy.deepcopy(o))
@@ -171,8 +190,9 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
         onnx.save(probe, probe_path)
         runs = _run(probe_path, samples)
     ranges = {}
-    for k, name in enumerate(activations):
-        values = np.concatenate([r[k].reshape(-1) for r in runs]).astype(np.float64)
+    at = {name: k for k, name in enumerate(calibrated + [o.name for o in g.output])}
+    for name in activations + results:
+        values = np.concatenate([r[at[name]].reshape(-1) for r in runs]).astype(np.float64)
         ranges[name] = _range(values, percentile)
 
     # the QDQ model
@@ -232,6 +252,24 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
                              name=f"{name}_act_DequantizeLinear"),
         ]  # fmt: skip
         renamed[name] = f"{name}_act_dequantized"
+    for name in results:  # producer -> name_float -> QuantizeLinear -> DequantizeLinear -> name
+        scale, zero = _activation_params(*ranges[name])
+        producer = next(n for n in qg.node if name in n.output)
+        producer.output[0] = f"{name}_float"
+        if producer.name == name:  # the name moves on to the DequantizeLinear's value
+            producer.name = f"{name}_float"
+        new_inits += [
+            numpy_helper.from_array(np.asarray(scale, np.float32), f"{name}_act_scale"),
+            numpy_helper.from_array(np.asarray(zero, np.int8), f"{name}_act_zero_point"),
+        ]
+        new_nodes += [
+            helper.make_node("QuantizeLinear", [f"{name}_float", f"{name}_act_scale",
+                                                f"{name}_act_zero_point"],
+                             [f"{name}_act_quantized"], name=f"{name}_QuantizeLinear"),
+            helper.make_node("DequantizeLinear", [f"{name}_act_quantized", f"{name}_act_scale",
+                                                  f"{name}_act_zero_point"], [name],
+                             name=f"{name}_act_DequantizeLinear"),
+        ]  # fmt: skip
     for node in qg.node:
         if node.op_type not in ACTIVATION_OPS:
             continue
@@ -254,7 +292,7 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
 
     # the report: float against int8 on the calibration samples, by flowc's interpreter
     n_out = len(g.output)
-    floats = [r[len(activations) :] for r in runs]
+    floats = [r[len(calibrated) :] for r in runs]
     try:
         ints = _run(part, samples, n_out)
     except BaseException:
@@ -273,7 +311,8 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
 
     os.replace(part, out)
     return Report(
-        len(samples), float(np.mean(agree)), errors, (size(m), size(q)), len(weights), len(activations)
+        len(samples), float(np.mean(agree)), errors, (size(m), size(q)), len(weights),
+        len(activations) + len(results),
     )
 
 

@@ -107,13 +107,14 @@ def test_compiled_matches_onnxruntime(name, route, files, compiled):
         assert agree >= len(xs) - 1, agree
 
 
-@pytest.mark.parametrize("route", ["qdq", "qoperator"])
+@pytest.mark.parametrize("route", ["qdq", "qoperator", "flowc"])
 @pytest.mark.parametrize("name", list(tiny.MODELS))
 def test_int8_layers_keep_int8_weights(name, route, files):
     """onnxruntime's QLinearConv and QGemm, and the QDQ convolutions and dense layers fused into
-    QLinearConv (graphdef/onnx/qdq.py), run on the integer kernel (``qconv``: its int8 weights
-    stored as they are): every Conv and Gemm is one, the weights take at most 0.27x the float
-    model's bytes, the arena less (but for the autoencoder's, a few KiB)."""
+    QLinearConv (graphdef/onnx/qdq.py; ``flowc quantize``'s last layer too), run on the integer
+    kernel (``qconv``: its int8 weights stored as they are): every Conv and Gemm is one, the
+    weights take at most 0.27x the float model's bytes, the arena less (but for the
+    autoencoder's, a few KiB)."""
     from codegen import pipeline
 
     plans = {}

@@ -36,6 +36,12 @@ FC_INLINE int32_t fc_qmul(int32_t acc, int32_t q, int right) {
     return (int32_t)((high >> right) + ((high & mask) > threshold));
 }
 
+/* v (|v| <= 2**22) rounded to the nearest integer, halves to even, in float arithmetic alone:
+ * v + 1.5 * 2**23 lies where floats are the integers, so the addition rounds (the default
+ * rounding mode), and subtracting it back is exact. No libm call (a Cortex-M4 has no rounding
+ * instruction: nearbyintf was a call per output), and a loop of it vectorizes. */
+FC_INLINE float fc_qconv_rint(float v) { return (v + 12582912.0f) - 12582912.0f; }
+
 #define FC_QCONV_BLOCK 4 /* output channels summed in one pass over the input planes */
 
 /* The padded copy of an input plane (the rows and columns the windows read, from -ph and -pw)

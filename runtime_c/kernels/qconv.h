@@ -328,7 +328,7 @@ FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
         return fc_qconv_dwc_scratch(g);
     if (fc_qconv_flat(g)) /* the sums, small planes' masks, the copies, the runs' outputs */
         return fc_qconv_fpn(g) * 5 + (fc_qconv_fpad(g) ? fc_qconv_ffs(g) : g->kw * ((g->h * g->w + 15) / 16 * 16 + fc_qconv_ffs(g))) * 4;
-    return fc_qconv_dot(g) && dot > planes ? dot : planes;
+    return fc_qconv_dot(g) ? dot : planes;
 }
 
 #define FC_QT int8_t

@@ -245,6 +245,43 @@ LESS = {
 }
 
 
+@pytest.mark.parametrize("less", ["native", *sorted(LESS)])
+def test_integer_convolution_scratch_is_what_the_kernel_asks(less, tmp_path):
+    """The scratch the lowering gives each ``qconv`` example (codegen/backends/c/ops/quant.py,
+    from the build's integer features) is the kernel's own count (kernels/qconv.h
+    fc_qconv_scratch) on each build below the native one: the arena holds no other form's."""
+    import platform
+
+    from codegen.backends.c import toolchain
+    from codegen.backends.c.ops.quant import _qconv_scratch, int8_features
+    from codegen.target import Target
+
+    if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"):
+        pytest.skip("an x86-64 build with gcc")
+    flags = () if less == "native" else LESS[less]
+    target = Target()
+    features = int8_features(toolchain.macros(target, "gcc", flags))
+    g, _, _ = _qconv_examples()
+    nodes = [n for n in g.nodes if n.op == "qconv"]
+    lines = ['#include "kernels/qconv.h"', "#include <stdio.h>", "int main(void) {"]
+    want = []
+    for n in nodes:
+        x, w = (g.type_of(r) for r in n.inputs[:2])
+        y, a = n.outputs[0], n.attrs
+        geom = (*x.shape, w.shape[0], *y.shape[2:], *w.shape[2:], *a["strides"], a["pads"][0], a["pads"][1],
+                *a["dilations"], a["group"])
+        lines.append("    { fc_qconv_geom g = {" + ", ".join(map(str, geom)) + "};")
+        lines.append('      printf("%ld\\n", fc_qconv_scratch(&g)); }')
+        want.append(_qconv_scratch([x, w], [y], a, features))
+    lines += ["    return 0;", "}"]
+    (tmp_path / "s.c").write_text("\n".join(lines) + "\n")
+    cmd = ["gcc", "-std=c99", "-O1", *target.cflags(), *flags, f"-I{ROOT / 'runtime_c'}", "s.c", "-o", "s"]
+    subprocess.run(cmd, cwd=tmp_path, check=True, capture_output=True)
+    run = subprocess.run([str(tmp_path / "s")], capture_output=True, text=True)
+    got = [int(v) for v in run.stdout.split()]
+    assert got == want, (features, got, want)
+
+
 @pytest.mark.parametrize("less", sorted(LESS))
 def test_integer_convolutions_give_numpys_results_in_each_form_below_the_native_one(less, tmp_path):
     """Every ``qconv`` example built with the CPU's features less AMX (and less VNNI): the forms a

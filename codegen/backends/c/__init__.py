@@ -20,6 +20,7 @@ from ...render.sources import Built, Sources
 from . import emit, gemm_ops, gemm_steps, op_table, ops, toolchain  # noqa: F401  (fill the op table)
 from .gemm_lowering import lower_products
 from .op_table import LEGALIZE, supports  # noqa: F401  (supports: the backend's op table)
+from .ops.quant import int8_features
 
 NAME = "c"
 MULTI_RANK = True  # renders partitions: one SPMD program over MPI ranks (spmd.py)
@@ -42,8 +43,15 @@ def lower(graph: Graph, options) -> Graph:
 
 def scratch_bytes(node, ins, options) -> int:
     """Bytes of step-local memory the C step of ``node`` needs on this build (a step split
-    over the target's threads: every part's)."""
-    return op_table.scratch_bytes(node, ins, build_isa(options), options.target.threads)
+    over the target's threads: every part's). An integer convolution's depends on the integer
+    features the build's compiler enables (ops/quant.py ``int8_features``), the rest on the
+    float GEMM's ISA."""
+    if node.op == "qconv":
+        cc = toolchain.find_cc(options.cc, options.target)
+        isa = int8_features(toolchain.macros(options.target, cc, options.flags))
+    else:
+        isa = build_isa(options)
+    return op_table.scratch_bytes(node, ins, isa, options.target.threads)
 
 
 def render(program, options) -> Sources:

@@ -10,18 +10,42 @@ from ....render.splits import Split, work
 from ..op_table import Call, kernel
 
 
+def int8_features(macros: str) -> str:
+    """The integer kernel's features a build has, from its predefined ``macros``: "vnni",
+    "vnni+amx", "sdot" or "plain" (what ``_qconv_scratch`` reads as its ``isa``)."""
+    have = set(re.findall(r"#define\s+(\w+)", macros))
+    if {"__AVX512VNNI__", "__AVX512BW__", "__AVX512VL__"} <= have:
+        amx = {"__AMX_INT8__", "__AMX_TILE__", "__linux__", "__x86_64__"} <= have
+        return "vnni+amx" if amx else "vnni"
+    if {"__aarch64__", "__ARM_NEON", "__ARM_FEATURE_DOTPROD"} <= have:
+        return "sdot"
+    return "plain"
+
+
+def _features(isa: str) -> set[str]:
+    """``int8_features``' names, or for a GEMM ISA name (the features unknown) every form its
+    builds may have: the scratch is then the largest of theirs."""
+    if isa == "avx512":
+        return {"vnni", "amx", "plain"}
+    if isa == "aarch64":
+        return {"sdot", "plain"}
+    return set(isa.split("+"))
+
+
 def _qconv_scratch(ins, outs, attrs, isa):
-    """kernels/qconv.h's fc_qconv_scratch: the int32 sums of FC_QCONV_BLOCK (4) output channels
-    (oh rows of a phase's width each, rounded up to 64), a staging row of outputs (the plane's
-    positions rounded up to 64), then a group's input planes as padded int16 copies split by
-    stride phase; or, larger, what its dot-product form takes (AVX-512 VNNI, which only
-    AVX-512 machines have): for the output rows it computes at once (about 256 positions), a
-    pass's rows of sums (4 channels, or 16 for planes of at most 16 positions), a staging row,
-    their packed windows, a pass's weights (K rounded up to 4), each channel's first sum and two
-    rows of padding; for a dense layer (one output position) the window alone; for the flat form
-    (stride 1, one input channel per group) a plane's sums and outputs in padded rows and its
-    int32 copy; for the channel form (AVX-512 VNNI: depthwise, strided or small planes) a band's
-    transposed input rows, the taps' weights, the band's offsets and outputs."""
+    """kernels/qconv.h's fc_qconv_scratch for a build with the integer features ``isa``
+    (``int8_features``; or a GEMM ISA name: the largest of its builds' forms). For a dense layer
+    (one output position) the window; for the channel form (AVX-512 VNNI: depthwise, strided or
+    small planes) a band's transposed input rows, the taps' weights, the band's offsets and
+    outputs; for the flat form (stride 1, one input channel per group) a plane's sums and
+    outputs in padded rows and its int32 copies; for the dot-product form (VNNI or sdot) the
+    sums of a pass (4 channels, or 16 for planes of at most 16 positions on VNNI; on AMX tiles
+    32 rows of 64 and the first sums), a staging row, the packed windows of the rows computed at
+    once (about 256 positions), a pass's weights (K rounded up to 4, to 64 on AMX), each
+    channel's first sum and two rows of padding; else the int32 sums of 4 output channels (oh
+    rows of a phase's width, rounded up to 64), a staging row and a group's input planes as
+    padded int16 copies split by stride phase."""
+    feats = _features(isa)
     x, w, y = ins[0], ins[1], outs[0]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
     oh, ow = y.shape[2], y.shape[3]
@@ -36,7 +60,7 @@ def _qconv_scratch(ins, outs, attrs, isa):
         return k4 * 4 * 2
     kh, kw, h, wd = w.shape[2], w.shape[3], x.shape[2], x.shape[3]
     depthwise = attrs["group"] == x.shape[1]
-    channels = depthwise and w.shape[0] == x.shape[1] and kh * kw <= 64 and isa == "avx512"
+    channels = depthwise and w.shape[0] == x.shape[1] and kh * kw <= 64 and "vnni" in feats
     if channels and ((sh, sw) != (1, 1) or oh * ow < 64):
         # the channel form on AVX-512 VNNI (fc_qconv_dwc), else the flat or the plane form
         wp = (ow - 1) * sw + (kw - 1) * dw + 1
@@ -45,7 +69,7 @@ def _qconv_scratch(ins, outs, attrs, isa):
             rows += 1
         np_ = -(-(rows * ow) // 16) * 16
         dwc = (((rows - 1) * sh + (kh - 1) * dh + 1) * wp + 1) * 64 + kh * kw * 64 + np_ * 8 + np_ * 16
-        return max(dwc, _qconv_scratch(ins, outs, attrs, "none"))
+        return max(dwc, _qconv_scratch(ins, outs, attrs, "plain")) if "plain" in feats else dwc
     if (sh, sw) == (1, 1) and depthwise and kh * kw <= 64:
         # the flat form (fc_qconv_flat): sums and outputs, small planes' masks, the copies
         pw, ph = attrs["pads"][1], attrs["pads"][0]
@@ -56,21 +80,21 @@ def _qconv_scratch(ins, outs, attrs, isa):
         reach = lead + (kh - 1) * dh * rw + (kw - 1) * dw - (0 if pad else pw) + fpn
         fs = -(-max(reach, lead + (ph + h) * rw) // 16) * 16
         return fpn * 5 + (fs if pad else kw * (-(-(h * wd) // 16) * 16 + fs)) * 4
-    if isa not in ("avx512", "aarch64") or attrs["group"] != 1:
+    if not feats & {"vnni", "sdot"} or attrs["group"] != 1:
         return planes
-    # the dot-product form: AVX-512 VNNI (which only AVX-512 builds have) or AArch64's dot
-    # product extension (which an aarch64 build may have)
+    # the dot-product form: AVX-512 VNNI or AArch64's dot-product extension
     rows = 2 * (-(-(ow * sw) // 64) * 64)
-    mb = 16 if oh * ow <= 16 and isa == "avx512" else 4  # channels of a pass: fc_qconv_dot_mb
+    mb = 16 if oh * ow <= 16 and "vnni" in feats else 4  # channels of a pass: fc_qconv_dot_mb
     r = max(1, 256 // ow)  # the rows computed at once (fc_qconv_dot_rows), their positions (cpn)
     cpn = -(-((oh if oh * ow <= 256 or r > oh else r) * ow) // 64) * 64
-    # on AMX-INT8 tiles (an AVX-512 build may have them; fc_qconv_dot_amx: at least 32 channels
-    # and 64 k): a pass's 32 rows of 64 sums and 32 x 16 first sums (fc_qconv_dot_acc), 32 rows
-    # of weights, k4 groups rounded up to 16 (fc_qconv_dot_k4r)
+    # on AMX-INT8 tiles (fc_qconv_dot_amx: at least 32 channels and 64 k): a pass's 32 rows of
+    # 64 sums and 32 x 16 first sums (fc_qconv_dot_acc), 32 rows of weights, k4 groups rounded
+    # up to 16 (fc_qconv_dot_k4r)
     acc, ar, kr = mb * cpn, mb, k4
-    if isa == "avx512" and mb == 4 and w.shape[0] >= 32 and w.shape[1] * kh * kw >= 64:
+    if "amx" in feats and mb == 4 and w.shape[0] >= 32 and w.shape[1] * kh * kw >= 64:
         acc, ar, kr = max(acc, 32 * 64 + 32 * 16), 32, -(-k4 // 16) * 16
-    return max(planes, acc * 4 + cpn + kr * 4 * cpn + ar * kr * 4 + 4 * w.shape[0] + rows)
+    dot = acc * 4 + cpn + kr * 4 * cpn + ar * kr * 4 + 4 * w.shape[0] + rows
+    return max(planes, dot) if "plain" in feats else dot
 
 
 def qconv_form(node, macros: str, graph) -> str | None:

@@ -74,6 +74,18 @@ def example_graph(op: str, index: int, arrays=None):
     return g, feeds, [str(o.ref) for o in outs]
 
 
+def examples_graph(op: str):
+    """(graph, feeds, output names) of every example of ``op`` side by side in one graph."""
+    g, feeds, names = builder.Graph(f"{op}_examples"), {}, []
+    with g:
+        for i in range(len(get_op(op).examples)):
+            outs, f = add_example(op, i, prefix=f"x{i}_")
+            feeds.update(f)
+            names += [str(o.ref) for o in outs]
+        g.set_outputs(*names)
+    return g, feeds, names
+
+
 def every_example() -> list[tuple[str, int]]:
     """(op, index) of every example of every registered op, sorted by op."""
     return [(name, i) for name, op in sorted(all_ops().items()) for i in range(len(op.examples))]

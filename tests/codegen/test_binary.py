@@ -16,6 +16,7 @@ import pytest
 
 import codegen
 import graphdef as gd
+from graphdef.examples import examples_graph
 
 pytestmark = pytest.mark.c
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,20 +223,6 @@ def test_npy_format_versions_are_read(digits, tmp_path, version):
     check_outputs(tmp_path / "res", g, {"x": x}, ["probs"])
 
 
-def _qconv_examples():
-    from graphdef import examples
-    from graphdef.registry import get_op
-
-    g, feeds, names = gd.Graph("qconvs"), {}, []
-    with g:
-        for i in range(len(get_op("qconv").examples)):
-            outs, f = examples.add_example("qconv", i, prefix=f"x{i}_")
-            feeds.update(f)
-            names += [str(o.ref) for o in outs]
-        g.set_outputs(*names)
-    return g, feeds, names
-
-
 # the integer kernel's forms below the machine's best: AMX-INT8 tiles off (the AVX-512 VNNI
 # loops), VNNI off too (the plane and flat forms' loops): each built and run where the machine
 # has what they leave, against numpy
@@ -261,7 +248,7 @@ def test_integer_convolution_scratch_is_what_the_kernel_asks(less, tmp_path):
     flags = () if less == "native" else LESS[less]
     target = Target()
     features = int8_features(toolchain.macros(target, "gcc", flags))
-    g, _, _ = _qconv_examples()
+    g, _, _ = examples_graph("qconv")
     nodes = [n for n in g.nodes if n.op == "qconv"]
     lines = ['#include "kernels/qconv.h"', "#include <stdio.h>", "int main(void) {"]
     want = []
@@ -290,7 +277,7 @@ def test_integer_convolutions_give_numpys_results_in_each_form_below_the_native_
 
     if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"):
         pytest.skip("an x86-64 build with gcc")
-    g, feeds, names = _qconv_examples()
+    g, feeds, names = examples_graph("qconv")
     m = codegen.compile(g, name=f"qless_{less}", flags=LESS[less], threads=1)
     got = m(**feeds)
     for name, want in zip(names, gd.Session(g).run(feeds, names)):
@@ -301,7 +288,7 @@ def test_integer_convolutions_give_numpys_results_in_each_form_below_the_native_
 def test_integer_convolutions_run_clean_under_address_and_undefined_sanitizers(threads, tmp_path):
     """Every example of ``qconv`` (fixed-point and float multipliers, per channel and not,
     depthwise, strided, dilated, uint8) in one program, split over threads, against numpy."""
-    g, feeds, names = _qconv_examples()
+    g, feeds, names = examples_graph("qconv")
     flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g1", "-O1"]
     out = codegen.export(g, tmp_path / "san", name="san", outputs=names, flags=flags, threads=threads)
     res = run_binary(out / "san", feeds, tmp_path / "res")

@@ -124,17 +124,10 @@ def test_integer_convolutions_give_numpys_results_on_the_arch(arch, tmp_path):
     uint8, dense layers) in one model, built for the arch and run under QEMU: numpy's integers
     exactly (the kernel's portable forms: NEON vectors on Arm, sdot where the core has the
     dot-product extension, plain C on RISC-V and the microcontrollers)."""
-    from graphdef import examples
-    from graphdef.registry import get_op
+    from graphdef.examples import examples_graph
 
     target = need(arch)
-    g, feeds, names = gd.Graph("qconvs"), {}, []
-    with g:
-        for i in range(len(get_op("qconv").examples)):
-            outs, f = examples.add_example("qconv", i, prefix=f"x{i}_")
-            feeds.update(f)
-            names += [str(o.ref) for o in outs]
-        g.set_outputs(*names)
+    g, feeds, names = examples_graph("qconv")
     folder = codegen.export(g, tmp_path / "q", name="q", outputs=names, arch=arch)
     if target.spec.kind == "mcu":
         got = mcu.run_firmware(folder, feeds)["outputs"]

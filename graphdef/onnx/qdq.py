@@ -91,6 +91,19 @@ def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict, list[str]]:
                 drop.add(id(n))
                 if readers[dq.output[0]] == 1:
                     drop.add(id(dq))
+    read_by: dict[str, list] = {}
+    for n in nodes:
+        for i in set(n.input):
+            read_by.setdefault(i, []).append(n)
+    for n in nodes:  # the other operators between dequantized inputs and a QuantizeLinear: float32
+        if id(n) in drop or n.op_type in ("Conv", "Gemm", "DequantizeLinear", "QuantizeLinear"):
+            continue
+        if len(n.output) != 1 or not read_by.get(n.output[0]):
+            continue
+        dq_in = any((_source(i, producer) or n).op_type == "DequantizeLinear" for i in n.input if i)
+        if dq_in and all(r.op_type == "QuantizeLinear" for r in read_by[n.output[0]]):
+            notes.append(f"{n.op_type} {_label(n)}: no integer kernel; computed in float32 between its "
+                         "DequantizeLinear and QuantizeLinear")  # fmt: skip
     if not replace:
         return list(nodes), {}, notes
     out = []

@@ -9,7 +9,9 @@ multiplier per output channel (``multiplier`` * 2**(``shift`` - 31), shift <= 0)
 
 ``requantize`` is the fixed-point product every backend computes alike: the high half of the
 doubled 64-bit product rounded half away from zero, then a rounding arithmetic right shift by
-``-shift`` (TFLite's MultiplyByQuantizedMultiplier for multipliers below one). With ``scale``
+``-shift`` (TFLite's MultiplyByQuantizedMultiplier for multipliers below one, as LiteRT's
+convolutions compute it), or with ``rounding="single"`` the 64-bit product rounded once, halves
+up (as LiteRT's fully connected layers compute it). With ``scale``
 given instead (ONNX's QLinearConv), the sum and each multiplier in float32, their product in
 float32 rounded half to even (onnxruntime's requantization: the same rounding step by step).
 """
@@ -34,10 +36,15 @@ def _trunc_div(v: np.ndarray, d: int) -> np.ndarray:
     return np.where(v >= 0, v // d, -((-v) // d))
 
 
-def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> np.ndarray:
+def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, rounding: str = "double"):
     """int64 ``acc`` (of int32 range) times ``multiplier`` * 2**(``shift`` - 31), both arrays
-    broadcasting against it (multiplier in [0, 2**31), shift <= 0)."""
+    broadcasting against it (multiplier in [0, 2**31), shift <= 0). ``rounding`` "double":
+    gemmlowp's (the high half of the doubled product rounded half away from zero, then a shift
+    rounded half away from zero; TFLite's convolutions); "single": the 64-bit product rounded
+    once, halves up, by an arithmetic shift of 31 - shift (TFLite's fully connected layers)."""
     acc, q, right = np.asarray(acc, np.int64), np.asarray(multiplier, np.int64), -np.asarray(shift, np.int64)
+    if rounding == "single":
+        return np.right_shift(acc * q + np.left_shift(np.int64(1), 30 + right), 31 + right)
     ab = acc * q
     high = _trunc_div(ab + np.where(ab >= 0, 1 << 30, 1 - (1 << 30)), 1 << 31)
     mask = np.left_shift(np.int64(1), right) - 1
@@ -55,6 +62,7 @@ _QCONV_ATTRS = {
     "multiplier": Attr("ints", (0,)),  # one, or one per output channel
     "shift": Attr("ints", (0,)),
     "scale": Attr("floats", ()),  # instead: float32 multipliers, the float32 product rounded half to even
+    "rounding": Attr("str", "double", ("double", "single")),  # of the fixed-point product (requantize)
     "lo": Attr("int", -128),
     "hi": Attr("int", 127),
 }
@@ -97,7 +105,8 @@ def qconv_ref(xs, attrs):
         y = acc.astype(np.int32).astype(np.float32) * np.reshape(np.asarray(attrs["scale"], np.float32), per)
         y = np.rint(np.clip(y, attrs["lo"] - attrs["y_zero"], attrs["hi"] - attrs["y_zero"])).astype(np.int64)
     else:
-        y = requantize(acc, np.reshape(attrs["multiplier"], per), np.reshape(attrs["shift"], per))
+        q, shift = np.reshape(attrs["multiplier"], per), np.reshape(attrs["shift"], per)
+        y = requantize(acc, q, shift, attrs["rounding"])
     return np.clip(y + attrs["y_zero"], attrs["lo"], attrs["hi"]).astype(xs[0].dtype)
 
 
@@ -198,6 +207,8 @@ defop(
         ),
         # the flat form, 1x5 taps all left of the output (pads 4 left, 0 right), 148 positions
         _example(_x((1, 2, 4, 37)), _w((2, 1, 1, 5)), 2, 9, pads=(0, 4, 0, 0), group=2, x_zero=127, y_zero=0),
+        # a dense layer rounding its fixed-point product once (TFLite's fully connected layers)
+        _example(_x((4, 128, 1, 1)), _w((24, 128, 1, 1)), 24, 12, x_zero=-128, y_zero=5, rounding="single"),
         # columns read every 4th (the dot-product form packs them in vectors), 3x5 taps
         _example(_x((1, 3, 9, 30)), _w((4, 3, 3, 5)), 4, 10, strides=(1, 4), pads=(1, 2, 1, 2), x_zero=-7),
         # depthwise, strided, 20 channels (16 and 4 in the channel form), rows in bands, dilated
@@ -221,11 +232,12 @@ defop(
 
 
 def qconv(x, w, b=None, *, multiplier=(0,), shift=(0,), scale=(), strides=(1, 1), pads=(0, 0, 0, 0),
-          dilations=(1, 1), group=1, x_zero=0, y_zero=0, lo=-128, hi=127, name=None):  # fmt: skip
+          dilations=(1, 1), group=1, x_zero=0, y_zero=0, lo=-128, hi=127, rounding="double",
+          name=None):  # fmt: skip
     """The ``qconv`` op (see the module's docstring)."""
     inputs = [operand(x), operand(w)] + ([operand(b)] if b is not None else [])
     attrs = dict(strides=tuple(strides), pads=tuple(pads), dilations=tuple(dilations), group=group)
     attrs.update(multiplier=tuple(int(v) for v in multiplier), shift=tuple(int(v) for v in shift))
     attrs.update(scale=tuple(float(v) for v in scale))
-    attrs.update(x_zero=int(x_zero), y_zero=int(y_zero), lo=int(lo), hi=int(hi))
+    attrs.update(x_zero=int(x_zero), y_zero=int(y_zero), lo=int(lo), hi=int(hi), rounding=rounding)
     return apply("qconv", inputs, name, **attrs)

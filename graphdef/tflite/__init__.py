@@ -446,11 +446,12 @@ def _fully_connected(node: _Op):
             y = Q.qconv(
                 S.reshape(flat, (flat.shape[0], k, 1, 1)), S.reshape(w, (n, k, 1, 1)), bias,
                 multiplier=fixed[0], shift=fixed[1], x_zero=int(xq[1][0]), y_zero=int(yq[1][0]),
-                lo=node.bounds(act)[0], hi=node.bounds(act)[1],
+                lo=node.bounds(act)[0], hi=node.bounds(act)[1], rounding="single",
             )  # fmt: skip
             return S.reshape(y, shape)
+        # (LiteRT's fully connected layers round their fixed-point product once)
         y = I.requantize(acc, np.broadcast_to(multipliers, (n,)) if wq[0].size > 1 else multipliers,
-                         (1, n) if wq[0].size > 1 else ())  # fmt: skip
+                         (1, n) if wq[0].size > 1 else (), "single")  # fmt: skip
         bounds = node.bounds(act)
         return S.reshape(I.output(y, int(yq[1][0]), bounds, out_dtype), shape)
     node.float_only()

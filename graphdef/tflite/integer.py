@@ -63,20 +63,28 @@ def _i64(v) -> Tensor:
     return constant(np.asarray(v, dtype=np.int64))
 
 
-def requantize(acc: Tensor, multipliers, shape) -> Tensor:
+def requantize(acc: Tensor, multipliers, shape, rounding: str = "double") -> Tensor:
     """``acc`` (int64 values of int32 range) times each real multiplier in fixed point, as
     TFLite's MultiplyByQuantizedMultiplier; ``multipliers``: one, or one per channel arranged in
-    ``shape`` (broadcasting against ``acc``)."""
+    ``shape`` (broadcasting against ``acc``); ``rounding`` as ``requantize_fixed``'s."""
     qs = [quantize_multiplier(float(m)) for m in np.ravel(multipliers)]
     q = np.array([v for v, _ in qs], np.int64).reshape(shape)
     shift = np.array([s for _, s in qs], np.int64).reshape(shape)
-    return requantize_fixed(acc, q, shift)
+    return requantize_fixed(acc, q, shift, rounding)
 
 
-def requantize_fixed(acc: Tensor, q: np.ndarray, shift: np.ndarray) -> Tensor:
+def requantize_fixed(acc: Tensor, q: np.ndarray, shift: np.ndarray, rounding: str = "double") -> Tensor:
     """``acc`` times the fixed-point multipliers ``q`` * 2**(``shift`` - 31) (arrays that
-    broadcast against it), as TFLite's MultiplyByQuantizedMultiplier."""
+    broadcast against it), as TFLite's MultiplyByQuantizedMultiplier: gemmlowp's double
+    rounding (LiteRT's convolutions, adds, pools), or with ``rounding="single"`` the 64-bit
+    product rounded once, halves up, by an arithmetic shift of 31 - shift (LiteRT's fully
+    connected layers)."""
     q, shift = np.asarray(q, np.int64), np.asarray(shift, np.int64)
+    if rounding == "single":
+        from ..ops import math as M
+
+        total = 31 - shift
+        return M.bitshift(E.add(E.mul(acc, _i64(q)), _i64(np.left_shift(1, total - 1))), _i64(total), "right")
     left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
     x = acc if not left.any() else E.mul(acc, _i64(np.left_shift(1, left)))
     # SaturatingRoundingDoublingHighMul(x, q): (x * q + nudge) / 2**31, truncating; the

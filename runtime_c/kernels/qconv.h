@@ -23,16 +23,22 @@ typedef struct fc_qconv_geom {
     long n, c, h, w, m, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups;
     int32_t x_zero, y_zero, lo, hi;
     int per_channel; /* q and shift hold one value per output channel (else one for all) */
+    int single;      /* the fixed-point product rounded once (fc_qmul) */
 } fc_qconv_geom;
 
 /* acc * q * 2**(-31 - right), q in [0, 2**31), right >= 0: the high half of the doubled 64-bit
  * product rounded half away from zero, then an arithmetic right shift rounded half away from
- * zero (TFLite's MultiplyByQuantizedMultiplier for a multiplier below one). */
-FC_INLINE int32_t fc_qmul(int32_t acc, int32_t q, int right) {
+ * zero (TFLite's MultiplyByQuantizedMultiplier for a multiplier below one, gemmlowp's double
+ * rounding: LiteRT's convolutions); with ``single``, the 64-bit product rounded once, halves up
+ * (LiteRT's fully connected layers). */
+FC_INLINE int32_t fc_qmul(int32_t acc, int32_t q, int right, int single) {
     const int64_t ab = (int64_t)acc * q;
-    const int64_t high = (ab + (ab >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30))) / ((int64_t)1 << 31);
-    const int64_t mask = ((int64_t)1 << right) - 1;
-    const int64_t threshold = (mask >> 1) + (high < 0);
+    int64_t high, mask, threshold;
+    if (single)
+        return (int32_t)((ab + ((int64_t)1 << (30 + right))) >> (31 + right));
+    high = (ab + (ab >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30))) / ((int64_t)1 << 31);
+    mask = ((int64_t)1 << right) - 1;
+    threshold = (mask >> 1) + (high < 0);
     return (int32_t)((high >> right) + ((high & mask) > threshold));
 }
 

@@ -139,7 +139,7 @@ def _qconv(s):
         "sh": a["strides"][0], "sw": a["strides"][1], "ph": a["pads"][0], "pw": a["pads"][1],
         "dh": a["dilations"][0], "dw": a["dilations"][1], "groups": a["group"],
         "x_zero": a["x_zero"], "y_zero": a["y_zero"], "lo": a["lo"], "hi": a["hi"],
-        "per_channel": int(len(a["scale"] or a["multiplier"]) > 1),
+        "per_channel": int(len(a["scale"] or a["multiplier"]) > 1), "single": int(a["rounding"] == "single"),
     }  # fmt: skip
     k = {
         "g": g,

@@ -19,9 +19,10 @@ AVERAGE_POOL_2D, MAX_POOL_2D, PAD, RESHAPE, CONCATENATION (of alike-quantized in
 MEAN and (int8) LOGISTIC, TANH and HARD_SWISH follow TFLite's integer reference kernels bit
 for bit (integer.py: fixed-point requantization, fused activations as quantized bounds, the
 softmax's fixed-point exp and reciprocal, the activations as tables of their 256 results); other
-operators on quantized operands are refused by name. The integer steps are still graphs of flowc's
-float convolutions (exact for these integers: integer.sum_dtype) and int64 elementwise ops:
-right, not yet fast.
+operators on quantized operands are refused by name. Convolutions and fully connected layers
+run on the integer convolution ``qconv``; the other integer steps are int64 elementwise ops.
+SHAPE, STRIDED_SLICE and PACK (how TensorFlow's converter computes a Flatten's target shape)
+take any dtype.
 """
 
 from __future__ import annotations
@@ -654,6 +655,66 @@ def _softmax(node: _Op):
 def _reshape(node: _Op):
     _, _, shape = node.out_info()
     return S.reshape(node.x(0), shape)
+
+
+@converter("SHAPE")
+def _shape(node: _Op):
+    """The input's (static) shape as a constant: TensorFlow's converter computes a Flatten's or
+    Reshape's target with SHAPE, STRIDED_SLICE and PACK where the batch size was unknown."""
+    _, dtype, _ = node.out_info()
+    if dtype not in ("int32", "int64"):
+        raise node.unsupported(f"a shape of type {dtype} (int32 or int64)")
+    return constant(np.array(node.x(0).shape, dtype=dtype))
+
+
+_FAR = 1 << 62  # a slice bound past any end: Python's slice clamps it to the dimension
+
+
+@converter("STRIDED_SLICE")
+def _strided_slice(node: _Op):
+    """TensorFlow's strided slice with constant begin, end and strides: a bit of ``begin_mask``
+    or ``end_mask`` takes that axis from its start or to its end, ``shrink_axis_mask`` takes the
+    one element at ``begin`` and drops the axis, ``offset`` makes ``end`` relative to ``begin``."""
+    x = node.x(0)
+    begin, end, strides = (np.asarray(node.const(k), np.int64).reshape(-1) for k in (1, 2, 3))
+    o = node.options("StridedSliceOptions")
+    masks = {m: (int(getattr(o, m)()) if o is not None else 0) for m in
+             ("BeginMask", "EndMask", "ShrinkAxisMask", "EllipsisMask", "NewAxisMask")}  # fmt: skip
+    if masks["EllipsisMask"] or masks["NewAxisMask"]:
+        raise node.unsupported("ellipsis_mask and new_axis_mask are not supported")
+    if not len(begin) == len(end) == len(strides) <= x.rank:
+        raise node.unsupported(f"begin, end and strides of lengths {len(begin)}, {len(end)}, {len(strides)} "
+                               f"for an input of rank {x.rank}")  # fmt: skip
+    offset = o is not None and bool(o.Offset())
+    starts, ends, steps, drop = [], [], [], []
+    for a, (b, e, st) in enumerate(zip(begin.tolist(), end.tolist(), strides.tolist())):
+        dim = x.shape[a]
+        if st == 0:
+            raise node.unsupported(f"stride 0 on axis {a}")
+        if offset:
+            e += b
+        if masks["ShrinkAxisMask"] >> a & 1:
+            if not -dim <= b < dim:
+                raise node.unsupported(f"index {b} on axis {a} of size {dim}")
+            b, e, st = b % dim, b % dim + 1, 1
+            drop.append(a)
+        else:
+            if masks["BeginMask"] >> a & 1:
+                b = 0 if st > 0 else _FAR
+            if masks["EndMask"] >> a & 1:
+                e = _FAR if st > 0 else -_FAR
+        starts.append(b), ends.append(e), steps.append(st)
+    y = S.slice_(x, starts, ends, axes=list(range(len(starts))), steps=steps)
+    return S.squeeze(y, drop) if drop else y
+
+
+@converter("PACK")
+def _pack(node: _Op):
+    o = node.options("PackOptions")
+    xs = [node.x(k) for k in range(len(node.inputs))]
+    axis = int(o.Axis()) if o is not None else 0
+    axis = axis % (xs[0].rank + 1)
+    return S.concat([S.unsqueeze(x, [axis]) for x in xs], axis)
 
 
 @converter("CONCATENATION")

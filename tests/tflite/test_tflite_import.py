@@ -24,7 +24,7 @@ pytest.importorskip("tflite")
 pytest.importorskip("ai_edge_litert")
 
 import tflite  # noqa: E402
-from tflite_files import Model, litert  # noqa: E402
+from tflite_files import TYPES, Model, litert  # noqa: E402
 
 import codegen  # noqa: E402
 import graphdef as gd  # noqa: E402
@@ -133,6 +133,34 @@ def _others() -> list[Case]:
     out.append(
         Case("reshape_concat", m.write(), [w("ca", 1, 4, 4, 3, scale=5.0), w("cb", 1, 16, 2, scale=5.0)])
     )
+
+    m = Model()  # a Flatten as TensorFlow's converter writes it: SHAPE, STRIDED_SLICE, PACK, RESHAPE
+    x = m.input("x", (2, 3, 4, 5))
+    shape = m.tensor("shape", (4,), "int32")
+    m.op("SHAPE", [x], [shape], "ShapeOptions", OutType=TYPES["int32"])
+    batch = m.tensor("batch", (), "int32")
+    ends = [m.const(n, np.array(v, np.int32)) for n, v in (("b0", [0]), ("e0", [1]), ("s0", [1]))]
+    m.op("STRIDED_SLICE", [shape, *ends], [batch], "StridedSliceOptions", ShrinkAxisMask=1)
+    target = m.tensor("target", (2,), "int32")
+    m.op("PACK", [batch, m.const("minus1", np.array(-1, np.int32))], [target], "PackOptions", ValuesCount=2,
+         Axis=0)  # fmt: skip
+    y = m.tensor("y", (2, 60))
+    m.op("RESHAPE", [x, target], [y])
+    m.outputs = [y]
+    out.append(Case("flatten_by_shape", m.write(), [w("fsx", 2, 3, 4, 5)]))
+
+    m = Model()  # STRIDED_SLICE with masks, negative strides, a dropped axis; PACK on axis 1
+    x = m.input("x", (4, 7, 6))
+    s = m.tensor("s", (2, 3))
+    args = [
+        m.const(n, np.array(v, np.int32))
+        for n, v in (("b", [3, 1, -1]), ("e", [0, 9, 0]), ("st", [-2, 2, 1]))
+    ]
+    m.op("STRIDED_SLICE", [x, *args], [s], "StridedSliceOptions", BeginMask=1, EndMask=1, ShrinkAxisMask=4)
+    t = m.tensor("t", (2, 2, 3))
+    m.op("PACK", [s, s], [t], "PackOptions", ValuesCount=2, Axis=1)
+    m.outputs = [s, t]
+    out.append(Case("strided_slice_pack", m.write(), [w("ssx", 4, 7, 6)]))
 
     m = Model()  # QUANTIZE to int8 (halves away from zero, saturation), DEQUANTIZE back
     x = m.input("x", (1, 64))

@@ -5,9 +5,10 @@ int8, int8 convolutions with per-channel filters and int32 biases (scale input x
 ReLU fused and its output's zero point at -128, residual ADDs of two scales, an average pool
 and fully connected layer, an int8 softmax (scale 1/256, zero point -128) dequantized to float.
 The weights come from a seed and each layer's output scale from a rough bound of its sums, not
-from a calibration (TensorFlow is not a dependency: the tests' own flatbuffer writer makes the
-files). flowc imports them (every convolution and dense layer one ``qconv``) and its compiled C
-gives LiteRT's reference kernels' results exactly."""
+from a calibration (the tests' own flatbuffer writer makes the files; test_tf_converter.py has
+TensorFlow's converter quantize the same architectures). flowc imports them (every convolution
+and dense layer one ``qconv``) and its compiled C gives LiteRT's reference kernels' results
+exactly."""
 
 from __future__ import annotations
 

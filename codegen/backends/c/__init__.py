@@ -46,22 +46,28 @@ def scratch_bytes(node, ins, options) -> int:
     over the target's threads: every part's). An integer convolution's depends on the integer
     features the build's compiler enables (ops/quant.py ``int8_features``), the rest on the
     float GEMM's ISA."""
-    if node.op == "qconv":
-        cc = toolchain.find_cc(options.cc, options.target)
-        isa = int8_features(toolchain.macros(options.target, cc, options.flags))
-    else:
-        isa = build_isa(options)
+    isa = build_int8(options) if node.op == "qconv" else build_isa(options)
     return op_table.scratch_bytes(node, ins, isa, options.target.threads)
 
 
+def build_int8(options) -> str:
+    """The integer kernel's features of this build (ops/quant.py ``int8_features``)."""
+    cc = toolchain.find_cc(options.cc, options.target)
+    return int8_features(toolchain.macros(options.target, cc, options.flags))
+
+
 def render(program, options) -> Sources:
-    return emit.emit(program, options.name, options.weights, options.target, build_isa(options))
+    return emit.emit(
+        program, options.name, options.weights, options.target, build_isa(options), int8=build_int8(options)
+    )
 
 
 def render_ranks(programs, partition, output_names, options) -> Sources:
     from . import spmd
 
-    return spmd.render_ranks(programs, partition, output_names, options, build_isa(options))
+    return spmd.render_ranks(
+        programs, partition, output_names, options, build_isa(options), build_int8(options)
+    )
 
 
 def render_trainer(programs, options) -> Sources:
@@ -72,8 +78,13 @@ def render_trainer(programs, options) -> Sources:
 
     step, infer = programs
     isa, target, mpi = build_isa(options), options.target, options.allreduce is not None
-    step_src = emit.emit(step, f"{options.name}_train", options.weights, target, isa, rank=0 if mpi else None)
-    infer_src = None if infer is None else emit.emit(infer, options.name, options.weights, target, isa)
+    int8 = build_int8(options)
+    step_src = emit.emit(
+        step, f"{options.name}_train", options.weights, target, isa, rank=0 if mpi else None, int8=int8
+    )
+    infer_src = (
+        None if infer is None else emit.emit(infer, options.name, options.weights, target, isa, int8=int8)
+    )
     return trainer.render(step_src, step, infer_src, options.name, target, mpi)
 
 

@@ -102,9 +102,11 @@ def emit(
     target: Target | None = None,
     isa: str = "scalar",
     rank: int | None = None,
+    int8: str | None = None,
 ) -> Sources:
     """All generated files of one model called ``name`` (already a valid C identifier), for a
-    build whose compiler selects the float32 GEMM kernel ``isa``. ``rank``: the model is one
+    build whose compiler selects the float32 GEMM kernel ``isa`` and the integer kernel's
+    features ``int8`` (ops/quant.py ``int8_features``; None: read as ``isa``). ``rank``: the model is one
     rank's part of an SPMD program (codegen/backends/c/spmd.py): its run takes the MPI
     context, and only its model files are made (the SPMD program has the drivers)."""
     target = target or Target()
@@ -118,7 +120,7 @@ def emit(
         mpi=rank is not None,
     )
     env = environment()
-    st = steps(env, f, target.threads, isa)
+    st = steps(env, f, target.threads, isa, int8)
     m = context(f, st, target, isa, rank)
     src = Sources(api=m["api"], context=m)
     src.files[f"{name}.h"] = env.get_template("c/header.h.j2").render(m=m)

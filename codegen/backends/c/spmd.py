@@ -40,7 +40,13 @@ def rank_name(name: str, rank: int) -> str:
 
 
 def render_ranks(
-    programs, part: partition_mod.Partition, output_names: list[str], options, isa: str, emit_rank=None
+    programs,
+    part: partition_mod.Partition,
+    output_names: list[str],
+    options,
+    isa: str,
+    int8: str | None = None,
+    emit_rank=None,
 ) -> Sources:
     """The SPMD program's files (see the module docstring). ``emit_rank(program, name, rank)``
     renders one rank's part (default: C, emit.py); its Sources' ``context["host_arena_bytes"]`` (if
@@ -57,7 +63,7 @@ def render_ranks(
     parts = []
     for r, p in enumerate(programs):
         if emit_rank is None:
-            rsrc = emit(p, rank_name(name, r), options.weights, target, isa, rank=r)
+            rsrc = emit(p, rank_name(name, r), options.weights, target, isa, rank=r, int8=int8)
         else:
             rsrc = emit_rank(p, rank_name(name, r), r)
         src.files.update(rsrc.files)

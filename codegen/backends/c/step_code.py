@@ -58,14 +58,17 @@ def split_step(
     )
 
 
-def steps(env: jinja2.Environment, f: Frame, threads: int, isa: str) -> Steps:
+def steps(env: jinja2.Environment, f: Frame, threads: int, isa: str, int8: str | None = None) -> Steps:
+    """The frame's steps for a build with the GEMM kernel ``isa`` and the integer features
+    ``int8`` (what sizes an integer convolution's scratch, each part's as the arena's)."""
     out = Steps([], [], {"kernels/scalar.h"}, False)
     request: dict[str, int] = {}  # a send's or receive's request; a wait uses its receive's
     same: dict[tuple, str] = {}  # a step function's C (its own name left out) -> its name
     for index, (node, frame_call) in enumerate(zip(f.program.steps, f.calls)):
         if frame_call is None:
             continue  # nothing to compute (or to send: an empty tensor's receive is left out too)
-        lowered = lower_step(node, frame_call["in_types"], f"{f.name}_step_{index}", isa, threads)
+        step_isa = int8 if node.op == "qconv" and int8 is not None else isa
+        lowered = lower_step(node, frame_call["in_types"], f"{f.name}_step_{index}", step_isa, threads)
         step, call, parts, takes_scratch = lowered.step, lowered.call, lowered.step.parts, lowered.scratch
         parallel = call.parallel or parts > 1
         out.headers.update(call.headers)

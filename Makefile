@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint clean conformance bench bench-compile bench-cuda footprint
+.PHONY: demo test test-fast lint clean conformance bench bench-compile bench-cuda bench-mcu footprint
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench: $(STAMP)
 bench-cuda: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/cuda.py
+
+# the four MLPerf Tiny models, int8 and float, on emulated Cortex-M4, M7 and M55: instructions
+# per inference counted under qemu-system-arm -icount (needs gcc-arm-none-eabi and qemu-system-arm)
+bench-mcu: $(STAMP)
+	$(PY) bench/mcu.py
 
 bench-compile: $(STAMP)
 	$(PY) bench/compile_time.py

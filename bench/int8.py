@@ -79,9 +79,32 @@ def torchvision_files(folder: Path) -> dict:
     return out
 
 
+def quantized(path: Path, shape, folder: Path, kinds=FORMATS, samples: int = 8) -> dict:
+    """{"float": path, kind: file} for the float ONNX model at ``path`` (input "input" of
+    ``shape``) quantized by onnxruntime's quantizer in each of ``kinds`` ("qdq", "qop"): int8
+    weights per channel, int8 activations calibrated on ``samples`` random inputs."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    calib = np.random.default_rng(11).standard_normal((samples, *shape)).astype(np.float32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"input": x} for x in calib])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    files = {"float": Path(path)}
+    for kind in kinds:
+        fmt = {"qdq": QuantFormat.QDQ, "qop": QuantFormat.QOperator}[kind]
+        files[kind] = Path(folder) / f"{Path(path).stem}_{kind}.onnx"
+        quantize_static(path, files[kind], Reader(), quant_format=fmt, per_channel=True,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+    return files
+
+
 def measure(runs: int, rounds: int) -> list[dict]:
     import onnxruntime as ort
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,21 +112,7 @@ def measure(runs: int, rounds: int) -> list[dict]:
         models.update(torchvision_files(Path(tmp)))
         for name, (path, shape) in models.items():
             count = runs if np.prod(shape) < 100_000 else max(5, runs // 40)  # about as long a round
-            calib = np.random.default_rng(11).standard_normal((8 if count == runs else 4, *shape))
-            calib = calib.astype(np.float32)
-
-            class Reader(CalibrationDataReader):
-                def __init__(self, calib=calib):
-                    self.it = iter([{"input": x} for x in calib])
-
-                def get_next(self):
-                    return next(self.it, None)
-
-            files = {"float": path}
-            for kind, fmt in (("qdq", QuantFormat.QDQ), ("qop", QuantFormat.QOperator)):
-                files[kind] = Path(tmp) / f"{name}_{kind}.onnx"
-                quantize_static(path, files[kind], Reader(), quant_format=fmt, per_channel=True,
-                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+            files = quantized(path, shape, Path(tmp), samples=8 if count == runs else 4)
             x = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
             so = ort.SessionOptions()
             so.intra_op_num_threads = 1

@@ -35,7 +35,8 @@ class Arch:
     ``prefix``: the GNU tool prefix (``<prefix>gcc``, ``<prefix>ar``, ...), empty for the host;
     ``packages``: the Debian packages that provide the toolchain; ``qemu``: the emulator that
     runs the output here (qemu-user program for linux, qemu-system program for mcu) and
-    ``board``: the QEMU machine an MCU firmware runs on.
+    ``board``: the QEMU machine an MCU firmware runs on, ``ld_script`` its memory map
+    (runtime_c/mcu/).
 
     What differs between a computer and a microcontroller is data here, read by the stages
     that need it: ``product`` ("program": a standalone binary with main.c; "library": a
@@ -55,6 +56,7 @@ class Arch:
     qemu_package: str = ""
     board: str = ""
     cpu: str = ""
+    ld_script: str = "mps2.ld"
     product: str = "program"
     weight_align: int = 64
     packed_gemm: bool = True
@@ -161,6 +163,21 @@ ARCH_LIST = (
         qemu_package="qemu-system-arm",
         board="mps2-an500",
         cpu="cortex-m7",
+        **_MCU_DATA,
+    ),
+    # Cortex-M55 (Armv8.1-M with Helium, the M-profile vector extension, and the FPU): the
+    # integer kernels take MVE's 16-byte vectors. QEMU's MPS3 AN547 board runs it.
+    Arch(
+        "cortex-m55",
+        "mcu",
+        "arm-none-eabi-",
+        (*_MCU, "-mcpu=cortex-m55", "-mfloat-abi=hard"),
+        packages=("gcc-arm-none-eabi", "libnewlib-arm-none-eabi"),
+        qemu="qemu-system-arm",
+        qemu_package="qemu-system-arm",
+        board="mps3-an547",
+        cpu="cortex-m55",
+        ld_script="mps3.ld",
         **_MCU_DATA,
     ),
 )

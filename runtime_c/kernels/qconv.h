@@ -100,6 +100,85 @@ FC_INLINE long fc_qconv_pn(const fc_qconv_geom *g) { return (g->oh * g->ow + 63)
 #define FC_QCONV_SDOT 0
 #endif
 #define FC_QCONV_PACKED (FC_QCONV_DOT || FC_QCONV_SDOT)
+
+/* The column form (Cortex-M with the DSP extension: M4, M7, M33, M55): a dense convolution (one
+ * group) takes four output positions at a time, their windows less x_zero packed as int16
+ * columns, and each output channel's sums of them: each smlad two products of the channel's
+ * int8 weights (four loaded at once, sign-extended in pairs: bytes 0 and 2, then 1 and 3) and a
+ * column, so the columns hold each group of four k in that order (k0, k2, k1, k3). A dense layer
+ * runs its dot products the same way. */
+#if defined(__ARM_FEATURE_DSP) && defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && !FC_QCONV_PACKED
+#include <arm_acle.h>
+#define FC_QCONV_DSP 1
+/* bytes 1 and 3 of v sign-extended to two int16 (sxtb16 of v rotated by 8: one instruction) */
+FC_INLINE int32_t fc_qconv_sxtb16_r8(uint32_t v) {
+    int32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+    return r;
+}
+/* sum + the dot product of kf groups of four int8 weights (w) and four int16 values in the
+ * column form's order (x: k0, k2, k1, k3): per group one weight word sign-extended in pairs,
+ * two smlad (8 instructions a loop, written out: a compiler kept its pointers on the stack). */
+FC_INLINE int32_t fc_qconv_dsp_dot(const int8_t *w, const int16_t *x, long kf, int32_t sum) {
+    const int8_t *end = w + 4 * kf;
+    uint32_t a, t, x0, x1;
+    if (kf > 0)
+        __asm__ volatile("1:\n\t"
+                         "ldr %[a], [%[w]], #4\n\t"
+                         "ldr %[x0], [%[x]], #4\n\t"
+                         "ldr %[x1], [%[x]], #4\n\t"
+                         "sxtb16 %[t], %[a]\n\t"
+                         "sxtb16 %[a], %[a], ror #8\n\t"
+                         "smlad %[s], %[t], %[x0], %[s]\n\t"
+                         "smlad %[s], %[a], %[x1], %[s]\n\t"
+                         "cmp %[w], %[end]\n\t"
+                         "bne 1b"
+                         : [s] "+r"(sum), [w] "+r"(w), [x] "+r"(x), [a] "=&r"(a), [t] "=&r"(t), [x0] "=&r"(x0),
+                           [x1] "=&r"(x1)
+                         : [end] "r"(end)
+                         : "cc", "memory");
+    return sum;
+}
+#else
+#define FC_QCONV_DSP 0
+#endif
+/* One output channel's requantization set once for its outputs (the column and row forms):
+ * what fc_qconv_one does for one output, the multiplier and bounds loaded once. */
+#define FC_QCONV_AI static inline __attribute__((always_inline, unused))
+typedef struct fc_qconv_rq {
+    float sm, dlo, dhi; /* float multiplier (ONNX), bounds less y_zero */
+    int32_t q, yz, lo, hi;
+    int right, single, fl;
+} fc_qconv_rq;
+FC_QCONV_AI void fc_qconv_rq_set(fc_qconv_rq *r, const fc_qconv_geom *g, long pc, const int32_t *q,
+                                 const int32_t *shift, const float *scale) {
+    r->fl = scale != 0, r->yz = g->y_zero, r->lo = g->lo, r->hi = g->hi, r->single = g->single;
+    r->sm = scale ? scale[pc] : 0.0f, r->dlo = (float)(g->lo - g->y_zero), r->dhi = (float)(g->hi - g->y_zero);
+    r->q = scale ? 0 : q[pc], r->right = scale ? 0 : (int)-shift[pc];
+}
+FC_QCONV_AI int32_t fc_qconv_rq_do(const fc_qconv_rq *r, int32_t acc) {
+    if (r->fl) {
+        float v = (float)acc * r->sm;
+        v = v < r->dlo ? r->dlo : v;
+        v = v > r->dhi ? r->dhi : v;
+        return (int32_t)fc_qconv_rint(v) + r->yz;
+    } else {
+        const int32_t v = fc_qmul(acc, r->q, r->right, r->single) + r->yz;
+        return v < r->lo ? r->lo : v > r->hi ? r->hi : v;
+    }
+}
+/* Cortex-M55 and other cores with Helium (MVE): the column form and the dense layers take
+ * 16 k a vmladava (16 products of int8 weights and int8 windows summed into an int32), the
+ * windows packed as int8 x (x - 128 for uint8) with padding x_zero, and the sums corrected by
+ * x_zero times the weights' sum (vaddva alongside); the last k of a row predicated off. */
+#if FC_QCONV_DSP && defined(__ARM_FEATURE_MVE)
+#include <arm_mve.h>
+#define FC_QCONV_MVE 1
+#else
+#define FC_QCONV_MVE 0
+#endif
+/* where k (0 to 3) of a group of four lands in the column form: 1 and 2 swapped */
+#define FC_QCONV_COLK(k) ((k) ^ ((((k) ^ ((k) >> 1)) & 1) * 3))
 /* what the packing adds to x (modulo 256): x86 multiplies unsigned bytes by signed weights,
  * Arm's sdot signed bytes by signed weights */
 #define FC_QCONV_OFF(is_signed) (FC_QCONV_DOT ? ((is_signed) ? 128 : 0) : ((is_signed) ? 0 : -128))
@@ -225,6 +304,15 @@ FC_INLINE void fc_qconv_weave(uint8_t *dst, const void *s0, const void *s1, cons
  * whole input): one dot product per output over the window, on every target. */
 FC_INLINE int fc_qconv_dense(const fc_qconv_geom *g) { return g->groups == 1 && g->oh * g->ow == 1; }
 FC_INLINE int fc_qconv_dot(const fc_qconv_geom *g) { return FC_QCONV_PACKED && g->groups == 1; }
+FC_INLINE int fc_qconv_cols(const fc_qconv_geom *g) { return FC_QCONV_DSP && g->groups == 1; }
+/* The row form (Cortex-M DSP): one input channel per group (depthwise), at most 64 taps: the
+ * channel's plane less x_zero copied once as int16 rows with its padding (hp rows of wp), then
+ * each output its taps' sums, two neighbouring taps of a row a smlad where dw is 1. */
+FC_INLINE int fc_qconv_dwr(const fc_qconv_geom *g) {
+    return FC_QCONV_DSP && g->c == g->groups && g->kh * g->kw <= 64;
+}
+FC_INLINE long fc_qconv_dwr_hp(const fc_qconv_geom *g) { return (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1; }
+FC_INLINE long fc_qconv_dwr_wp(const fc_qconv_geom *g) { return (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1; }
 /* the output channels of a pass of the dot-product form: 16 for planes of at most 16 positions
  * (AVX-512) */
 FC_INLINE long fc_qconv_dot_mb(const fc_qconv_geom *g) {
@@ -329,7 +417,13 @@ FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
     const long cpn = fc_qconv_cpn(g), ar = fc_qconv_dot_ar(g), kr = fc_qconv_dot_k4r(g);
     const long dot = fc_qconv_dot_acc(g) * 4 + cpn + kr * 4 * cpn + ar * kr * 4 + g->m * 4 + 2 * fc_qconv_rl(g);
     if (fc_qconv_dense(g))
-        return k4 * 4 * 2; /* the window, as int16 (as bytes on AVX-512 VNNI) */
+        return FC_QCONV_MVE ? (k4 + 3) / 4 * 16 : k4 * 4 * 2; /* the window, as int16 (as bytes: VNNI, MVE) */
+    if (fc_qconv_cols(g) && FC_QCONV_MVE)
+        return (k4 + 3) / 4 * 16 * 4; /* four columns of bytes, K rounded up to 16 */
+    if (fc_qconv_cols(g))
+        return ((k4 * 4 + 4) * 4 + k4 * 4) * 2; /* four columns and their last k % 4, a window */
+    if (fc_qconv_dwr(g))
+        return (fc_qconv_dwr_hp(g) * fc_qconv_dwr_wp(g) * 2 + 3) / 4 * 4; /* the padded plane */
     if (fc_qconv_dwc(g))
         return fc_qconv_dwc_scratch(g);
     if (fc_qconv_flat(g)) /* the sums, small planes' masks, the copies, the runs' outputs */

@@ -12,6 +12,12 @@ int main(void);
 
 void Reset_Handler(void);
 void Fault_Handler(void);
+void SysTick_Handler(void);
+
+/* Wraps of the SysTick counter, for a firmware that counts with it (firmware.c; the only
+ * exception this firmware enables). */
+volatile uint32_t fc_systick_wraps;
+void SysTick_Handler(void) { ++fc_systick_wraps; }
 
 __attribute__((noreturn)) void Reset_Handler(void) {
     /* volatile: gcc would turn the loops into memcpy/memset calls, pulling them into every
@@ -32,11 +38,11 @@ void Fault_Handler(void) {
     fc_sh_exit(1);
 }
 
-/* Initial stack pointer, then the 15 system exceptions: every one but reset is a fault here
- * (this firmware enables no interrupts). */
+/* Initial stack pointer, then the 15 system exceptions: every one but reset and SysTick is a
+ * fault here (this firmware enables no other interrupt). */
 __attribute__((section(".isr_vector"), used)) void (*const fc_vectors[16])(void) = {
     (void (*)(void))_stack_top, Reset_Handler, Fault_Handler, Fault_Handler,
     Fault_Handler,              Fault_Handler, Fault_Handler, 0,
     0,                          0,             0,             Fault_Handler,
-    Fault_Handler,              0,             Fault_Handler, Fault_Handler,
+    Fault_Handler,              0,             Fault_Handler, SysTick_Handler,
 };

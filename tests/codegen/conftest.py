@@ -94,3 +94,32 @@ def c_outputs(request):
         return pairs
 
     return outputs
+
+
+# ----------------------------------------------------------------------------- qconv scratch
+
+
+@pytest.fixture
+def qconv_scratch_program():
+    """The function below (a fixture so that test modules need not import this file)."""
+    return _qconv_scratch_program
+
+
+def _qconv_scratch_program(features: str, print_line: str) -> tuple[str, list[int]]:
+    """A C program that prints kernels/qconv.h's fc_qconv_scratch for every ``qconv`` example
+    (``print_line``: a statement printing the long ``s``), and the lowering's counts for a build
+    with the integer ``features`` (ops/quant.py): the two must agree on each build."""
+    from codegen.backends.c.ops.quant import _qconv_scratch
+    from graphdef.examples import examples_graph
+
+    g, _, _ = examples_graph("qconv")
+    lines, want = ['#include "kernels/qconv.h"', "int main(void) {"], []
+    for n in (n for n in g.nodes if n.op == "qconv"):
+        x, w = (g.type_of(r) for r in n.inputs[:2])
+        y, a = n.outputs[0], n.attrs
+        geom = (*x.shape, w.shape[0], *y.shape[2:], *w.shape[2:], *a["strides"], a["pads"][0], a["pads"][1],
+                *a["dilations"], a["group"])  # fmt: skip
+        lines.append("    { fc_qconv_geom g = {" + ", ".join(map(str, geom)) + "};")
+        lines.append(f"      long s = fc_qconv_scratch(&g); {print_line} }}")
+        want.append(_qconv_scratch([x, w], [y], a, features))
+    return "\n".join([*lines, "    return 0;", "}"]) + "\n", want

@@ -233,14 +233,14 @@ LESS = {
 
 
 @pytest.mark.parametrize("less", ["native", *sorted(LESS)])
-def test_integer_convolution_scratch_is_what_the_kernel_asks(less, tmp_path):
+def test_integer_convolution_scratch_is_what_the_kernel_asks(less, tmp_path, qconv_scratch_program):
     """The scratch the lowering gives each ``qconv`` example (codegen/backends/c/ops/quant.py,
     from the build's integer features) is the kernel's own count (kernels/qconv.h
     fc_qconv_scratch) on each build below the native one: the arena holds no other form's."""
     import platform
 
     from codegen.backends.c import toolchain
-    from codegen.backends.c.ops.quant import _qconv_scratch, int8_features
+    from codegen.backends.c.ops.quant import int8_features
     from codegen.target import Target
 
     if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"):
@@ -248,20 +248,8 @@ def test_integer_convolution_scratch_is_what_the_kernel_asks(less, tmp_path):
     flags = () if less == "native" else LESS[less]
     target = Target()
     features = int8_features(toolchain.macros(target, "gcc", flags))
-    g, _, _ = examples_graph("qconv")
-    nodes = [n for n in g.nodes if n.op == "qconv"]
-    lines = ['#include "kernels/qconv.h"', "#include <stdio.h>", "int main(void) {"]
-    want = []
-    for n in nodes:
-        x, w = (g.type_of(r) for r in n.inputs[:2])
-        y, a = n.outputs[0], n.attrs
-        geom = (*x.shape, w.shape[0], *y.shape[2:], *w.shape[2:], *a["strides"], a["pads"][0], a["pads"][1],
-                *a["dilations"], a["group"])
-        lines.append("    { fc_qconv_geom g = {" + ", ".join(map(str, geom)) + "};")
-        lines.append('      printf("%ld\\n", fc_qconv_scratch(&g)); }')
-        want.append(_qconv_scratch([x, w], [y], a, features))
-    lines += ["    return 0;", "}"]
-    (tmp_path / "s.c").write_text("\n".join(lines) + "\n")
+    program, want = qconv_scratch_program(features, 'printf("%ld\\n", s);')
+    (tmp_path / "s.c").write_text("#include <stdio.h>\n" + program)
     cmd = ["gcc", "-std=c99", "-O1", *target.cflags(), *flags, f"-I{ROOT / 'runtime_c'}", "s.c", "-o", "s"]
     subprocess.run(cmd, cwd=tmp_path, check=True, capture_output=True)
     run = subprocess.run([str(tmp_path / "s")], capture_output=True, text=True)

@@ -123,14 +123,17 @@ def test_integer_convolutions_give_numpys_results_on_the_arch(arch, tmp_path):
     """Every ``qconv`` example (fixed-point and float multipliers, depthwise, strided, dilated,
     uint8, dense layers) in one model, built for the arch and run under QEMU: numpy's integers
     exactly (the kernel's portable forms: NEON vectors on Arm, sdot where the core has the
-    dot-product extension, plain C on RISC-V and the microcontrollers)."""
+    dot-product extension, smlad on Cortex-M4/M7, Helium's vmladav on Cortex-M55, plain C on
+    RISC-V and the Cortex-M0+)."""
     from graphdef.examples import examples_graph
 
     target = need(arch)
     g, feeds, names = examples_graph("qconv")
     folder = codegen.export(g, tmp_path / "q", name="q", outputs=names, arch=arch)
     if target.spec.kind == "mcu":
-        got = mcu.run_firmware(folder, feeds)["outputs"]
+        run = mcu.run_firmware(folder, feeds)
+        got = run["outputs"]
+        assert run["instructions"] > 0  # counted under -icount (the benchmark's figure)
     else:
         got = run_binary(target.runner(), folder / "q", feeds, tmp_path / "run")
     for name, want in zip(names, gd.Session(g).run(feeds, names)):
@@ -139,6 +142,45 @@ def test_integer_convolutions_give_numpys_results_on_the_arch(arch, tmp_path):
     if arch == "cortex-a76-linux" and objdump:  # the dot-product form ran on sdot
         asm = subprocess.run([objdump, "-d", str(folder / "q")], capture_output=True, text=True).stdout
         assert re.search(r"\tsdot\t", asm)
+    if arch in ("cortex-m4", "cortex-m7") and objdump:  # the column and row forms on smlad
+        asm = subprocess.run(
+            [objdump, "-d", str(folder / "firmware.elf")], capture_output=True, text=True
+        ).stdout
+        assert re.search(r"\tsmlad\t", asm) and re.search(r"\tsxtb16\t", asm)
+
+
+@pytest.mark.cross
+@pytest.mark.parametrize("arch", MCUS)
+def test_integer_convolution_scratch_on_the_microcontrollers(arch, tmp_path, qconv_scratch_program):
+    """On each microcontroller (the column and row forms where the core has the DSP extension,
+    the column form on Helium's vectors where it has MVE, plain C elsewhere) the scratch the
+    lowering gives each ``qconv`` example is the kernel's own count, printed by a firmware on
+    the emulated board."""
+    from codegen.backends.c import emit
+    from codegen.backends.c.ops.quant import int8_features
+
+    target = need(arch)
+    features = int8_features(build.macros(target, target.compiler, ()))
+    assert features == {"cortex-m4": "dsp", "cortex-m7": "dsp", "cortex-m55": "dsp+mve"}.get(arch, "plain"), (
+        features
+    )
+    program, want = qconv_scratch_program(features, "{ char b[24]; int i = 22; b[23] = 0; b[22] = '\\n';"
+                                          " do { b[--i] = (char)('0' + s % 10); s /= 10; } while (s);"
+                                          " fc_sh_write(b + i); }")  # fmt: skip
+    (tmp_path / "s.c").write_text('#include "semihost.h"\n' + program)
+    runtime = ROOT / "runtime_c"
+    ld = [
+        str(ROOT / "runtime_c" / f[len("runtime/") :]) if f.endswith(".ld") else f
+        for f in emit.firmware_ldflags(target)
+    ]
+    cmd = [target.compiler, "-std=c99", *target.cflags(), f"-I{runtime}", f"-I{runtime / 'mcu'}", *ld, "s.c",
+           str(runtime / "mcu" / "startup.c"), "-o", "s.elf", "-lm"]  # fmt: skip
+    subprocess.run(cmd, cwd=tmp_path, check=True, capture_output=True)
+    qemu = [target.spec.qemu, "-M", target.spec.board, "-nographic", "-monitor", "none",
+            "-semihosting-config", "enable=on,target=native", "-kernel", str(tmp_path / "s.elf")]  # fmt: skip
+    run = subprocess.run(qemu, capture_output=True, text=True, timeout=120)
+    got = [int(v) for v in (run.stdout + run.stderr).split() if v.isdigit()]
+    assert got == want, (arch, features, got, want)
 
 
 @pytest.mark.cross

@@ -267,7 +267,8 @@ def project_files(env: jinja2.Environment, m: dict, sources: list[str], target: 
         mcu = {
             "board": target.spec.board,
             "ar": f"{target.spec.prefix}ar",
-            "ldflags": " ".join(FIRMWARE_LDFLAGS),
+            "ldflags": " ".join(firmware_ldflags(target)),
+            "ld_script": target.spec.ld_script,
         }
         files["firmware.c"] = env.get_template("build/firmware.c.j2").render(m=m)
         files["firmware_data.h"] = firmware_data(env, firmware_arrays(ins))
@@ -285,7 +286,14 @@ def project_files(env: jinja2.Environment, m: dict, sources: list[str], target: 
 
 # How the firmware is linked (the Makefile's `firmware.elf` rule and codegen.mcu run the same):
 # flowc's start-up and linker script, newlib-nano for memcpy and libm, unused sections dropped.
-FIRMWARE_LDFLAGS = ("-T", "runtime/mcu/mps2.ld", "-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections")
+def firmware_ldflags(target: Target) -> tuple[str, ...]:
+    return (
+        "-T",
+        f"runtime/mcu/{target.spec.ld_script}",
+        "-nostartfiles",
+        "--specs=nano.specs",
+        "-Wl,--gc-sections",
+    )
 
 
 def firmware_arrays(ins: list[dict], values: dict | None = None) -> list[dict]:

@@ -126,7 +126,7 @@ def link_firmware(folder: Path, name: str, target: Target, cc: str | None = None
         "-I.",
         "-Iruntime",
         "-Iruntime/mcu",
-        *emit.FIRMWARE_LDFLAGS,
+        *emit.firmware_ldflags(target),
         "-Wl,-Map=firmware.map",
         "-o",
         "firmware.elf",
@@ -220,7 +220,7 @@ def classify(sec: InputSection, name: str) -> str:
 
 # ----------------------------------------------------------------------------- stack bound
 _FUNC = re.compile(r"^([0-9a-f]+) <([^>]+)>:$")
-_INSN = re.compile(r"^\s+[0-9a-f]+:\s+(\S+)\s*(.*)$")
+_INSN = re.compile(r"^\s*[0-9a-f]+:\s+(\S+)\s*(.*)$")  # (8-digit addresses start the line)
 _TARGET = re.compile(r"\b[0-9a-f]+ <([^>+]+)(?:\+0x[0-9a-f]+)?>")
 
 
@@ -270,8 +270,8 @@ def frames(disassembly: str) -> dict[str, tuple[int, set[str], bool]]:
             frame += int(re.search(r"\[sp, #-(\d+)\]!", args).group(1))
         elif base in ("blx", "bx") and re.fullmatch(r"(r\d+|ip|sl|fp)", args):
             dynamic = True  # a call through a pointer
-        elif base.startswith("b"):
-            t = _TARGET.search(args)
+        elif base.startswith("b") and base not in ("bf", "bfx", "bfcsel"):  # (Armv8.1-M's branch-future
+            t = _TARGET.search(args)  # hints name labels, not calls; bfl does call)
             if t and t.group(1) != current:
                 calls.add(t.group(1))
     return funcs
@@ -365,9 +365,10 @@ def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0, runs
     those of the last.
 
     Writes ``feeds`` (input name -> array) into firmware_data.h, relinks firmware.elf and runs
-    it under qemu-system-arm with semihosting. Returns {"outputs": {name: array},
-    "stack": bytes used by the run (measured), "status": 0}. A non-zero status or a crash
-    raises ExecutionError.
+    it under qemu-system-arm with semihosting and ``-icount shift=0``. Returns {"outputs":
+    {name: array}, "stack": bytes used by the run (measured), "status": 0, "instructions": the
+    runs' instructions together (counted by SysTick, to about 40)}. A non-zero status or a
+    crash raises ExecutionError.
     """
     folder = Path(folder)
     meta = json.loads((folder / "metadata.json").read_text())
@@ -401,6 +402,8 @@ def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0, runs
         "none",
         "-semihosting-config",
         "enable=on,target=native",
+        "-icount",
+        "shift=0",
         "-kernel",
         str(folder / "firmware.elf"),
     ]
@@ -416,7 +419,7 @@ def _parse_run(res: subprocess.CompletedProcess, meta: dict) -> dict:
     fields, hexes = {}, {}
     for ln in lines:
         parts = ln.split()
-        if len(parts) == 2 and parts[0] in ("status", "stack", "stack_at_call"):
+        if len(parts) == 2 and parts[0] in ("status", "stack", "stack_at_call", "ticks", "calib_ticks"):
             fields[parts[0]] = int(parts[1])
         elif len(parts) == 3 and parts[0] == "out":
             hexes[int(parts[1])] = parts[2]
@@ -430,8 +433,12 @@ def _parse_run(res: subprocess.CompletedProcess, meta: dict) -> dict:
         raw = bytes.fromhex(hexes.get(k, ""))
         dt = np.dtype(dtypes.np_dtype(t["dtype"])).newbyteorder("<")
         outputs[t["name"]] = np.frombuffer(raw, dt).astype(dt.newbyteorder("=")).reshape(t["shape"])
+    calib = fields.get("calib_ticks", 0)
     return {
         "outputs": outputs,
         "stack": fields.get("stack", 0) - fields.get("stack_at_call", 0),
         "status": fields["status"],
+        # instructions of the runs together (QEMU's -icount shift=0: one virtual ns each), from
+        # SysTick ticks scaled by those of the firmware's loop of 2,000,000 instructions
+        "instructions": round(fields.get("ticks", 0) * 2_000_000 / calib) if calib else None,
     }

@@ -12,14 +12,22 @@ from ..op_table import Call, kernel
 
 def int8_features(macros: str) -> str:
     """The integer kernel's features a build has, from its predefined ``macros``: "vnni",
-    "vnni+amx", "sdot" or "plain" (what ``_qconv_scratch`` reads as its ``isa``)."""
+    "vnni+amx", "sdot", "dsp" (Cortex-M with the DSP extension), "dsp+mve" (and Helium) or
+    "plain" (what ``_qconv_scratch`` reads as its ``isa``)."""
     have = set(re.findall(r"#define\s+(\w+)", macros))
     if {"__AVX512VNNI__", "__AVX512BW__", "__AVX512VL__"} <= have:
         amx = {"__AMX_INT8__", "__AMX_TILE__", "__linux__", "__x86_64__"} <= have
         return "vnni+amx" if amx else "vnni"
     if {"__aarch64__", "__ARM_NEON", "__ARM_FEATURE_DOTPROD"} <= have:
         return "sdot"
+    if "__ARM_FEATURE_DSP" in have and _m_profile(macros):
+        return "dsp+mve" if "__ARM_FEATURE_MVE" in have else "dsp"
     return "plain"
+
+
+def _m_profile(macros: str) -> bool:
+    """Whether the macros are a Cortex-M build's (__ARM_ARCH_PROFILE 'M', which GCC writes as 77)."""
+    return re.search(r"#define\s+__ARM_ARCH_PROFILE\s+(77|'M')\b", macros) is not None
 
 
 def _features(isa: str) -> set[str]:
@@ -35,16 +43,19 @@ def _features(isa: str) -> set[str]:
 def _qconv_scratch(ins, outs, attrs, isa):
     """kernels/qconv.h's fc_qconv_scratch for a build with the integer features ``isa``
     (``int8_features``; or a GEMM ISA name: the largest of its builds' forms). For a dense layer
-    (one output position) the window; for the channel form (AVX-512 VNNI: depthwise, strided or
-    small planes) a band's transposed input rows, the taps' weights, the band's offsets and
-    outputs; for the flat form (stride 1, one input channel per group) a plane's sums and
-    outputs in padded rows and its int32 copies; for the dot-product form (VNNI or sdot) the
-    sums of a pass (4 channels, or 16 for planes of at most 16 positions on VNNI; on AMX tiles
-    32 rows of 64 and the first sums), a staging row, the packed windows of the rows computed at
-    once (about 256 positions), a pass's weights (K rounded up to 4, to 64 on AMX), each
-    channel's first sum and two rows of padding; else the int32 sums of 4 output channels (oh
-    rows of a phase's width, rounded up to 64), a staging row and a group's input planes as
-    padded int16 copies split by stride phase."""
+    (one output position) the window (bytes on Helium); for the column form (Cortex-M DSP, one
+    group) four int16 columns of K rounded up to 4 and four more each, and a window in k order
+    (on Helium four byte columns of K rounded up to 16); for the row form (Cortex-M DSP, one
+    input channel per group) the padded plane as int16; for the channel form (AVX-512 VNNI:
+    depthwise, strided or small planes) a band's transposed input rows, the taps' weights, the
+    band's offsets and outputs; for the flat form (stride 1, one input channel per group) a
+    plane's sums and outputs in padded rows and its int32 copies; for the dot-product form
+    (VNNI or sdot) the sums of a pass (4 channels, or 16 for planes of at most 16 positions on
+    VNNI; on AMX tiles 32 rows of 64 and the first sums), a staging row, the packed windows of
+    the rows computed at once (about 256 positions), a pass's weights (K rounded up to 4, to 64
+    on AMX), each channel's first sum and two rows of padding; else the int32 sums of 4 output
+    channels (oh rows of a phase's width, rounded up to 64), a staging row and a group's input
+    planes as padded int16 copies split by stride phase."""
     feats = _features(isa)
     x, w, y = ins[0], ins[1], outs[0]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
@@ -56,8 +67,18 @@ def _qconv_scratch(ins, outs, attrs, isa):
     pn = -(-(oh * ow) // 64) * 64
     planes = 4 * 4 * (-(-(oh * wq) // 64) * 64) + pn + 2 * (x.shape[1] // attrs["group"]) * ps
     k4 = -(-(w.shape[1] * w.shape[2] * w.shape[3]) // 4)
+    k16 = -(-k4 // 4) * 16
     if attrs["group"] == 1 and oh * ow == 1:  # a dense layer (fc_qconv_dense): the window as int16
-        return k4 * 4 * 2
+        return k16 if "mve" in feats else k4 * 4 * 2  # (as bytes on Helium)
+    if attrs["group"] == 1 and "mve" in feats:  # the column form on Helium: four byte columns of k16
+        return 4 * k16
+    if attrs["group"] == 1 and "dsp" in feats:  # the column form (fc_qconv_cols): four int16 columns
+        return ((k4 * 4 + 4) * 4 + k4 * 4) * 2
+    if "dsp" in feats and attrs["group"] == x.shape[1] and w.shape[2] * w.shape[3] <= 64:
+        # the row form (fc_qconv_dwr): the padded plane as int16
+        hp = (oh - 1) * sh + (w.shape[2] - 1) * dh + 1
+        wp = (ow - 1) * sw + (w.shape[3] - 1) * dw + 1
+        return -(-(hp * wp * 2) // 4) * 4
     kh, kw, h, wd = w.shape[2], w.shape[3], x.shape[2], x.shape[3]
     depthwise = attrs["group"] == x.shape[1]
     channels = depthwise and w.shape[0] == x.shape[1] and kh * kw <= 64 and "vnni" in feats
@@ -109,14 +130,23 @@ def qconv_form(node, macros: str, graph) -> str | None:
     a, (x, w), y = node.attrs, (graph.type_of(r) for r in node.inputs[:2]), node.outputs[0]
     group, (oh, ow) = a["group"], y.shape[2:]
     c, m, k = x.shape[1], y.shape[1], w.shape[1] * w.shape[2] * w.shape[3]
+    dsp = "__ARM_FEATURE_DSP" in have and _m_profile(macros)
+    mve = dsp and "__ARM_FEATURE_MVE" in have
+    strided, taps = tuple(a["strides"]) != (1, 1), w.shape[2] * w.shape[3]
     if group == 1 and oh * ow == 1:
-        return "dense layer: a dot product an output" + (" (VNNI)" if vnni else "")
+        how = " (VNNI)" if vnni else " (vmladav)" if mve else " (smlad)" if dsp else ""
+        return "dense layer: a dot product an output" + how
     if group == 1 and vnni:
         amx = {"__AMX_INT8__", "__AMX_TILE__", "__linux__"} <= have and oh * ow > 16 and m >= 32 and k >= 64
         return "dot products: AMX tiles where Linux lends them, else VNNI" if amx else "dot products: VNNI"
     if group == 1 and sdot:
         return "dot products: sdot"
-    strided, taps = tuple(a["strides"]) != (1, 1), w.shape[2] * w.shape[3]
+    if group == 1 and mve:
+        return "columns: four positions a channel's vmladav (16 k each)"
+    if group == 1 and dsp:
+        return "columns: four positions a channel's smlad"
+    if group == c and taps <= 64 and dsp:
+        return "padded rows: tap pairs a smlad"
     if group == c == m and taps <= 64 and vnni and (strided or oh * ow < 64):
         return "channels in the vector lanes (VNNI)"
     if group == c and not strided and taps <= 64:

@@ -11,6 +11,14 @@
 #include "flowc_rt.h"
 #include "kernels/vmath.h"
 
+/* floor, ceil and round without libm on Cortex-M cores that have no rounding instruction
+ * (M0+, M3, M4; the M7 and M55 have vrintm): kernels/scalar_float.inc, fc_floor_cvt */
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && !defined(__ARM_FEATURE_DIRECTED_ROUNDING)
+#define FC_FLOOR_BY_CVT 1
+#else
+#define FC_FLOOR_BY_CVT 0
+#endif
+
 #define FC_INC "kernels/scalar_float.inc"
 #define FC_WANT_FLOATS
 #include "kernels/instantiate.h"

@@ -150,6 +150,27 @@ def test_integer_convolutions_give_numpys_results_on_the_arch(arch, tmp_path):
 
 
 @pytest.mark.cross
+@pytest.mark.parametrize("arch", ["cortex-m0plus", "cortex-m4"])
+@pytest.mark.parametrize("op", ["floor", "ceil", "round"])
+def test_rounding_without_libm_on_the_board(op, arch, tmp_path):
+    """floor, ceil and round (a quantization's rounding) on the cores without a rounding
+    instruction: by conversions (kernels/scalar_float.inc fc_floor_cvt), no libm call, numpy's
+    results on the board for the halves, signed zeros, values past 2**23, infinities and NaN of
+    float32, float64 and float16."""
+    from graphdef.examples import examples_graph
+
+    need(arch)
+    g, feeds, names = examples_graph(op)
+    folder = codegen.export(g, tmp_path / "r", name="r", outputs=names, arch=arch)
+    meta = json.loads((folder / "metadata.json").read_text())
+    assert not {"floorf", "floor", "ceilf", "ceil"} & set(meta["footprint"]["imports"])
+    got = mcu.run_firmware(folder, feeds)["outputs"]
+    for name, want in zip(names, gd.Session(g).run(feeds, names)):
+        np.testing.assert_array_equal(got[name], want, err_msg=f"{arch} {op} {name}")
+        assert np.array_equal(np.signbit(got[name]), np.signbit(want)), (arch, op, name)
+
+
+@pytest.mark.cross
 @pytest.mark.parametrize("arch", MCUS)
 def test_integer_convolution_scratch_on_the_microcontrollers(arch, tmp_path, qconv_scratch_program):
     """On each microcontroller (the column and row forms where the core has the DSP extension,

@@ -576,8 +576,9 @@ INTEGER_ROUTINES = {"memcpy", "memset", "__aeabi_ldivmod", "__aeabi_uldivmod", "
 @pytest.mark.cross
 def test_an_int8_model_runs_on_a_cortex_m4_without_float_routines(tmp_path, imported):
     """The int8 keyword spotter with int8 input and output (no QUANTIZE / DEQUANTIZE), built
-    for a Cortex-M4: its library imports integer routines only (the float-I/O model links the
-    float quantization's), and on the emulated board it gives LiteRT's outputs exactly."""
+    for a Cortex-M4: its library imports integer routines only, and on the emulated board it
+    gives LiteRT's outputs exactly; with float input and output too (QUANTIZE's rounding is
+    conversions and selects: no floorf)."""
     import shutil
 
     from codegen.backends.c import mcu
@@ -592,6 +593,10 @@ def test_an_int8_model_runs_on_a_cortex_m4_without_float_routines(tmp_path, impo
     assert set(fp["imports"]) <= INTEGER_ROUTINES, set(fp["imports"]) - INTEGER_ROUTINES
     run = mcu.run_firmware(folder, _feeds(graph, ds_cnn_int8(float_io=False)))
     assert_like_litert(list(run["outputs"].values()), want, "ds_cnn_int8_io on the board")
+    _, graph, _ = imported["ds_cnn_int8"]
+    folder = codegen.export(graph, tmp_path / "m4f", name="kws", arch="cortex-m4")
+    fp = json.loads((folder / "metadata.json").read_text())["footprint"]
+    assert set(fp["imports"]) <= INTEGER_ROUTINES, set(fp["imports"]) - INTEGER_ROUTINES
 
 
 @pytest.mark.c

@@ -434,7 +434,9 @@ class _Importer:
                 )
             # QDQ convolutions and dense layers as QLinearConv, as onnxruntime runs them (qdq.py)
             known = {k: v for k, v in self.env.items() if isinstance(v, np.ndarray)}
-            nodes, made, self.qdq_notes = qdq.fuse(g.node, known, {vi.name for vi in g.output})
+            nodes, made, self.qdq_notes = qdq.fuse(g.node, known, {vi.name for vi in g.output}, self.opset)
+            if any(n.domain == "com.microsoft" for n in nodes):  # (QLinearSoftmax made of a QDQ Softmax)
+                self.opsets.setdefault("com.microsoft", 1)
             self.env.update(made)
             self._convert_nodes(nodes)
             outs = []

@@ -30,6 +30,7 @@ from ..ops import elementwise as E
 from ..ops import math as M
 from ..ops import nn as N
 from ..ops import quant as Q
+from ..ops import reduce as R
 from ..ops import shape as S
 from .importer import converter
 from .ops_basic import _pool_args
@@ -127,7 +128,30 @@ def _softmax(node, x: Tensor) -> Tensor:
 
 converter("QLinearAveragePool", 1, MS)(_unary(_avg_pool))
 converter("QLinearGlobalAveragePool", 1, MS)(_unary(_global_avg_pool))
-converter("QLinearSoftmax", 1, MS)(_unary(_softmax))
+
+
+@converter("QLinearSoftmax", 1, MS)
+def _qlinear_softmax(node):
+    """Softmax of the integers: exp(x_scale * (x - max)) for x - max in [-255, 0] is a table of
+    256 float32 values (computed here, in float32), read by the integer differences; then the sum,
+    the quotients and the quantization as before. No exp at run time (a microcontroller links
+    no expf for it). A non-constant X_scale takes the float softmax."""
+    t = _need(node, 0, _BYTES, "X")
+    if not node.is_const(1):
+        return _unary(_softmax)(node)
+    _dequantized(node, 0, 1, 2, _X)  # (the checks on X, its scale and zero point)
+    scale = np.float32(np.asarray(node.const(1)).reshape(-1)[0])
+    table = np.exp(-scale * np.arange(256, dtype=np.float32)).astype(np.float32)
+    axis, shape = node.attr("axis", -1), t.shape
+    q = E.cast(t, "int32")
+    if node.attr("opset", 13) < 13:  # over the 2-D view [prod(shape[:axis]), prod(shape[axis:])]
+        axis %= max(t.rank, 1)
+        q = S.reshape(q, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+        axis = 1
+    d = E.sub(R.reduce_max(q, axes=[axis], keepdims=True), q)  # 0 to 255
+    e = S.gather(constant(table), d, axis=0)
+    y = E.div(e, R.reduce_sum(e, axes=[axis], keepdims=True))
+    return _quantized(node, S.reshape(y, shape) if y.shape != shape else y, 3, 4, t.dtype, _Y)
 
 
 def _binary(op: str):

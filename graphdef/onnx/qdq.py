@@ -17,8 +17,11 @@ changes the rounding (``saturate``, ``output_dtype``, ``block_size``), a Gemm wi
 beta 1 and x not transposed, the float result read by that QuantizeLinear alone and not a
 graph output. Everything else stays as it is (correct in float, as before), and ``flowc
 inspect`` says which Conv and Gemm between DequantizeLinear nodes stayed float, and why. A
-MaxPool between a DequantizeLinear and a QuantizeLinear of the same scale and zero point runs on
-the integers (max commutes with the map: exactly the same values).
+MaxPool (or a Flatten, Reshape, Transpose, Squeeze, Unsqueeze) between a DequantizeLinear and a
+QuantizeLinear of the same scale and zero point runs on the integers (it commutes with the map:
+exactly the same values), and a Softmax between them
+becomes QLinearSoftmax, as onnxruntime runs it (ops_quant_ms.py: its exponentials a table of
+the 256 integer differences, no exp at run time).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ..errors import printable
 _PLAIN_DQ = {"axis"}  # the attributes a DequantizeLinear / QuantizeLinear fused here may carry
 
 
-def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict, list[str]]:
+def fuse(nodes, known: dict, outputs: set[str], opset: int = 13) -> tuple[list, dict, list[str]]:
     """``nodes`` (an ONNX graph's, in order) with each fusable QDQ Conv and Gemm (see the
     module) replaced by its integer nodes (named as the Conv or Gemm) in place of it and its
     QuantizeLinear; the DequantizeLinear nodes nothing else reads are dropped. ``known``: the
@@ -81,13 +84,27 @@ def fuse(nodes, known: dict, outputs: set[str]) -> tuple[list, dict, list[str]]:
         for dq in dqs:  # read by this node alone: no longer needed (one read through an Identity stays)
             if readers[dq.output[0]] == 1 and reader[dq.output[0]] is n:
                 drop.add(id(dq))
-    for n in nodes:  # DequantizeLinear -> MaxPool -> QuantizeLinear of the same scale: the integers' max
-        if n.op_type == "MaxPool" and n.domain in ("", "ai.onnx") and id(n) not in drop:
+    for n in nodes:  # DequantizeLinear -> MaxPool, a reshape... -> QuantizeLinear of the same scale
+        if n.op_type in _ON_INTEGERS and n.domain in ("", "ai.onnx") and id(n) not in drop:
             pair = _max_pool_pair(n, producer, reader, readers, known, outputs)
             if pair is not None:
                 dq, q = pair
-                pool = helper.make_node("MaxPool", [dq.input[0]], [q.output[0]], name=n.name, **_attrs(n))
+                ins = [dq.input[0], *n.input[1:]]
+                pool = helper.make_node(n.op_type, ins, [q.output[0]], name=n.name, **_attrs(n))
                 replace[id(q)] = [pool]
+                drop.add(id(n))
+                if readers[dq.output[0]] == 1:
+                    drop.add(id(dq))
+    for n in nodes:  # DequantizeLinear -> Softmax -> QuantizeLinear: QLinearSoftmax (a table, no exp)
+        if n.op_type == "Softmax" and n.domain in ("", "ai.onnx") and id(n) not in drop:
+            pair = _softmax_pair(n, producer, reader, readers, known, outputs)
+            if pair is not None:
+                dq, q = pair
+                axis = next((a.i for a in n.attribute if a.name == "axis"), -1 if opset >= 13 else 1)
+                ins = [*_operands(dq)[:3], *_operands(q)[1:3]]
+                soft = helper.make_node("QLinearSoftmax", ins, [q.output[0]], name=n.name,
+                                        domain="com.microsoft", axis=axis, opset=opset)  # fmt: skip
+                replace[id(q)] = [soft]
                 drop.add(id(n))
                 if readers[dq.output[0]] == 1:
                     drop.add(id(dq))
@@ -196,13 +213,47 @@ def _gemm(gemm, y, inputs, w_axis, known, taken, new) -> list | None:
     ]
 
 
+# operators that commute with a DequantizeLinear -> QuantizeLinear of one scale and zero point:
+# a max, and the ones that move values without computing (their other inputs constant shapes)
+_ON_INTEGERS = ("MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze")
+
+
 def _max_pool_pair(node, producer, reader, readers, known, outputs):
-    """(its DequantizeLinear, its QuantizeLinear) where ``node`` (a MaxPool) reads one tensor's
-    dequantized integers and only a QuantizeLinear with the same scale and zero point (constants,
-    one each) reads its result: max commutes with that monotonic map, so the MaxPool of the
-    integers is exactly the QuantizeLinear's output. Else None."""
-    y = node.output[0]
-    if len(node.output) != 1 or y in outputs or readers[y] != 1 or len(node.input) != 1:
+    """(its DequantizeLinear, its QuantizeLinear) where ``node`` (a MaxPool, or an operator that
+    moves values: _ON_INTEGERS; its other inputs constants) sits between the two (``_between``)
+    and they have the same scale and zero point: the operator commutes with that monotonic map,
+    so it applied to the integers is exactly the QuantizeLinear's output. Else None."""
+    if (
+        node.op_type == "MaxPool"
+        and len(node.input) != 1
+        or any(i and i not in known for i in node.input[1:])
+    ):
+        return None
+    pair = _between(node, producer, reader, readers, known, outputs)
+    if pair is None:
+        return None
+    (_, ds, dz), (_, qs, qz) = (_operands(n)[:3] for n in pair)
+    if (
+        known[ds].reshape(-1)[0] != known[qs].reshape(-1)[0]
+        or known[dz].reshape(-1)[0] != known[qz].reshape(-1)[0]
+    ):
+        return None
+    return pair
+
+
+def _softmax_pair(node, producer, reader, readers, known, outputs):
+    """(its DequantizeLinear, its QuantizeLinear) where ``node`` (a Softmax of one input) sits
+    between the two (``_between``): onnxruntime runs the three as QLinearSoftmax. Else None."""
+    return _between(node, producer, reader, readers, known, outputs) if len(node.input) == 1 else None
+
+
+def _between(node, producer, reader, readers, known, outputs):
+    """(the DequantizeLinear, the QuantizeLinear) where ``node``'s first input is one tensor's
+    dequantized integers and only a QuantizeLinear reads its one output (not a graph output):
+    the two plain, each with one constant scale and zero point, the zero points of one type.
+    Else None."""
+    y = node.output[0] if len(node.output) == 1 else None
+    if y is None or y in outputs or readers[y] != 1 or not node.input:
         return None
     dq, q = _source(node.input[0], producer), reader.get(y)
     if dq is None or q is None or dq.op_type != "DequantizeLinear" or q.op_type != "QuantizeLinear":
@@ -212,12 +263,7 @@ def _max_pool_pair(node, producer, reader, readers, known, outputs):
     (_, ds, dz), (_, qs, qz) = _operands(dq)[:3], _operands(q)[:3]
     if any(name not in known for name in (ds, dz, qs, qz)):  # zero points given: x's and y's types
         return None
-    zeros = [known[dz], known[qz]]
-    if known[ds].size != 1 or known[qs].size != 1 or any(z.size != 1 for z in zeros):
-        return None
-    same_scale = known[ds].reshape(-1)[0] == known[qs].reshape(-1)[0]
-    same_zero = zeros[0].dtype == zeros[1].dtype and zeros[0].reshape(-1)[0] == zeros[1].reshape(-1)[0]
-    if not (same_scale and same_zero):
+    if any(known[k].size != 1 for k in (ds, dz, qs, qz)) or known[dz].dtype != known[qz].dtype:
         return None
     return dq, q
 

@@ -4,9 +4,9 @@ quantized to int8 three ways: onnxruntime's quantizer in QDQ and in QOperator fo
 (per-channel int8 weights, int8 activations, calibrated on random inputs) and ``flowc quantize``.
 flowc's compiled C runs every file against onnxruntime on the same file: float to float32
 rounding, QOperator exactly, QDQ within two output steps (both run the convolutions in integers
-alike; the pools and softmax, which onnxruntime fuses into integer operators, flowc computes in
-floats between the quantize steps: a rounding apart in one layer can move the next by a step),
-the top class the same on nearly every input."""
+alike; the pools, which onnxruntime fuses into integer operators, flowc computes in floats
+between the quantize steps: a rounding apart in one layer can move the next by a step), the top
+class the same on nearly every input."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_compiled_matches_onnxruntime(name, route, files, compiled):
         assert worst <= 2e-4 * max(span, 1.0), worst
     elif route == "qoperator":  # QLinearConv and QGemm requantize as onnxruntime does: exactly
         assert worst == 0, worst
-    elif route == "qdq":  # the pools and softmax onnxruntime fuses into integer operators, in float
+    elif route == "qdq":  # the pools onnxruntime fuses into integer operators, in float
         step = _output_step(files[(name, route)])
         assert worst <= 2 * step * (1 + 1e-6), (worst, step)
     else:
@@ -126,3 +126,30 @@ def test_int8_layers_keep_int8_weights(name, route, files):
     assert [n.op for n in q.steps].count("qconv") == layers > 0
     assert q.weight_bytes <= 0.27 * f.weight_bytes, (q.weight_bytes, f.weight_bytes)
     assert q.arena_bytes < (f.arena_bytes if name != "autoencoder" else 8192), (q.arena_bytes, f.arena_bytes)
+
+
+@pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v1", "resnet8"])
+def test_qdq_classifiers_end_in_integers(name, files, capsys):
+    """A QDQ classifier's Flatten between a DequantizeLinear and a QuantizeLinear of one scale
+    runs on the integers and its Softmax as QLinearSoftmax (a table of the exponentials, as
+    onnxruntime runs it: no exp at run time); ``flowc inspect`` names only the average pool (and
+    ResNet-8's residual adds) as float. Built for a Cortex-M4 (where the cross compiler is), the
+    int8 model's library imports no C library function but memcpy and memset: no float or double
+    routine, no libm."""
+    import json
+    import shutil
+
+    import codegen
+    from codegen import pipeline
+    from codegen.cli import main
+
+    path = files[(name, "qdq")]
+    steps = pipeline.run(gd.load_onnx(path), pipeline.Options(), until="plan").program.steps
+    assert not [n for n in steps if n.op in ("softmax", "exp")], [n.op for n in steps]
+    assert main(["inspect", str(path)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("left in float: ")]
+    assert lines and all("Pool" in ln or "Add" in ln for ln in lines), lines
+    if shutil.which("arm-none-eabi-gcc"):
+        folder = codegen.export(gd.load_onnx(path), path.parent / f"{name}_m4", name="m", arch="cortex-m4")
+        imports = set(json.loads((Path(folder) / "metadata.json").read_text())["footprint"]["imports"])
+        assert imports <= {"memcpy", "memset"}, imports

@@ -131,7 +131,7 @@ ARCH_LIST = (
         "cortex-m0plus",
         "mcu",
         "arm-none-eabi-",
-        (*_MCU, "-mcpu=cortex-m0plus", "-mfloat-abi=soft"),
+        (*_MCU, "-mcpu=cortex-m0plus", "-mfloat-abi=soft", "-DFC_FLOOR_BY_CVT=1"),
         packages=("gcc-arm-none-eabi", "libnewlib-arm-none-eabi"),
         qemu="qemu-system-arm",
         qemu_package="qemu-system-arm",
@@ -143,7 +143,7 @@ ARCH_LIST = (
         "cortex-m4",
         "mcu",
         "arm-none-eabi-",
-        (*_MCU, "-mcpu=cortex-m4", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"),
+        (*_MCU, "-mcpu=cortex-m4", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-DFC_FLOOR_BY_CVT=1"),
         packages=("gcc-arm-none-eabi", "libnewlib-arm-none-eabi"),
         qemu="qemu-system-arm",
         qemu_package="qemu-system-arm",
@@ -152,7 +152,8 @@ ARCH_LIST = (
         **_MCU_DATA,
     ),
     # Cortex-M7 with the single-precision FPU (fpv5-sp-d16): it runs on every M7 part, the
-    # double-precision ones included; the model computes in float32.
+    # double-precision ones included; the model computes in float32. (FC_FLOOR_BY_CVT, on the
+    # M0+ and M4: their FPUs have no rounding instruction, kernels/scalar.h.)
     Arch(
         "cortex-m7",
         "mcu",

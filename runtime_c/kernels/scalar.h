@@ -11,11 +11,11 @@
 #include "flowc_rt.h"
 #include "kernels/vmath.h"
 
-/* floor, ceil and round without libm on Cortex-M cores that have no rounding instruction
- * (M0+, M3, M4; the M7 and M55 have vrintm): kernels/scalar_float.inc, fc_floor_cvt */
-#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M' && !defined(__ARM_FEATURE_DIRECTED_ROUNDING)
-#define FC_FLOOR_BY_CVT 1
-#else
+/* floor, ceil and round without libm (kernels/scalar_float.inc, fc_floor_cvt) on cores whose
+ * FPU has no rounding instruction: flowc's cortex-m0plus and cortex-m4 targets define it (the M7's
+ * and M55's FPUs have vrintm, which compilers use for floorf; no predefined macro tells the
+ * two apart) */
+#ifndef FC_FLOOR_BY_CVT
 #define FC_FLOOR_BY_CVT 0
 #endif
 

@@ -35,8 +35,9 @@ import numpy as np
 from graphdef.errors import FlowcError
 
 WEIGHT_OPS = {"Conv": 1, "Gemm": 1, "MatMul": 1}  # op -> how many leading inputs are (x, w)
+# (a Flatten's input too: a pool before a dense layer then ends in integers, the Flatten moving them)
 ACTIVATION_OPS = ("Conv", "Gemm", "MatMul", "Add", "Mul", "Concat", "AveragePool", "MaxPool",
-                  "GlobalAveragePool")  # fmt: skip
+                  "GlobalAveragePool", "Flatten")  # fmt: skip
 
 
 @dataclass
@@ -313,7 +314,7 @@ def quantize_onnx(model, calibration, out, percentile: float | None = None) -> R
     return Report(
         len(samples), float(np.mean(agree)), errors, (size(m), size(q)), len(weights),
         len(activations) + len(results),
-    )
+    )  # fmt: skip
 
 
 def _sort_nodes(graph) -> None:

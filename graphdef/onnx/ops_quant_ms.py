@@ -126,8 +126,63 @@ def _softmax(node, x: Tensor) -> Tensor:
     return S.reshape(N.softmax(flat, axis=1), x.shape)
 
 
-converter("QLinearAveragePool", 1, MS)(_unary(_avg_pool))
-converter("QLinearGlobalAveragePool", 1, MS)(_unary(_global_avg_pool))
+@converter("QLinearAveragePool", 1, MS)
+def _qlinear_avg_pool(node):
+    kernel, strides, pads, dil = _pool_args(node, node.tensor(0))
+    ceil, include = bool(node.attr("ceil_mode", 0)), bool(node.attr("count_include_pad", 0))
+    y = _pool_on_integers(node, kernel, strides, pads, dil, ceil, include)
+    return _unary(_avg_pool)(node) if y is None else y
+
+
+@converter("QLinearGlobalAveragePool", 1, MS)
+def _qlinear_global_avg_pool(node):
+    y = _pool_on_integers(node, node.tensor(0).shape[2:], (1, 1), (0, 0, 0, 0), (1, 1), False, False)
+    return _unary(_global_avg_pool)(node) if y is None else y
+
+
+def _pool_on_integers(node, kernel, strides, pads, dil, ceil: bool, include: bool) -> Tensor | None:
+    """A 2-D average pool whose every window counts the same pixels (no padding, or the padding
+    counted; no window cut by ceil_mode) on the integers: the int32 sum of x - x_zero_point
+    times x_scale / count / y_scale in float32, rounded half to even, plus y_zero_point, what
+    onnxruntime's global average pool computes (its other pools sum dequantized floats: 1 unit
+    in the last place apart at near ties). A window over the whole plane is a sum into int32
+    (reduce_sum's dtype), others the integer convolution of each plane, one image of one
+    channel, with a kernel of ones. The int8 input is read as it is: no float or int32 copy.
+    None where it does not apply (the float graph computes it)."""
+    x = _need(node, 0, _BYTES, "X")
+    if node.attr("channels_last", 0) or x.rank != 4 or any(d != 1 for d in dil):
+        return None
+    if not all(node.is_const(i) for i in (1, 3)) or not all(node.is_const(i) for i in (2, 4) if node.has(i)):
+        return None
+    if any(pads) and not include:
+        return None
+    h, w = x.shape[2] + pads[0] + pads[2], x.shape[3] + pads[1] + pads[3]
+    if ceil and ((h - kernel[0]) % strides[0] or (w - kernel[1]) % strides[1]):
+        return None
+    for i, what in ((1, "X_scale"), (3, "Y_scale")):
+        _need(node, i, ("float32",), what)
+        _per_tensor(node, i, what)
+    for i, what in ((2, "X_zero_point"), (4, "Y_zero_point")):
+        _per_tensor(node, i, what)
+        _check_zero_point(node, i, x.dtype, what)
+    xs, ys = (np.float32(np.asarray(node.const(i)).reshape(-1)[0]) for i in (1, 3))
+    xz, yz = (int(np.asarray(node.const(i)).reshape(-1)[0]) if node.has(i) else 0 for i in (2, 4))
+    count = kernel[0] * kernel[1]
+    scale = xs / np.float32(count) / ys
+    if not np.isfinite(scale):
+        return None
+    n, c, h, w = x.shape
+    if tuple(kernel) == (h, w) and not any(pads):  # one window a plane: its sum into int32
+        total = R.reduce_sum(x, axes=(2, 3), keepdims=True, dtype="int32")
+        v = E.mul(E.cast(E.sub(total, constant(np.int32(xz * count))), "float32"), constant(scale))
+        return _saturate(M.round(v), constant(np.float32(yz)), x.dtype)
+    lo, hi = (-128, 127) if x.dtype == "int8" else (0, 255)
+    ones = constant(np.ones((1, 1, *kernel), np.int8))
+    planes = S.reshape(x, (n * c, 1, h, w))
+    y = Q.qconv(
+        planes, ones, scale=[float(scale)], strides=strides, pads=pads, x_zero=xz, y_zero=yz, lo=lo, hi=hi
+    )
+    return S.reshape(y, (n, c, *y.shape[2:]))
 
 
 @converter("QLinearSoftmax", 1, MS)
@@ -202,14 +257,18 @@ def _qlinear_concat(node):
         raise node.unsupported(
             f"has {n} inputs; it takes Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples"
         )
-    xs = [
-        _dequantized(node, i, i + 1, i + 2, (f"input {i}", f"input {i + 1}", f"input {i + 2}"))
-        for i in range(2, n, 3)
-    ]
     out = node.dtype(2)
     if any(node.dtype(i) != out for i in range(2, n, 3)):
         raise node.unsupported("the inputs have different types: they must be all int8 or all uint8")
-    return _quantized(node, S.concat(xs, node.attr("axis")), 0, 1, out, _Y)
+    parts = []  # each input requantized to y's scale (the same values: the maps commute with concat)
+    for i in range(2, n, 3):
+        x = _dequantized(node, i, i + 1, i + 2, (f"input {i}", f"input {i + 1}", f"input {i + 2}"))
+        same = all(node.has(j) and node.is_const(j) for j in (0, 1, i + 1, i + 2)) and all(
+            np.array_equal(np.asarray(node.const(j)).reshape(-1), np.asarray(node.const(k)).reshape(-1))
+            for j, k in ((i + 1, 0), (i + 2, 1))
+        )
+        parts.append(node.tensor(i) if same else _quantized(node, x, 0, 1, out, _Y))
+    return S.concat(parts, node.attr("axis"))
 
 
 @converter("QGemm", 1, MS)

@@ -21,7 +21,12 @@ MaxPool (or a Flatten, Reshape, Transpose, Squeeze, Unsqueeze) between a Dequant
 QuantizeLinear of the same scale and zero point runs on the integers (it commutes with the map:
 exactly the same values), and a Softmax between them
 becomes QLinearSoftmax, as onnxruntime runs it (ops_quant_ms.py: its exponentials a table of
-the 256 integer differences, no exp at run time).
+the 256 integer differences, no exp at run time). An AveragePool, GlobalAveragePool, Add, Mul,
+Sigmoid, LeakyRelu or Concat reading its inputs through DequantizeLinear nodes and read by one
+QuantizeLinear (every scale and zero point one constant) becomes com.microsoft's QLinear
+operator of that name, as onnxruntime fuses them: the average pools sum the integers on the
+integer convolution, the others compute each value in float32 from the int8 inputs to the int8
+result in one loop, so no float tensor is stored between layers.
 """
 
 from __future__ import annotations
@@ -108,6 +113,38 @@ def fuse(nodes, known: dict, outputs: set[str], opset: int = 13) -> tuple[list, 
                 drop.add(id(n))
                 if readers[dq.output[0]] == 1:
                     drop.add(id(dq))
+    for (
+        n
+    ) in nodes:  # DequantizeLinear(s) -> a pool, Add, Mul, ... -> QuantizeLinear: com.microsoft's QLinear op
+        name = _QLINEAR.get(n.op_type)
+        if name is None or n.domain not in ("", "ai.onnx") or id(n) in drop:
+            continue
+        found = _qlinear(n, producer, reader, readers, known, outputs)
+        if found is None:
+            continue
+        dqs, q = found
+        triples = [list(_operands(d)) for d in dqs]
+        _, ys, yz = _operands(q)
+        if n.op_type == "Concat":
+            ins = [ys, yz, *(v for t in triples for v in t)]
+        else:
+            ins = [*(v for t in triples for v in t), ys, yz]
+        attrs = _attrs(n)
+        if "Pool" in n.op_type:
+            attrs["channels_last"] = 0
+        padded = any(attrs.get("pads", ())) or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID")
+        if n.op_type == "AveragePool" and (
+            padded and not attrs.get("count_include_pad", 0) or attrs.get("ceil_mode")
+        ):
+            notes.append(f"AveragePool {_label(n)}: its windows may count different numbers of pixels "
+                         "(padding not counted, or ceil_mode): QLinearAveragePool, in float32")  # fmt: skip
+        replace[id(q)] = [
+            helper.make_node(name, ins, [q.output[0]], name=n.name, domain="com.microsoft", **attrs)
+        ]
+        drop.add(id(n))
+        for d in dqs:
+            if readers[d.output[0]] == sum(1 for i in n.input if i == d.output[0]):
+                drop.add(id(d))
     read_by: dict[str, list] = {}
     for n in nodes:
         for i in set(n.input):
@@ -127,6 +164,8 @@ def fuse(nodes, known: dict, outputs: set[str], opset: int = 13) -> tuple[list, 
     for n in nodes:
         if id(n) not in drop:
             out += replace.get(id(n), [n])
+    read = {i for n in out for i in n.input} | set(outputs)  # a DequantizeLinear all its readers took in
+    out = [n for n in out if n.op_type != "DequantizeLinear" or n.output[0] in read]
     return out, new, notes
 
 
@@ -266,6 +305,47 @@ def _between(node, producer, reader, readers, known, outputs):
     if any(known[k].size != 1 for k in (ds, dz, qs, qz)) or known[dz].dtype != known[qz].dtype:
         return None
     return dq, q
+
+
+# float operators onnxruntime runs as com.microsoft's integer operators between DequantizeLinear and
+# QuantizeLinear nodes (ops_quant_ms.py converts them)
+_QLINEAR = {
+    "AveragePool": "QLinearAveragePool",
+    "GlobalAveragePool": "QLinearGlobalAveragePool",
+    "Add": "QLinearAdd",
+    "Mul": "QLinearMul",
+    "Sigmoid": "QLinearSigmoid",
+    "LeakyRelu": "QLinearLeakyRelu",
+    "Concat": "QLinearConcat",
+}
+
+
+def _qlinear(node, producer, reader, readers, known, outputs):
+    """(the DequantizeLinear of each input, the QuantizeLinear) where ``node`` (one of _QLINEAR,
+    its inputs: one, two for Add and Mul, any number for Concat) reads each input through a
+    DequantizeLinear and only a QuantizeLinear reads its result (``_between``), every scale and
+    zero point one constant, the zero points of one type. Else None."""
+    count = {"Add": 2, "Mul": 2, "Concat": len(node.input)}.get(node.op_type, 1)
+    if len(node.input) != count or not all(node.input) or count == 0:
+        return None
+    pair = _between(node, producer, reader, readers, known, outputs)
+    if pair is None:
+        return None
+    dqs = [_source(i, producer) for i in node.input]
+    kind = known[_operands(pair[1])[2]].dtype
+    for d in dqs:
+        if d is None or d.op_type != "DequantizeLinear" or not _plain(d):
+            return None
+        _, s, z = _operands(d)
+        if (
+            s not in known
+            or z not in known
+            or known[s].size != 1
+            or known[z].size != 1
+            or known[z].dtype != kind
+        ):
+            return None
+    return dqs, pair[1]
 
 
 def _source(name: str, producer: dict):

@@ -158,8 +158,60 @@ def _reduce_examples(expect_fn, allowed, low=-3.0, high=3.0, int_range=(-9, 9)) 
 
 REDUCTIONS = ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod")
 
+WIDENS = ("int8", "uint8", "int16")
+"""The types reduce_sum can sum into int32 (its ``dtype``): each value widened, no wrap below 2**23 terms."""
+
+
+def _sum_infer(types, attrs):
+    t = _reduce_infer(dtypes.NUMERIC)(types, attrs)
+    if not attrs["dtype"] or attrs["dtype"] == t.dtype:
+        return t
+    if t.dtype not in WIDENS:
+        raise ShapeError(f"a sum into {attrs['dtype']} takes {', '.join(WIDENS)}, got {t.dtype}")
+    return TensorType(t.shape, attrs["dtype"])
+
+
+def _sum_ref(xs, attrs):
+    x = xs[0]
+    if attrs["dtype"] and attrs["dtype"] != x.dtype:
+        out = np.sum(x.astype(np.int64), axis=attrs["axes"], keepdims=attrs["keepdims"])
+        return np.asarray(out).astype(attrs["dtype"])
+    return _reduce_ref(np.sum)(xs, attrs)
+
+
+def _wide_examples() -> tuple[Example, ...]:
+    """Sums into int32 over the whole int8, uint8 and int16 ranges: long rows (a global pool's),
+    an inner axis, all axes; results past the input type's range (no wrap)."""
+
+    def case(shape, dtype, axes, keepdims):
+        lo, hi = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}[dtype]
+        want = lambda x: np.sum(x.astype(np.int64), axis=axes, keepdims=keepdims).astype(np.int32)  # noqa: E731
+        attrs = {"axes": axes, "keepdims": keepdims, "dtype": "int32"}
+        return Example((Sample(shape, dtype, lo, hi),), attrs, want, grad=False)
+
+    return (
+        case((2, 3, 125), "int8", (2,), True),
+        case((2, 70, 5), "uint8", (1,), False),
+        case((3, 4, 6), "int16", None, False),
+    )
+
+
+defop(
+    "reduce_sum",
+    ("x",),
+    _sum_infer,
+    _sum_ref,
+    _g_sum,
+    attrs={**_REDUCE_ATTRS, "dtype": Attr("str", "", ("", "int32"))},
+    resolve=_resolve_axes,
+    kind=KERNEL,
+    flops=_flops_reduce,
+    doc="sum over 'axes' (all when absent), keeping reduced axes as 1 if keepdims; 'dtype' int32 "
+    "sums int8, uint8 or int16 values into int32 (no widened copy: an integer pool's sums)",
+    examples=_reduce_examples(np.sum, dtypes.NUMERIC) + _wide_examples(),
+)
+
 for _name, _fn, _grad, _allowed, _nonempty, _examples in (
-    ("reduce_sum", np.sum, _g_sum, dtypes.NUMERIC, False, _reduce_examples(np.sum, dtypes.NUMERIC)),
     ("reduce_mean", _mean, _g_mean, dtypes.FLOATS, True, _reduce_examples(np.mean, dtypes.FLOATS)),
     ("reduce_max", np.max, _g_extreme, dtypes.NUMERIC, True, _reduce_examples(np.amax, dtypes.NUMERIC)),
     ("reduce_min", np.min, _g_extreme, dtypes.NUMERIC, True, _reduce_examples(np.amin, dtypes.NUMERIC)),
@@ -182,8 +234,9 @@ for _name, _fn, _grad, _allowed, _nonempty, _examples in (
     )
 
 
-def reduce_sum(x, axes=None, keepdims=False, name=None):
-    return apply("reduce_sum", [operand(x)], name, axes=_axes(axes), keepdims=keepdims)
+def reduce_sum(x, axes=None, keepdims=False, name=None, dtype=""):
+    """The sum over ``axes``; ``dtype="int32"`` sums int8, uint8 or int16 ``x`` into int32."""
+    return apply("reduce_sum", [operand(x)], name, axes=_axes(axes), keepdims=keepdims, dtype=dtype)
 
 
 def reduce_mean(x, axes=None, keepdims=False, name=None):

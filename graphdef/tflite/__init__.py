@@ -493,8 +493,9 @@ def _int_pool(node: _Op, o, x: Tensor, kind: str, kernel, strides, pads) -> Tens
     else:
         c = xf.shape[1]
         h, w_ = x.shape[1:3]
-        if tuple(kernel) == (h, w_) and not any(pads):  # one window, the whole plane: its sum
-            total = E.cast(R.reduce_sum(_nchw(E.cast(x, "int32")), axes=(2, 3), keepdims=True), "int64")
+        if tuple(kernel) == (h, w_) and not any(pads):  # one window, the whole plane: its sum into int32
+            total = R.reduce_sum(x, axes=(1, 2), keepdims=True, dtype="int32")  # (no widened copy of x)
+            total = E.cast(S.reshape(total, (x.shape[0], c, 1, 1)), "int64")
         else:  # a depthwise convolution with ones
             ones = constant(np.ones((c, 1, *kernel), xf.dtype))
             total = E.cast(N.conv(xf, ones, None, strides, pads, (1, 1), c), "int64")
@@ -528,7 +529,11 @@ def _mean(node: _Op):
         count = math.prod(x.shape[a] for a in axes)
         if count == 0:
             raise node.unsupported("a quantized mean over an empty axis")
-        total = R.reduce_sum(I.offset(x, int(xq[1][0])), axes=axes, keepdims=keep)
+        if x.dtype in R.WIDENS and count < 1 << 23:  # summed into int32 (exact), then less count * x_zp
+            total = E.cast(R.reduce_sum(x, axes=axes, keepdims=keep, dtype="int32"), "int64")
+            total = E.sub(total, constant(np.int64(count * int(xq[1][0]))))
+        else:
+            total = R.reduce_sum(I.offset(x, int(xq[1][0])), axes=axes, keepdims=keep)
         q, shift = I.mean_multiplier(float(xq[0][0]), float(yq[0][0]), count)
         acc = I.requantize_fixed(total, np.int64(q), np.int64(shift))
         return I.output(acc, int(yq[1][0]), I.RANGE[out_dtype], out_dtype)

@@ -92,4 +92,40 @@ FC_VF_INLINE void fc_reduce_mean_rows_f32(const float *x, float *y, long outer, 
         y[o] = fc_reduce_row_sum_f32_(x + o * len, len) / (float)len;
 }
 
+/* int8, uint8 and int16 sums widened to int32 (reduce_sum with dtype int32, an integer average
+ * pool's): fc_reduce_sum_wide_{i8,u8,i16}(x, y, outer, len, inner), y int32_t. Each value is
+ * added as it is, modulo 2**32 as numpy's int32 sum (exact for len below 2**23); no widened copy
+ * of x is made. Rows (inner 1) sum in one running int32 the compiler vectorizes. */
+#define FC_REDUCE_WIDE_(SFX, T)                                                                       \
+    FC_INLINE void fc_reduce_sum_wide_##SFX(const T *x, int32_t *y, long outer, long len, long inner) { \
+        long o, i0, l, b;                                                                            \
+        if (inner == 1) {                                                                            \
+            for (o = 0; o < outer; o++) {                                                            \
+                const T *r = x + o * len;                                                            \
+                uint32_t s = 0;                                                                      \
+                for (l = 0; l < len; l++)                                                            \
+                    s += (uint32_t)(int32_t)r[l];                                                    \
+                y[o] = (int32_t)s;                                                                   \
+            }                                                                                        \
+            return;                                                                                  \
+        }                                                                                            \
+        for (o = 0; o < outer; o++)                                                                  \
+            for (i0 = 0; i0 < inner; i0 += FC_REDUCE_BLOCK) {                                        \
+                uint32_t acc[FC_REDUCE_BLOCK];                                                       \
+                const long nb = inner - i0 < FC_REDUCE_BLOCK ? inner - i0 : FC_REDUCE_BLOCK;         \
+                const T *r = x + o * len * inner + i0;                                               \
+                for (b = 0; b < nb; b++)                                                             \
+                    acc[b] = 0;                                                                      \
+                for (l = 0; l < len; l++)                                                            \
+                    for (b = 0; b < nb; b++)                                                         \
+                        acc[b] += (uint32_t)(int32_t)r[l * inner + b];                               \
+                for (b = 0; b < nb; b++)                                                             \
+                    y[o * inner + i0 + b] = (int32_t)acc[b];                                         \
+            }                                                                                        \
+    }
+FC_REDUCE_WIDE_(i8, int8_t)
+FC_REDUCE_WIDE_(u8, uint8_t)
+FC_REDUCE_WIDE_(i16, int16_t)
+#undef FC_REDUCE_WIDE_
+
 #endif /* FLOWC_KERNELS_REDUCE_H */

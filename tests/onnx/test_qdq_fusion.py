@@ -1,8 +1,9 @@
 """QDQ convolutions fused into QLinearConv at import (graphdef/onnx/qdq.py): a two-convolution
 model quantized by onnxruntime in its default QDQ format runs on the integer kernel (``qconv``,
-int8 weights kept) and gives onnxruntime's results to one output step (onnxruntime fuses the
-average pool after them too, and requantizes in float32); the patterns QLinearConv would change
-(another bias scale, a float result read elsewhere) stay float and stay correct."""
+int8 weights kept) and gives onnxruntime's results to one output step (both fuse the average
+pool after them too, and requantize in float32); the patterns QLinearConv would change (another
+bias scale, a float result read elsewhere) stay float and stay correct; the other operators
+onnxruntime fuses between DequantizeLinear and QuantizeLinear nodes become its QLinear ones."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def test_qdq_convolutions_run_on_the_integer_kernel_as_onnxruntime_runs_them(act
     files, inputs = quantized
     graph = gd.load_onnx(files[act])
     steps = _steps(graph)
-    assert steps.count("qconv") == 2 and "conv" not in steps, steps
+    assert steps.count("qconv") == 3 and "conv" not in steps, steps  # the average pool's too
     _check(files[act], graph, inputs, compile_graphs, f"qdq_{act}")
 
 
@@ -109,10 +110,10 @@ def _scale_bias(g) -> None:
     t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.0001), t.name))
 
 
-def _edited(path, tmp_path, edit) -> tuple:
+def _edited(path, tmp_path, edit, name="edited") -> tuple:
     model = onnx.load(path)
     edit(model.graph)
-    out = tmp_path / "edited.onnx"
+    out = tmp_path / f"{name}.onnx"
     onnx.save(model, out)
     return out, gd.load_onnx(out)
 
@@ -123,7 +124,7 @@ def test_a_bias_scale_other_than_x_scale_times_w_scale_stays_float(quantized, co
 
     path, graph = _edited(files["QInt8"], tmp_path, _scale_bias)
     steps = _steps(graph)
-    assert steps.count("qconv") == 1, steps
+    assert steps.count("qconv") == 2, steps
     _check(path, graph, inputs, compile_graphs, "qdq_bias")
 
 
@@ -137,7 +138,7 @@ def test_a_convolution_whose_float_result_is_an_output_stays_float(quantized, co
 
     path, graph = _edited(files["QInt8"], tmp_path, expose)
     steps = _steps(graph)
-    assert steps.count("qconv") == 1, steps
+    assert steps.count("qconv") == 2, steps
     _check(path, graph, inputs, compile_graphs, "qdq_exposed")
 
 
@@ -146,14 +147,24 @@ def test_inspect_says_which_patterns_stay_float_and_why(quantized, tmp_path, cap
 
     files, _ = quantized
 
+    def global_max(g):  # the average pool a GlobalMaxPool: no integer kernel (its scales differ)
+        pool = next(n for n in g.node if n.op_type == "AveragePool")
+        pool.op_type = "GlobalMaxPool"
+        del pool.attribute[:]
+        g.output[0].type.tensor_type.ClearField("shape")
+
     path, _ = _edited(files["QInt8"], tmp_path, _scale_bias)
+    other, _ = _edited(files["QInt8"], tmp_path, global_max, "global_max")
     for model, want in ((files["QInt8"], []), (path, ["its bias's scale is not x_scale * w_scale"])):
         assert main(["inspect", str(model)]) == 0
         lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("left in float: ")]
         convs = [ln for ln in lines if ln.startswith("left in float: Conv")]
         assert len(convs) == len(want) and all(w in ln for w, ln in zip(want, convs)), lines
-        # the average pool between a DequantizeLinear and a QuantizeLinear: float32, said so
-        assert [ln for ln in lines if "AveragePool" in ln and "no integer kernel" in ln], lines
+        assert not [ln for ln in lines if "AveragePool" in ln], lines  # QLinearAveragePool, integers
+    # an operator between a DequantizeLinear and a QuantizeLinear without an integer kernel: said so
+    assert main(["inspect", str(other)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("left in float: ")]
+    assert [ln for ln in lines if "GlobalMaxPool" in ln and "no integer kernel" in ln], lines
 
 
 def test_inspect_names_each_integer_convolutions_form(quantized, capsys):
@@ -176,4 +187,80 @@ def test_inspect_names_each_integer_convolutions_form(quantized, capsys):
             continue
         assert main(["inspect", str(files["QInt8"]), *flags]) == 0
         lines = [ln for ln in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ qconv ", ln)]
+        lines = [ln for ln in lines if "AveragePool" not in ln]  # (a kernel of ones, one channel)
         assert len(lines) == 2 and all(ln.endswith(want) for ln in lines), (flags, lines)
+
+
+def _branches_model(path) -> None:
+    """Two convolutions, then Sigmoid, LeakyRelu, their Mul and Concat, an average pool that
+    counts its padding, and one that does not."""
+    rng = np.random.default_rng(6)
+
+    def init(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["s"]),
+        helper.make_node("LeakyRelu", ["c2"], ["l"], alpha=0.1),
+        helper.make_node("Mul", ["s", "l"], ["m"]),
+        helper.make_node("Concat", ["m", "l"], ["cat"], axis=1),
+        helper.make_node("AveragePool", ["cat"], ["p1"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1], count_include_pad=1),
+        helper.make_node("AveragePool", ["p1"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    ]  # fmt: skip
+    inits = [
+        init("w1", 4, 3, 3, 3),
+        init("b1", 4, scale=0.1),
+        init("w2", 4, 3, 3, 3),
+        init("b2", 4, scale=0.1),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])
+    model = helper.make_model(helper.make_graph(nodes, "branches", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])  # fmt: skip
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+@pytest.mark.c
+def test_qdq_sigmoid_leaky_relu_mul_concat_and_pools_become_onnxruntimes_integer_operators(
+    tmp_path, compile_graphs, capsys
+):
+    """Between DequantizeLinear and QuantizeLinear nodes, Sigmoid, LeakyRelu, Mul, Concat and the
+    average pools become com.microsoft's QLinear operators as onnxruntime fuses them: no float
+    tensor is stored (only the graph's dequantized output), the pool that counts its padding sums
+    on the integer convolution, and ``flowc inspect`` names the one that does not (it computes in
+    float32); the compiled model is onnxruntime's to one output step on under a tenth."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from codegen.cli import main
+
+    _branches_model(tmp_path / "float.onnx")
+    rng = np.random.default_rng(3)
+    samples = [rng.standard_normal((1, 3, 12, 12)).astype(np.float32) for _ in range(10)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": x} for x in samples[:6]])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    path = tmp_path / "branches.onnx"
+    quantize_static(tmp_path / "float.onnx", path, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+    kinds = {n.op_type for n in onnx.load(path).graph.node}
+    assert {"Sigmoid", "LeakyRelu", "Mul", "Concat", "AveragePool"} <= kinds, kinds
+    graph = gd.load_onnx(path)
+    program = pipeline.run(graph, pipeline.Options(), until="plan").program
+    floats = [n.op for n in program.steps for o in n.outputs if o.dtype == "float32"]
+    assert len(floats) <= 3, floats  # the float pool's input and result, the output's dequantization
+    assert [n.op for n in program.steps].count(
+        "qconv"
+    ) == 3  # the convolutions, the pool counting its padding
+    assert main(["inspect", str(path)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("left in float: ")]
+    assert len(lines) == 1 and "AveragePool" in lines[0] and "padding not counted" in lines[0], lines
+    _check(path, graph, samples[6:], compile_graphs, "qdq_branches")

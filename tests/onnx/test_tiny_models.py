@@ -98,7 +98,7 @@ def test_compiled_matches_onnxruntime(name, route, files, compiled):
         assert worst <= 2e-4 * max(span, 1.0), worst
     elif route == "qoperator":  # QLinearConv and QGemm requantize as onnxruntime does: exactly
         assert worst == 0, worst
-    elif route == "qdq":  # the pools onnxruntime fuses into integer operators, in float
+    elif route == "qdq":  # onnxruntime's and flowc's fusions differ (a Relu's floor, where the pools sum)
         step = _output_step(files[(name, route)])
         assert worst <= 2 * step * (1 + 1e-6), (worst, step)
     else:
@@ -112,9 +112,11 @@ def test_compiled_matches_onnxruntime(name, route, files, compiled):
 def test_int8_layers_keep_int8_weights(name, route, files):
     """onnxruntime's QLinearConv and QGemm, and the QDQ convolutions and dense layers fused into
     QLinearConv (graphdef/onnx/qdq.py; ``flowc quantize``'s last layer too), run on the integer
-    kernel (``qconv``: its int8 weights stored as they are): every Conv and Gemm is one, the
-    weights take at most 0.27x the float model's bytes, the arena less (but for the
-    autoencoder's, a few KiB)."""
+    kernel (``qconv``: its int8 weights stored as they are): every Conv and Gemm is one, and
+    every average pool (one window a plane) sums the int8 values into int32 (ops_quant_ms.py,
+    reduce_sum's dtype: no float or int32 copy of the features); the weights take
+    at most 0.27x the float model's bytes, the arena at most 0.4x (on the host: the VNNI
+    forms' packed windows are a third of DS-CNN's; but for the autoencoder's, a few KiB)."""
     from codegen import pipeline
 
     plans = {}
@@ -122,20 +124,27 @@ def test_int8_layers_keep_int8_weights(name, route, files):
         graph = gd.load_onnx(files[(name, kind)])
         plans[kind] = pipeline.run(graph, pipeline.Options(), until="plan").results["plan"]
     q, f = plans[route], plans["float"]
-    layers = sum(n.op_type in ("Conv", "Gemm") for n in onnx.load(str(files[(name, "float")])).graph.node)
+    kinds = [n.op_type for n in onnx.load(str(files[(name, "float")])).graph.node]
+    layers, pools = (
+        sum(k in which for k in kinds) for which in (("Conv", "Gemm"), ("AveragePool", "GlobalAveragePool"))
+    )
     assert [n.op for n in q.steps].count("qconv") == layers > 0
+    sums = [n for n in q.steps if n.op == "reduce_sum" and n.outputs[0].dtype == "int32"]
+    assert len(sums) == pools and all(q.types[n.inputs[0]].dtype == "int8" for n in sums), sums
     assert q.weight_bytes <= 0.27 * f.weight_bytes, (q.weight_bytes, f.weight_bytes)
-    assert q.arena_bytes < (f.arena_bytes if name != "autoencoder" else 8192), (q.arena_bytes, f.arena_bytes)
+    limit = 0.4 * f.arena_bytes if name != "autoencoder" else 8192
+    assert q.arena_bytes <= limit, (q.arena_bytes, f.arena_bytes)
 
 
 @pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v1", "resnet8"])
 def test_qdq_classifiers_end_in_integers(name, files, capsys):
     """A QDQ classifier's Flatten between a DequantizeLinear and a QuantizeLinear of one scale
     runs on the integers and its Softmax as QLinearSoftmax (a table of the exponentials, as
-    onnxruntime runs it: no exp at run time); ``flowc inspect`` names only the average pool (and
-    ResNet-8's residual adds) as float. Built for a Cortex-M4 (where the cross compiler is), the
-    int8 model's library imports no C library function but memcpy and memset: no float or double
-    routine, no libm."""
+    onnxruntime runs it: no exp at run time), its average pool and ResNet-8's residual adds as
+    com.microsoft's QLinearAveragePool and QLinearAdd: ``flowc inspect`` names nothing left in
+    float, and the plan holds no float tensor larger than the logits. Built for a Cortex-M4 (where
+    the cross compiler is), the int8 model's library imports no C library function but memcpy and
+    memset: no float or double routine, no libm."""
     import json
     import shutil
 
@@ -146,9 +155,11 @@ def test_qdq_classifiers_end_in_integers(name, files, capsys):
     path = files[(name, "qdq")]
     steps = pipeline.run(gd.load_onnx(path), pipeline.Options(), until="plan").program.steps
     assert not [n for n in steps if n.op in ("softmax", "exp")], [n.op for n in steps]
+    floats = [o.size for n in steps for o in n.outputs if o.dtype == "float32" and o.size > 16]
+    assert not floats, floats
     assert main(["inspect", str(path)]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("left in float: ")]
-    assert lines and all("Pool" in ln or "Add" in ln for ln in lines), lines
+    assert not lines, lines
     if shutil.which("arm-none-eabi-gcc"):
         folder = codegen.export(gd.load_onnx(path), path.parent / f"{name}_m4", name="m", arch="cortex-m4")
         imports = set(json.loads((Path(folder) / "metadata.json").read_text())["footprint"]["imports"])

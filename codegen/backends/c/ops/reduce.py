@@ -29,6 +29,10 @@ ROW_KERNELS = {"reduce_sum": "fc_reduce_sum_rows_f32", "reduce_mean": "fc_reduce
 def _reduce(s):
     outer, length, inner = reduce_view(s.ins[0], s.attrs["axes"])
     args = [s.at(s.x[0], length * inner), s.at(s.y[0], inner), s.count(outer), length]
+    if s.node.op == "reduce_sum" and s.outs[0].dtype != s.ins[0].dtype:  # int8/uint8/int16 into int32
+        return Call(
+            "reduce", {"fn": s.fn("fc_reduce_sum_wide"), "args": [*args, inner]}, ("kernels/reduce.h",)
+        )
     if s.node.op in ROW_KERNELS and s.ins[0].dtype == "float32" and inner == 1 and length >= 16:
         return Call("reduce", {"fn": ROW_KERNELS[s.node.op], "args": args}, ("kernels/reduce.h",))
     return Call("reduce", {"fn": s.fn(f"fc_{s.node.op}"), "args": [*args, inner]}, ("kernels/reduce.h",))
@@ -42,8 +46,9 @@ def _one_run(op):
     if len(groups) <= 1:
         return None
     y = x
-    for g in reversed(groups):
-        y = apply(op.node.op, [y], None, axes=tuple(g), keepdims=True)
+    for g in reversed(groups):  # (a sum into int32: the first widens, the others sum int32)
+        wide = {"dtype": op.attrs["dtype"]} if op.node.op == "reduce_sum" and y is x else {}
+        y = apply(op.node.op, [y], None, axes=tuple(g), keepdims=True, **wide)
     return (reshape(y, reduced_shape(x.shape, op.attrs["axes"], op.attrs["keepdims"])),)
 
 

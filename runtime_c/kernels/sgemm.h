@@ -704,6 +704,87 @@ FC_SG_INSTS(FC_SGEMM_MR)
 #define FC_SG_UPTO_(n) FC_SG_UPTO##n
 #define FC_SG_UPTO(n) FC_SG_UPTO_(n)
 
+/* Where vectors are one float (the scalar kernels: microcontrollers, portable builds) the tile's
+ * kernel is chosen by a switch of direct calls rather than read from a table of pointers, so
+ * that a firmware's stack bound follows every call (codegen/backends/c/mcu.py stack_bound). */
+#if FC_SGEMM_VL == 1
+#define FC_SG_SWITCH 1
+#define FC_SG_CASE(r, u)                                                                         \
+    case ((r) - 1) * FC_SGEMM_NV + (u) - 1:                                                      \
+        FC_SG_K(mk_##r##_##u)(kc, a, ars, acs, b, bs, o);                                        \
+        break;
+#if FC_SGEMM_NV == 2
+#define FC_SG_CASES_R(r) FC_SG_CASE(r, 1) FC_SG_CASE(r, 2)
+#elif FC_SGEMM_NV == 3
+#define FC_SG_CASES_R(r) FC_SG_CASE(r, 1) FC_SG_CASE(r, 2) FC_SG_CASE(r, 3)
+#else
+#define FC_SG_CASES_R(r) FC_SG_CASE(r, 1) FC_SG_CASE(r, 2) FC_SG_CASE(r, 3) FC_SG_CASE(r, 4)
+#endif
+#define FC_SG_CASES1 FC_SG_CASES_R(1)
+#define FC_SG_CASES2 FC_SG_CASES1 FC_SG_CASES_R(2)
+#define FC_SG_CASES3 FC_SG_CASES2 FC_SG_CASES_R(3)
+#define FC_SG_CASES4 FC_SG_CASES3 FC_SG_CASES_R(4)
+#define FC_SG_CASES5 FC_SG_CASES4 FC_SG_CASES_R(5)
+#define FC_SG_CASES6 FC_SG_CASES5 FC_SG_CASES_R(6)
+#define FC_SG_CASES7 FC_SG_CASES6 FC_SG_CASES_R(7)
+#define FC_SG_CASES8 FC_SG_CASES7 FC_SG_CASES_R(8)
+#define FC_SG_CASES9 FC_SG_CASES8 FC_SG_CASES_R(9)
+#define FC_SG_CASES10 FC_SG_CASES9 FC_SG_CASES_R(10)
+#define FC_SG_CASES11 FC_SG_CASES10 FC_SG_CASES_R(11)
+#define FC_SG_CASES12 FC_SG_CASES11 FC_SG_CASES_R(12)
+#define FC_SG_CASES13 FC_SG_CASES12 FC_SG_CASES_R(13)
+#define FC_SG_CASES14 FC_SG_CASES13 FC_SG_CASES_R(14)
+#define FC_SG_CASES_(n) FC_SG_CASES##n
+#define FC_SG_CASES(n) FC_SG_CASES_(n)
+#else
+#define FC_SG_SWITCH 0
+#endif
+
+/* On microcontrollers (M-profile) the partial tiles at the edges take one compact loop
+ * instead of a kernel per shape: the 16 unrolled kernels of the 4 x 4 tile are 24 KB of flash,
+ * and the edges a small share of a layer's products (DS-CNN: 31.9 to 9.0 KB of kernels, 0.4%
+ * more instructions). */
+#if FC_SG_SWITCH && defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+#define FC_SG_COMPACT 1
+#if FC_SG_DEFINE
+FC_SG_KERNEL void FC_SG_K(edge)(long rows, long cols, long kc, const float *a, long ars, long acs, const float *b,
+                                long bs, const fc_sg_out *o) {
+    long i, j, p;
+    for (i = 0; i < rows; i++) { /* a row at a time: the tile's B panel is read again per row */
+        const float *ai = a + i * ars;
+#if FC_SGEMM_NR == 4
+        if (cols == 4) { /* a whole row of the tile (a dense layer's one row): four sums */
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            for (p = 0; p < kc; p++) {
+                const float x = ai[p * acs], *bp = b + p * bs;
+                s0 += x * bp[0];
+                s1 += x * bp[1];
+                s2 += x * bp[2];
+                s3 += x * bp[3];
+            }
+            fc_sg_put1(o, i, 0, s0);
+            fc_sg_put1(o, i, 1, s1);
+            fc_sg_put1(o, i, 2, s2);
+            fc_sg_put1(o, i, 3, s3);
+            continue;
+        }
+#endif
+        for (j = 0; j < cols; j++) {
+            float s = 0.0f;
+            for (p = 0; p < kc; p++)
+                s += ai[p * acs] * b[p * bs + j];
+            fc_sg_put1(o, i, j, s);
+        }
+    }
+}
+#else
+FC_SG_KDECL void FC_SG_K(edge)(long rows, long cols, long kc, const float *a, long ars, long acs, const float *b,
+                               long bs, const fc_sg_out *o);
+#endif
+#else
+#define FC_SG_COMPACT 0
+#endif
+
 /* Columns [j0, cols) of a tile from a packed A micro-panel (element (i, p) at a[p*MR + i]), for
  * targets whose MR rows fit one vector: per column, the rows as one vector summed over p, then
  * put element by element. A 7x7 image (n = 49) has a second column panel of 17 columns: one
@@ -785,7 +866,9 @@ FC_SG_KDECL void FC_SG_K(narrow)(long rows, long j0, long cols, long kc, const f
  * vectors before them and fc_sg_narrow for them. */
 FC_INLINE void fc_sg_tile(long rows, long cols, long kc, const float *a, long ars, long acs,
                           const float *b, long bs, const fc_sg_out *o) {
+#if !FC_SG_SWITCH
     static const fc_sg_kernel_fn table[FC_SGEMM_MR][FC_SGEMM_NV] = {FC_SG_UPTO(FC_SGEMM_MR)};
+#endif
     const long u = (cols + FC_SGEMM_VL - 1) / FC_SGEMM_VL, rem = cols % FC_SGEMM_VL;
     if (rows == FC_SGEMM_MR && cols == FC_SGEMM_NR && ars == 1 && acs == FC_SGEMM_MR) {
         if (bs == FC_SGEMM_NR)
@@ -802,7 +885,18 @@ FC_INLINE void fc_sg_tile(long rows, long cols, long kc, const float *a, long ar
         FC_SG_K(narrow)(rows, (u - 1) * FC_SGEMM_VL, cols, kc, a, b, o);
 #endif
     } else {
+#if FC_SG_COMPACT
+        FC_SG_K(edge)(rows, cols, kc, a, ars, acs, b, bs, o);
+        (void)u;
+#elif FC_SG_SWITCH
+        switch ((rows - 1) * FC_SGEMM_NV + u - 1) {
+            FC_SG_CASES(FC_SGEMM_MR)
+        default:
+            break;
+        }
+#else
         table[rows - 1][u - 1](kc, a, ars, acs, b, bs, o);
+#endif
     }
 }
 

@@ -245,6 +245,52 @@ def test_mcu_library_runs_on_the_emulated_board(arch, models, tmp_path):
         assert 0 < run["stack"] <= fp["stack"]  # measured on the board <= the static bound
 
 
+def _tiny_float_net():
+    """The float op families of the MLPerf Tiny models, small (2.4 MFLOP: above the products'
+    threshold, codegen/backends/c MCU_GEMM_FLOPS): a strided 3x3 stem, a depthwise 3x3, a 1x1
+    and a 3x3 convolution each with its ReLU, a residual add, the global pool, a dense layer
+    and a softmax."""
+    rng = np.random.default_rng(21)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) * (2.0 / np.prod(shape[1:])) ** 0.5).astype(np.float32)
+
+    g = gd.Graph("tinyf")
+    with g:
+        x = gd.placeholder("x", (1, 3, 48, 40))
+        h = gd.relu(gd.conv2d(x, w(8, 3, 3, 3), w(8) * 0.1, stride=2, padding=1))
+        d = gd.relu(gd.conv2d(h, w(8, 1, 3, 3), w(8) * 0.1, padding=1, groups=8))
+        p = gd.relu(gd.conv2d(d, w(16, 8, 1, 1), w(16) * 0.1))
+        c = gd.relu(gd.add(gd.conv2d(p, w(16, 16, 3, 3), w(16) * 0.1, padding=1), p))
+        f = gd.reshape(gd.global_avg_pool(c), (1, 16))
+        gd.softmax(gd.gemm(f, w(16, 5), w(5) * 0.1), name="y")
+    return g
+
+
+@pytest.mark.cross
+@pytest.mark.parametrize("arch", ["cortex-m4", "cortex-m55"])
+def test_float_products_on_the_microcontrollers(arch, tmp_path):
+    """On a Cortex-M with an FPU, float convolutions and dense layers run on the packed GEMM's
+    scalar 4 x 4 tile with their ReLU (and the residual add) fused, depthwise ones on their own
+    kernel with theirs: no ReLU step of its own. The library imports no double-precision or
+    software-float routine (``__aeabi_d*``, ``__aeabi_f*``) and the outputs on the board are the
+    interpreter's to float32 rounding."""
+    from codegen import pipeline
+
+    target = need(arch)
+    g = _tiny_float_net()
+    steps = pipeline.run(g, pipeline.Options(target=target), until="plan").program.steps
+    ops = [n.op for n in steps]
+    assert "relu" not in ops and "conv" not in ops and ops.count("conv_gemm") == 3, ops
+    folder = codegen.export(g, tmp_path / "tinyf", name="tinyf", arch=arch)
+    fp = json.loads((folder / "metadata.json").read_text())["footprint"]
+    assert not [f for f in fp["imports"] if f.startswith(("__aeabi_d", "__aeabi_f"))], fp["imports"]
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 3, 48, 40)).astype(np.float32)}
+    run = mcu.run_firmware(folder, feeds)
+    (want,) = gd.run(g, feeds, ["y"])
+    np.testing.assert_allclose(run["outputs"]["y"], want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.cross
 def test_mcu_trains_the_output_layer_on_the_board(tmp_path):
     """On-device fine-tuning: the digits classifier's output layer (samples/digits.py's

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphdef.ir import Graph
+from graphdef.registry import get_op
 
 from ...render.sources import Built, Sources
 from . import emit, gemm_ops, gemm_steps, op_table, ops, toolchain  # noqa: F401  (fill the op table)
@@ -32,13 +33,33 @@ def build_isa(options) -> str:
     return toolchain.isa(options.target, toolchain.find_cc(options.cc, options.target), options.flags)
 
 
+MCU_GEMM_FLOPS = 1_000_000
+"""On a microcontroller the packed GEMM's kernels take ~8 KB of flash: a model whose float
+products are fewer FLOPs than this keeps the plain loops (the digits MLP: 1.2 KiB of code, not
+9; the MLPerf Tiny autoencoder's 0.5 MFLOP ran as fast either way)."""
+
+
 def lower(graph: Graph, options) -> Graph:
     """Float32 products onto the packed GEMM of the target's compiler (split over the
     target's threads where big enough), their elementwise consumers into them as epilogues;
-    nothing on targets without ``packed_gemm``."""
+    nothing on targets without ``packed_gemm``, nor on a microcontroller for a model whose
+    products are small (``MCU_GEMM_FLOPS``)."""
     if not options.target.spec.packed_gemm:
         return graph
-    return lower_products(graph, build_isa(options), options.target.threads)
+    mcu = options.target.kind == "mcu"
+    if mcu and _product_flops(graph) < MCU_GEMM_FLOPS:
+        return graph
+    return lower_products(graph, build_isa(options), options.target.threads, mcu=mcu)
+
+
+def _product_flops(graph: Graph) -> int:
+    """FLOPs of the graph's float32 matmul, gemm and conv nodes."""
+    total = 0
+    for n in graph.nodes:
+        if n.op in ("matmul", "gemm", "conv") and n.outputs[0].dtype == "float32":
+            ins = [graph.type_of(r) for r in n.inputs]
+            total += get_op(n.op).flops(ins, n.outputs, n.attrs)
+    return total
 
 
 def scratch_bytes(node, ins, options) -> int:

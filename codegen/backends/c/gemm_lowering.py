@@ -28,18 +28,20 @@ from .sgemm import plan_of
 from .winograd import lower_winograd
 
 
-def lower_products(graph: Graph, isa: str, threads: int = 1) -> Graph:
+def lower_products(graph: Graph, isa: str, threads: int = 1, mcu: bool = False) -> Graph:
     """The C backend's "lower" stage for instruction set ``isa``: ``lower_linear``, then
     ``fuse_epilogues``, then ``pointwise_depthwise.fuse`` (expansions into their depthwise convs), then
-    ``prune`` (what the products absorbed)."""
-    fused = fuse_epilogues(lower_linear(graph, isa, threads))
+    ``prune`` (what the products absorbed). ``mcu``: for a microcontroller, where RAM and flash
+    come first: no Winograd (its transformed weights take 1.8-4x the flash) and im2col slices
+    of ``MCU_CHUNK_BYTES`` (gemm_steps.chunking)."""
+    fused = fuse_epilogues(lower_linear(graph, isa, threads, mcu))
     return passes.prune(pointwise_depthwise.fuse(fused, isa, threads))
 
 
 # ----------------------------------------------------------------------------- fast float32 products
 
 
-def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
+def lower_linear(graph: Graph, isa: str, threads: int = 1, mcu: bool = False) -> Graph:
     """Put float32 matmul, gemm and conv on the fast GEMM of ``isa`` (runtime_c/kernels/sgemm.h).
 
     Constant operands are packed now for the ISA's micro-tile (a weight matrix becomes a
@@ -80,9 +82,9 @@ def lower_linear(graph: Graph, isa: str, threads: int = 1) -> Graph:
             if w is not None and (len(node.inputs) < 3 or bias is not None):
                 new = _lower_conv_dense(graph, node, ins, isa)
                 if new is None:
-                    new, est = lower_winograd(node, ins, w, bias, isa, threads)
+                    new, est = lower_winograd(node, ins, w, bias, isa, threads) if not mcu else (None, ())
                     new = new or lower_direct(node, ins, w, bias, isa, est)
-                    new = new or _lower_conv(graph, node, ins, isa, est)
+                    new = new or _lower_conv(graph, node, ins, isa, est, mcu)
             else:  # weights or bias computed at run time (a training step's variables)
                 new = (lower_direct(node, ins, None, None, isa) if w is None else None) or _lower_conv(
                     graph, node, ins, isa
@@ -305,7 +307,7 @@ def _depthwise(node, ins) -> bool:
     return g == ins[0].shape[1] and ins[1].shape[1] == 1 and g > 1
 
 
-def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
+def _lower_conv(graph, node, ins, isa, estimates: tuple = (), mcu: bool = False):
     """im2col + GEMM (``conv_gemm``): constant weights packed now, or weights computed at run
     time read in place (row-major (M, C/g * taps) per group)."""
     a = node.attrs
@@ -343,12 +345,19 @@ def _lower_conv(graph, node, ins, isa, estimates: tuple = ()):
         "group": g,
         "direct": direct,
         "estimates": estimates,  # the 3x3 cost model's, where it chose im2col (winograd.choose)
+        "chunk": MCU_CHUNK_BYTES if mcu else 0,  # im2col slices' bytes (0: gemm_steps.CHUNK_BYTES)
     }
     operands = [node.inputs[0], weights]
     if len(node.inputs) == 3:
         b = passes.constant_value(graph, node.inputs[2])
         operands.append(node.inputs[2] if b is None else b.astype(np.float32))
     return "conv_gemm", operands, attrs
+
+
+MCU_CHUNK_BYTES = 4096
+"""A microcontroller's im2col slice: a few KiB (down to one output row, however wide), not a
+cache's worth: its scratch is RAM the model keeps (ResNet-8 float on a Cortex-M4: 467 KB of RAM
+with the host's slices, 218 KB with these, 197 KB with no products at all)."""
 
 
 def _lower_conv_dense(graph, node, ins, isa):

@@ -305,6 +305,7 @@ defop(
         "group": Attr("int"),
         "direct": Attr("bool"),
         "estimates": Attr("any", ()),
+        "chunk": Attr("int", 0),  # bytes of an im2col slice (gemm_steps.chunking); 0: the default
     },
     kind=KERNEL,
     flops=lambda ins, outs, attrs: 2 * outs[0].size * plan_of(attrs).k,

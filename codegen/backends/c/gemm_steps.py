@@ -42,8 +42,9 @@ def chunking(p: SgemmPlan, attrs, isa: str) -> dict | None:
         return None
     out = list(attrs["out"])
     width, total = out[-1], math.prod(out[:-1])
-    fewest = -(-8 * p.nr // width)  # a slice is at least 8 micro-panels wide
-    most = max(fewest, min(total, CHUNK_BYTES // max(1, p.k * width * 4)))
+    budget = attrs.get("chunk") or CHUNK_BYTES  # (a microcontroller's: a few KiB, down to one row)
+    fewest = 1 if attrs.get("chunk") else -(-8 * p.nr // width)  # else at least 8 micro-panels wide
+    most = max(fewest, min(total, budget // max(1, p.k * width * 4)))
     if most >= total:
         most = total
 

@@ -494,8 +494,8 @@ def _int_pool(node: _Op, o, x: Tensor, kind: str, kernel, strides, pads) -> Tens
         c = xf.shape[1]
         h, w_ = x.shape[1:3]
         if tuple(kernel) == (h, w_) and not any(pads):  # one window, the whole plane: its sum into int32
-            total = R.reduce_sum(x, axes=(1, 2), keepdims=True, dtype="int32")  # (no widened copy of x)
-            total = E.cast(S.reshape(total, (x.shape[0], c, 1, 1)), "int64")
+            # (no widened copy of x; the NCHW view's transpose cancels the one before it)
+            total = E.cast(R.reduce_sum(_nchw(x), axes=(2, 3), keepdims=True, dtype="int32"), "int64")
         else:  # a depthwise convolution with ones
             ones = constant(np.ones((c, 1, *kernel), xf.dtype))
             total = E.cast(N.conv(xf, ones, None, strides, pads, (1, 1), c), "int64")

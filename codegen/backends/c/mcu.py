@@ -114,9 +114,11 @@ def _kib(n: int) -> str:
 
 
 # ----------------------------------------------------------------------------- building
-def link_firmware(folder: Path, name: str, target: Target, cc: str | None = None, flags=()) -> Path:
+def link_firmware(
+    folder: Path, name: str, target: Target, cc: str | None = None, flags=(), lib: str = ""
+) -> Path:
     """Link folder/firmware.elf (and firmware.map) from firmware.c, the start-up file and
-    lib<name>.a, as the Makefile's ``firmware.elf`` rule does."""
+    lib<name>.a (or ``lib``), as the Makefile's ``firmware.elf`` rule does."""
     cc = toolchain.find_cc(cc, target)
     cmd = [
         *shlex.split(cc),
@@ -132,7 +134,7 @@ def link_firmware(folder: Path, name: str, target: Target, cc: str | None = None
         "firmware.elf",
         "firmware.c",
         "runtime/mcu/startup.c",
-        f"lib{name}.a",
+        lib or f"lib{name}.a",
         "-lm",
     ]
     toolchain.run(cmd, cwd=folder)
@@ -359,10 +361,15 @@ def footprint(folder: Path, name: str, target: Target, metadata: dict) -> Footpr
 
 
 # ----------------------------------------------------------------------------- running
-def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0, runs: int = 1) -> dict:
+def run_firmware(
+    folder, feeds: dict | None = None, timeout: float = 120.0, runs: int = 1, profile: bool = False
+) -> dict:
     """Run the model of an MCU export folder on the arch's QEMU board: ``runs`` calls one after
     the other on the same feeds (a training step each, for a model with state), the outputs
-    those of the last.
+    those of the last. ``profile``: a profiling build of the library instead (-DFC_PROFILE,
+    runtime/mcu/timing.h's SysTick clock, lib<name>_profile.a beside the library), whose
+    result also has "steps": each step's instructions, in step order (the sum is above the
+    run's "instructions" by the clock's own reads).
 
     Writes ``feeds`` (input name -> array) into firmware_data.h, relinks firmware.elf and runs
     it under qemu-system-arm with semihosting and ``-icount shift=0``. Returns {"outputs":
@@ -387,7 +394,11 @@ def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0, runs
     (folder / "firmware_data.h").write_text(
         emit.firmware_data(emit.environment(), emit.firmware_arrays(ins, values if feeds else None), runs)
     )
-    link_firmware(folder, meta["name"], target)
+    if profile:
+        lib = _profile_library(folder, meta["name"], target)
+        link_firmware(folder, meta["name"], target, flags=("-DFC_PROFILE",), lib=lib)
+    else:
+        link_firmware(folder, meta["name"], target)
     if not shutil.which(target.spec.qemu):
         raise ToolchainError(
             f"running {target.arch} firmware needs {target.spec.qemu}; install it "
@@ -414,12 +425,39 @@ def run_firmware(folder, feeds: dict | None = None, timeout: float = 120.0, runs
     return _parse_run(res, meta)
 
 
+def _profile_library(folder: Path, name: str, target: Target) -> str:
+    """lib<name>_profile.a: the library's sources built with -DFC_PROFILE, runtime/mcu first on
+    the include path (its timing.h reads SysTick)."""
+    cc = toolchain.find_cc(None, target)
+    srcs = [f"{name}.c"] + ([f"{name}_weights.c"] if (folder / f"{name}_weights.c").is_file() else [])
+    objs = []
+    for src in srcs:
+        obj = src[:-2] + "_profile.o"
+        cmd = [
+            *shlex.split(cc),
+            *target.cflags(),
+            "-DFC_PROFILE",
+            "-I.",
+            "-Iruntime/mcu",
+            "-Iruntime",
+            "-Wa,-I.",
+        ]
+        toolchain.run([*cmd, "-c", src, "-o", obj], cwd=folder)
+        objs.append(obj)
+    lib = f"lib{name}_profile.a"
+    (folder / lib).unlink(missing_ok=True)
+    toolchain.run([target.tool("ar"), "rcs", lib, *objs], cwd=folder)
+    return lib
+
+
 def _parse_run(res: subprocess.CompletedProcess, meta: dict) -> dict:
     lines = (res.stdout + "\n" + res.stderr).splitlines()  # semihosting writes to QEMU's stderr
-    fields, hexes = {}, {}
+    fields, hexes, steps = {}, {}, []
     for ln in lines:
         parts = ln.split()
-        if len(parts) == 2 and parts[0] in ("status", "stack", "stack_at_call", "ticks", "calib_ticks"):
+        if len(parts) == 2 and parts[0] == "step":
+            steps.append(int(parts[1]))
+        elif len(parts) == 2 and parts[0] in ("status", "stack", "stack_at_call", "ticks", "calib_ticks"):
             fields[parts[0]] = int(parts[1])
         elif len(parts) == 3 and parts[0] == "out":
             hexes[int(parts[1])] = parts[2]
@@ -434,7 +472,9 @@ def _parse_run(res: subprocess.CompletedProcess, meta: dict) -> dict:
         dt = np.dtype(dtypes.np_dtype(t["dtype"])).newbyteorder("<")
         outputs[t["name"]] = np.frombuffer(raw, dt).astype(dt.newbyteorder("=")).reshape(t["shape"])
     calib = fields.get("calib_ticks", 0)
+    extra = {"steps": [round(t * 2_000_000 / calib) for t in steps]} if steps and calib else {}
     return {
+        **extra,
         "outputs": outputs,
         "stack": fields.get("stack", 0) - fields.get("stack_at_call", 0),
         "status": fields["status"],

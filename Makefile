@@ -54,9 +54,11 @@ bench-cuda: $(STAMP)
 	$(PY) bench/cuda.py
 
 # the four MLPerf Tiny models, int8 and float, on emulated Cortex-M4, M7 and M55: instructions
-# per inference counted under qemu-system-arm -icount (needs gcc-arm-none-eabi and qemu-system-arm)
+# per inference counted under qemu-system-arm -icount (needs gcc-arm-none-eabi and qemu-system-arm);
+# then their int8 TFLite files through flowc and through CMSIS-NN's kernels (../shared/anchors)
 bench-mcu: $(STAMP)
 	$(PY) bench/mcu.py
+	$(PY) bench/cmsis_nn.py
 
 bench-compile: $(STAMP)
 	$(PY) bench/compile_time.py

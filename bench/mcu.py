@@ -104,6 +104,90 @@ def measure(cores, names) -> list[dict]:
     return rows
 
 
+def profile_steps(cores, names) -> list[tuple]:
+    """(core, model, class, features, instructions) of every step of the models' int8 QDQ and
+    float builds, profiled on each core's board (run_firmware(profile=True))."""
+    from int8 import quantized
+
+    from codegen import pipeline
+    from codegen.backends.c import mcu_time, toolchain
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        paths = tiny.write_all(tmp)
+        for name in names:
+            shape = tiny.INPUTS[name]
+            files = {**quantized(paths[name], shape, tmp, kinds=("qdq",)), "float": paths[name]}
+            x = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
+            for core in cores:
+                target = Target(core)
+                macros = toolchain.macros(target, toolchain.find_cc(None, target))
+                for kind in ("qdq", "float"):
+                    g = gd.load_onnx(files[kind])
+                    program = pipeline.run(g, pipeline.Options(target=target), until="plan").program
+                    folder = Path(codegen.export(g, tmp / f"p_{name}_{kind}_{core}", name="m", arch=core))
+                    res = mcu.run_firmware(folder, {"input": x}, timeout=600, profile=True)
+                    if len(res["steps"]) != len(program.steps):
+                        raise RuntimeError(f"{name} {kind} {core}: {len(res['steps'])} steps profiled, "
+                                           f"{len(program.steps)} planned")  # fmt: skip
+                    for node, n in zip(program.steps, res["steps"]):
+                        cls = mcu_time.step_class(node, macros, program.graph)
+                        out.append((core, f"{name} {kind}", cls, mcu_time.features(node, program.graph), n))
+    return out
+
+
+def fit_costs(cores, names) -> str:
+    """Fit mcu_time's costs to the profiled steps, write codegen/backends/c/mcu_costs.py, and
+    report the fit's error: on the fitted models, and for each model left out of a fit on the
+    others (its prediction from the other three)."""
+    from codegen.backends.c import mcu_time
+
+    steps = profile_steps(cores, names)
+    costs = mcu_time.fit([(c, cls, f, n) for c, _, cls, f, n in steps])
+    lines = ["| model | core | measured instructions | predicted | error | left out of the fit: predicted "
+             "| error |", "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    worst = [0.0, 0.0]
+    for model in dict.fromkeys(m for _, m, *_ in steps):
+        others = mcu_time.fit(
+            [(c, cls, f, n) for c, m, cls, f, n in steps if m.split()[0] != model.split()[0]]
+        )
+        for core in cores:
+            mine = [(cls, f, n) for c, m, cls, f, n in steps if c == core and m == model]
+            measured = sum(n for *_, n in mine)
+            pred = sum(_predict(costs[core], cls, f) for cls, f, _ in mine)
+            out = sum(_predict(others.get(core, {}), cls, f) for cls, f, _ in mine)
+            e, e_out = pred / measured - 1, out / measured - 1
+            worst = [max(worst[0], abs(e)), max(worst[1], abs(e_out))]
+            lines.append(
+                f"| {model} | {core} | {measured:,} | {pred:,} | {e:+.1%} | {out:,} | {e_out:+.1%} |"
+            )
+
+    def entries(table):
+        rows = (f"        {json.dumps(c)}: ({', '.join(f'{v:.6g}' for v in k)}),\n" for c, k in table.items())
+        return "".join(rows)
+
+    body = "\n".join(f"    {json.dumps(core)}: {{\n{entries(table)}    }}," for core, table in costs.items())
+    text = (
+        '"""Fitted instruction costs of mcu_time.py (written by ``python bench/mcu.py --fit``): per core\n'
+        "and step class, (per MAC, per output element, per window element, per step). The fit's error\n"
+        f"on the models' totals: at most {worst[0]:.1%}; a model left out of the fit, predicted from the\n"
+        f'others: at most {worst[1]:.1%} (most where that model alone has a kind of step)."""\n\n'
+        f"COSTS: dict = {{\n{body}\n}}\n"
+    )
+    (ROOT / "codegen" / "backends" / "c" / "mcu_costs.py").write_text(text)
+    return "\n".join(lines)
+
+
+def _predict(table: dict, cls: str, f) -> int:
+    if not table:
+        return 0
+    from codegen.backends.c import mcu_time
+
+    a, b, c, d = table.get(cls, table["product" if mcu_time.is_product_class(cls) else "other"])
+    return max(0, round(a * f[0] + b * f[1] + c * f[2] + d))
+
+
 def table(rows: list[dict]) -> str:
     head = ("| model | core | MACs | int8 instructions | float instructions | float / int8 | "
             "int8 instructions / MAC | flash int8 / float B | RAM int8 / float B | "
@@ -125,6 +209,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", nargs="+", default=list(CORES), choices=CORES)
     ap.add_argument("--models", nargs="+", default=list(tiny.INPUTS), choices=list(tiny.INPUTS))
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument(
+        "--fit",
+        action="store_true",
+        help="profile every step and refit the time model (codegen/backends/c/mcu_costs.py)",
+    )
     args = ap.parse_args(argv)
     missing = [t for t in ("arm-none-eabi-gcc", "qemu-system-arm") if not shutil.which(t)]
     if missing:
@@ -132,7 +221,7 @@ def main(argv=None) -> int:
         print(f"skipped: {', '.join(missing)} missing (apt-get install {' '.join(target.spec.packages)} "
               f"{target.spec.qemu_package})")  # fmt: skip
         return 0
-    text = table(measure(args.cores, args.models))
+    text = fit_costs(args.cores, args.models) if args.fit else table(measure(args.cores, args.models))
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")

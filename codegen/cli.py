@@ -266,7 +266,10 @@ def cmd_inspect(args) -> int:
     lowered = c.lowered
     lv = schedule.levels(lowered)
     topo = schedule.schedule(lowered, "topological")
-    print(f"critical path: {len(lv.critical)} nodes, {lv.makespan * 1e6:.1f} us estimated")
+    if options.target.kind == "mcu":  # (its time: the predicted instructions below)
+        print(f"critical path: {len(lv.critical)} nodes")
+    else:
+        print(f"critical path: {len(lv.critical)} nodes, {lv.makespan * 1e6:.1f} us estimated")
     print(
         f"peak live bytes: topological order {schedule.peak_bytes(lowered, topo)}, "
         f"chosen order {schedule.peak_bytes(lowered, list(c.results['schedule'].order))}"
@@ -281,10 +284,25 @@ def cmd_inspect(args) -> int:
         cc = None
     macros = toolchain.macros(options.target, cc, options.flags) if cc else ""
     program = c.program
-    print("schedule (step, op, node, ASAP us, ALAP us, slack us, flops):")
+    mcu = options.target.kind == "mcu"
+    if mcu:  # a microcontroller: its instructions, not the host's time
+        from .backends.c import mcu_time
+
+        core = options.target.arch
+        counts = [mcu_time.predict(n, program.graph, core, macros) for n in program.steps]
+        if None in counts:
+            print(f"no instruction model for {core}: the host's time model below")
+            mcu = False
+        else:
+            print(f"predicted instructions on {core}: {sum(counts):,} (mcu_time.py: fitted to the MLPerf "
+                  "Tiny models' steps on QEMU; its error in mcu_costs.py)")  # fmt: skip
+    head = "predicted instructions" if mcu else "ASAP us, ALAP us, slack us"
+    print(f"schedule (step, op, node, {head}, flops):")
     for i, n in enumerate(program.steps):
         cost = schedule.cost(lowered, n)
         times = " ".join(f"{v * 1e6:9.2f}" for v in (lv.asap[n.name], lv.alap[n.name], lv.slack(n.name)))
+        if mcu:
+            times = f"{counts[i]:12,}"
         name = printable(n.name, 48)  # a long name (an ONNX node's scope) keeps its start and end
         line = f"  {i:4d} {n.op:16s} {name:48s} {times} {cost.flops}"
         # a convolution's algorithm, with the cost model's estimates; an integer one's form

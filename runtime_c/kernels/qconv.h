@@ -31,19 +31,24 @@ typedef struct fc_qconv_geom {
  * zero (TFLite's MultiplyByQuantizedMultiplier for a multiplier below one, gemmlowp's double
  * rounding: LiteRT's convolutions); with ``single``, the 64-bit product rounded once, halves up
  * (LiteRT's fully connected layers). */
+/* fc_qmul's double rounding for right < 31: (ab +- 2**30) / 2**31 truncated is (ab + 2**30) >> 31
+ * floored whatever ab's sign (for ab < 0: ab + 1 - 2**30 + 2**31 - 1), an int32 as |ab| < 2**62,
+ * so the rest runs in 32 bits (a Cortex-M4's requantization took ~50 instructions in 64-bit
+ * arithmetic, ~12 here); always inlined into the kernels' output loops (fc_qconv_rq_do). */
+static inline FC_DEVICE __attribute__((always_inline, unused)) int32_t fc_qmul32(int32_t acc, int32_t q, int right) {
+    const int64_t ab = (int64_t)acc * q;
+    const int32_t h = (int32_t)((ab + ((int64_t)1 << 30)) >> 31);
+    const int32_t m = (int32_t)(((uint32_t)1 << right) - 1u);
+    return (h >> right) + ((h & m) > (m >> 1) + (h < 0));
+}
+
 FC_INLINE int32_t fc_qmul(int32_t acc, int32_t q, int right, int single) {
     const int64_t ab = (int64_t)acc * q;
     int64_t high, mask, threshold;
     if (single)
         return (int32_t)((ab + ((int64_t)1 << (30 + right))) >> (31 + right));
-    if (right < 31) {
-        /* (ab +- 2**30) / 2**31 truncated is (ab + 2**30) >> 31 floored whatever ab's sign (for
-         * ab < 0: ab + 1 - 2**30 + 2**31 - 1), an int32 as |ab| < 2**62: the rest in 32 bits
-         * (a Cortex-M4's requantization took ~50 instructions in 64-bit arithmetic, ~15 here) */
-        const int32_t h = (int32_t)((ab + ((int64_t)1 << 30)) >> 31);
-        const int32_t m = (int32_t)(((uint32_t)1 << right) - 1u);
-        return (h >> right) + ((h & m) > (m >> 1) + (h < 0));
-    }
+    if (right < 31)
+        return fc_qmul32(acc, q, right);
     high = (ab + (ab >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30))) / ((int64_t)1 << 31);
     mask = ((int64_t)1 << right) - 1;
     threshold = (mask >> 1) + (high < 0);
@@ -156,13 +161,14 @@ FC_INLINE int32_t fc_qconv_dsp_dot(const int8_t *w, const int16_t *x, long kf, i
 typedef struct fc_qconv_rq {
     float sm, dlo, dhi; /* float multiplier (ONNX), bounds less y_zero */
     int32_t q, yz, lo, hi;
-    int right, single, fl;
+    int right, single, fl, fast; /* fast: double rounding with right < 31 (fc_qmul32, inlined) */
 } fc_qconv_rq;
 FC_QCONV_AI void fc_qconv_rq_set(fc_qconv_rq *r, const fc_qconv_geom *g, long pc, const int32_t *q,
                                  const int32_t *shift, const float *scale) {
     r->fl = scale != 0, r->yz = g->y_zero, r->lo = g->lo, r->hi = g->hi, r->single = g->single;
     r->sm = scale ? scale[pc] : 0.0f, r->dlo = (float)(g->lo - g->y_zero), r->dhi = (float)(g->hi - g->y_zero);
     r->q = scale ? 0 : q[pc], r->right = scale ? 0 : (int)-shift[pc];
+    r->fast = !scale && !g->single && r->right < 31;
 }
 FC_QCONV_AI int32_t fc_qconv_rq_do(const fc_qconv_rq *r, int32_t acc) {
     if (r->fl) {
@@ -171,7 +177,7 @@ FC_QCONV_AI int32_t fc_qconv_rq_do(const fc_qconv_rq *r, int32_t acc) {
         v = v > r->dhi ? r->dhi : v;
         return (int32_t)fc_qconv_rint(v) + r->yz;
     } else {
-        const int32_t v = fc_qmul(acc, r->q, r->right, r->single) + r->yz;
+        const int32_t v = (r->fast ? fc_qmul32(acc, r->q, r->right) : fc_qmul(acc, r->q, r->right, r->single)) + r->yz;
         return v < r->lo ? r->lo : v > r->hi ? r->hi : v;
     }
 }

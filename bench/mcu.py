@@ -81,19 +81,24 @@ def run(path: Path, core: str, folder: Path, x: np.ndarray) -> dict:
     }
 
 
-def measure(cores, names) -> list[dict]:
+def _models(tmp: Path, names):
+    """Per model: (name, its float file, {"qdq": the int8 file, "float": ...}, an input), in tmp."""
     from int8 import quantized
 
+    paths = tiny.write_all(tmp)
+    for name in names:
+        shape = tiny.INPUTS[name]
+        files = quantized(paths[name], shape, tmp, kinds=("qdq",))
+        yield name, paths[name], files, np.random.default_rng(12).standard_normal(shape).astype(np.float32)
+
+
+def measure(cores, names) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        paths = tiny.write_all(tmp)
-        for name in names:
-            shape = tiny.INPUTS[name]
-            files = quantized(paths[name], shape, tmp, kinds=("qdq",))
-            x = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
+        for name, path, files, x in _models(tmp, names):
             host = codegen.compile(gd.load_onnx(files["qdq"]), name=f"host_{name}", cache=False)(input=x)
-            count = macs(paths[name])
+            count = macs(path)
             for core in cores:
                 r = {
                     kind: run(files[kind], core, tmp / f"{name}_{kind}_{core}", x)
@@ -107,19 +112,13 @@ def measure(cores, names) -> list[dict]:
 def profile_steps(cores, names) -> list[tuple]:
     """(core, model, class, features, instructions) of every step of the models' int8 QDQ and
     float builds, profiled on each core's board (run_firmware(profile=True))."""
-    from int8 import quantized
-
     from codegen import pipeline
     from codegen.backends.c import mcu_time, toolchain
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        paths = tiny.write_all(tmp)
-        for name in names:
-            shape = tiny.INPUTS[name]
-            files = {**quantized(paths[name], shape, tmp, kinds=("qdq",)), "float": paths[name]}
-            x = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
+        for name, _, files, x in _models(tmp, names):
             for core in cores:
                 target = Target(core)
                 macros = toolchain.macros(target, toolchain.find_cc(None, target))

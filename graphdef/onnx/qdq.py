@@ -5,28 +5,28 @@ between DequantizeLinear and QuantizeLinear pairs: ``DequantizeLinear(x_q) -> Co
 DequantizeLinear(w_q), DequantizeLinear(b_q)) -> QuantizeLinear -> y_q``, and the same around
 Gemm. onnxruntime itself fuses those patterns into integer operators; so does ``fuse``, on the
 ONNX nodes: a Conv becomes one QLinearConv, a Gemm a QLinearConv on 1x1 planes between two
-Reshapes (its weights, transposed where ``transB`` is 0, a new initializer), a Relu between
-the float result and its QuantizeLinear a Max with y's zero point after it (what the
-quantized Relu is, exactly), so that both run
-on the integer kernel (ops_quant.py ``_qlinear_conv_kernel``: int8 weights stored as they are,
-int8 activations between such layers) and compute what onnxruntime computes. A pattern is
-fused only where QLinearConv means the same: the scales and zero points constants of one
-value each for x and y (the weights' per output channel), the weights and bias constants, the
-bias an int32 dequantized with scale x_scale * w_scale and zero point 0, no attribute that
-changes the rounding (``saturate``, ``output_dtype``, ``block_size``), a Gemm with alpha and
-beta 1 and x not transposed, the float result read by that QuantizeLinear alone and not a
-graph output. Everything else stays as it is (correct in float, as before), and ``flowc
-inspect`` says which Conv and Gemm between DequantizeLinear nodes stayed float, and why. A
-MaxPool (or a Flatten, Reshape, Transpose, Squeeze, Unsqueeze) between a DequantizeLinear and a
-QuantizeLinear of the same scale and zero point runs on the integers (it commutes with the map:
-exactly the same values), and a Softmax between them
-becomes QLinearSoftmax, as onnxruntime runs it (ops_quant_ms.py: its exponentials a table of
-the 256 integer differences, no exp at run time). An AveragePool, GlobalAveragePool, Add, Mul,
-Sigmoid, LeakyRelu or Concat reading its inputs through DequantizeLinear nodes and read by one
-QuantizeLinear (every scale and zero point one constant) becomes com.microsoft's QLinear
-operator of that name, as onnxruntime fuses them: the average pools sum the integers on the
-integer convolution, the others compute each value in float32 from the int8 inputs to the int8
-result in one loop, so no float tensor is stored between layers.
+Reshapes (its weights, transposed where ``transB`` is 0, a new initializer), a Relu between the
+float result and its QuantizeLinear a Max with y's zero point after it (what the quantized Relu
+is, exactly), a MatMul by a constant int8 matrix the same QLinearConv on the rows of x (its
+leading axes kept), so that all three run on the integer kernel (ops_quant.py
+``_qlinear_conv_kernel``: int8 weights stored as they are, int8 activations between such layers)
+and compute what onnxruntime computes. A pattern is fused only where QLinearConv means the same:
+the scales and zero points constants of one value each for x and y (the weights' per output
+channel), the weights and bias constants, the bias an int32 dequantized with scale x_scale *
+w_scale and zero point 0, no attribute that changes the rounding (``saturate``,
+``output_dtype``, ``block_size``), a Gemm with alpha and beta 1 and x not transposed, the float
+result read by that QuantizeLinear alone and not a graph output. Everything else stays as it is
+(correct in float, as before), and ``flowc inspect`` says which Conv, Gemm and MatMul between
+DequantizeLinear nodes stayed float, and why. A MaxPool (or a Flatten, Reshape, Transpose,
+Squeeze, Unsqueeze) between a DequantizeLinear and a QuantizeLinear of the same scale and zero
+point runs on the integers (it commutes with the map: exactly the same values), and a Softmax
+between them becomes QLinearSoftmax, as onnxruntime runs it (ops_quant_ms.py: its exponentials a
+table of the 256 integer differences, no exp at run time). An AveragePool, GlobalAveragePool,
+Add, Mul, Sigmoid, LeakyRelu or Concat reading its inputs through DequantizeLinear nodes and
+read by one QuantizeLinear (every scale and zero point one constant) becomes com.microsoft's
+QLinear operator of that name, as onnxruntime fuses them: the average pools sum the integers
+(into int32, or on the integer convolution), the others compute each value in float32 from the
+int8 inputs to the int8 result in one loop, so no float tensor is stored between layers.
 """
 
 from __future__ import annotations
@@ -55,7 +55,11 @@ def fuse(nodes, known: dict, outputs: set[str], opset: int = 13) -> tuple[list, 
     taken = set(producer) | set(readers) | set(known)
     replace, drop, new, notes = {}, set(), {}, []
     for n in nodes:
-        if n.op_type not in ("Conv", "Gemm") or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+        if (
+            n.op_type not in ("Conv", "Gemm", "MatMul")
+            or n.domain not in ("", "ai.onnx")
+            or len(n.output) != 1
+        ):
             continue
         found = _pattern(n, producer, reader, readers, known, outputs)
         if isinstance(found, str):
@@ -70,6 +74,9 @@ def fuse(nodes, known: dict, outputs: set[str], opset: int = 13) -> tuple[list, 
         if n.op_type == "Conv":
             fused = [_qlinear_conv(n.name, inputs, out, _attrs(n))] if w_axis in (None, 0) else None
             why = "its weights' scales are not along the output channels (axis 0)"
+        elif n.op_type == "MatMul":
+            fused = _matmul(n, out, inputs, w_axis, known, taken, new)
+            why = "its second input is not a constant int8 matrix scaled per column (axis 1) or per tensor"
         else:
             fused = _gemm(n, out, inputs, w_axis, known, taken, new)
             why = "alpha or beta is not 1, A is transposed, or its weights are not int8 scaled per column"
@@ -249,6 +256,32 @@ def _gemm(gemm, y, inputs, w_axis, known, taken, new) -> list | None:
         helper.make_node("Reshape", [inputs[0], shape4], [x4], name=f"{gemm.name}_x"),
         _qlinear_conv(gemm.name, conv_inputs, y4, {}),
         helper.make_node("Reshape", [y4, shape2], [y], name=f"{gemm.name}_y"),
+    ]
+
+
+def _matmul(mm, y, inputs, w_axis, known, taken, new) -> list | None:
+    """A MatMul by constant int8 weights (K, N): x (..., K) as rows (-1, K, 1, 1), QLinearConv with
+    the weights as (N, K, 1, 1), the result back to x's leading axes and N (their shape read
+    from x: Shape, Slice, Concat, which import folds for a static x)."""
+    w = known[inputs[3]]
+    if w.ndim != 2 or w.dtype != np.int8 or w_axis not in (None, 1):
+        return None
+    if inputs[5] and known[inputs[5]].size != 1 and known[inputs[5]].size != known[inputs[4]].size:
+        return None
+    k, m = w.shape
+    what = ("x4", "w4", "y4", "shape4", "xs", "start", "end", "n", "lead", "shape")
+    x4, w4, y4, shape4, xs, start, end, n, lead, shape = (_fresh(f"{y}_flowc_{v}", taken) for v in what)
+    new[w4] = np.ascontiguousarray(w.T)[:, :, None, None]
+    new[shape4] = np.array([-1, k, 1, 1], np.int64)
+    new[start], new[end], new[n] = np.array([0], np.int64), np.array([-1], np.int64), np.array([m], np.int64)
+    conv_inputs = [x4, *inputs[1:3], w4, *inputs[4:]]
+    return [
+        helper.make_node("Reshape", [inputs[0], shape4], [x4], name=f"{mm.name}_x"),
+        _qlinear_conv(mm.name, conv_inputs, y4, {}),
+        helper.make_node("Shape", [inputs[0]], [xs], name=f"{mm.name}_shape"),
+        helper.make_node("Slice", [xs, start, end], [lead], name=f"{mm.name}_lead"),
+        helper.make_node("Concat", [lead, n], [shape], name=f"{mm.name}_concat", axis=0),
+        helper.make_node("Reshape", [y4, shape], [y], name=f"{mm.name}_y"),
     ]
 
 

@@ -264,3 +264,44 @@ def test_qdq_sigmoid_leaky_relu_mul_concat_and_pools_become_onnxruntimes_integer
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("left in float: ")]
     assert len(lines) == 1 and "AveragePool" in lines[0] and "padding not counted" in lines[0], lines
     _check(path, graph, samples[6:], compile_graphs, "qdq_branches")
+
+
+@pytest.mark.c
+def test_qdq_matmuls_by_constant_weights_run_on_the_integer_kernel(tmp_path, compile_graphs):
+    """A QDQ MatMul by a constant int8 matrix (scales per column), its input of rank 3 as a
+    transformer's is, becomes QLinearConv on the rows of x with x's leading axes kept: both of a
+    two-layer MLP run on ``qconv`` and give onnxruntime's results exactly."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]  # fmt: skip
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+             for name, shape in (("w1", (16, 24)), ("w2", (24, 8)))]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 8])
+    model = helper.make_model(helper.make_graph(nodes, "mm", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 13)])  # fmt: skip
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "float.onnx")
+    samples = [rng.standard_normal((2, 5, 16)).astype(np.float32) for _ in range(10)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": v} for v in samples[:6]])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    path = tmp_path / "mm.onnx"
+    quantize_static(tmp_path / "float.onnx", path, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)  # fmt: skip
+    assert [n.op_type for n in onnx.load(path).graph.node].count("MatMul") == 2
+    graph = gd.load_onnx(path)
+    assert not graph.notes, graph.notes
+    steps = _steps(graph)
+    assert steps.count("qconv") == 2 and "matmul" not in steps and "sgemm" not in steps, steps
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (compiled,) = compile_graphs({"qdq_matmul": graph}).values()
+    for v in samples[6:]:
+        np.testing.assert_array_equal(compiled(x=v)["y"], session.run(None, {"x": v})[0])

@@ -453,6 +453,73 @@ def cancel_transposes(graph: Graph) -> Graph:
     return rewrite_nodes(graph, targets, _cancel_transpose_node)
 
 
+SINKS = ("qadd",)
+"""Kernel ops that compute each output element from the inputs' elements at its position alone
+(as an elementwise op does, without broadcasting): ``sink_transposes`` moves a transpose of
+all their inputs past them too."""
+
+
+def sink_transposes(graph: Graph) -> Graph:
+    """An elementwise op (or one of SINKS) whose inputs are all transposes, by one permutation,
+    of tensors of its output's shape permuted back, computes on those tensors, and its result is
+    transposed once: in a model imported from NHWC, the transposes around a residual add
+    between convolutions then undo those of the convolutions (``cancel_transposes``), and the
+    add reads and writes the convolutions' layout. Element for element the same: exact."""
+    transposed: dict[ValueRef, tuple[ValueRef, tuple]] = {}  # new value -> (source, perm)
+    users, by_name = consumers(graph), {n.name: n for n in graph.nodes}
+
+    def movable(n: Node) -> bool:
+        opdef = get_op(n.op)
+        return (opdef.elementwise or n.op in SINKS) and not opdef.stateful
+
+    def spare(ref: ValueRef) -> bool:  # its transpose is needed by no other kind of reader
+        return all(by_name[u].op == "transpose" or movable(by_name[u]) for u in users[ref.node])
+
+    rb, changed = Rebuild(graph), False
+    for node in graph.nodes:
+        ins = [rb.refs[r] for r in node.inputs]
+        perms = {transposed[r][1] if r in transposed else None for r in ins}
+        sink = (
+            movable(node)
+            and all(spare(r) for r in node.inputs)
+            and ins
+            and len(node.outputs) == 1
+            and not node.control_inputs
+            and len(perms) == 1
+            and None not in perms
+            and all(graph.type_of(r).shape == node.outputs[0].shape for r in node.inputs)
+        )
+        if sink:
+            (perm,) = perms
+            with rb.building(node):
+                y = gd.apply(
+                    node.op, [Tensor(rb.new, transposed[r][0]) for r in ins], None, **dict(node.attrs.items())
+                )
+                out = gd.transpose(y, perm)
+            rb.bind(node, [out.ref])
+            transposed[out.ref] = (y.ref, tuple(perm))
+            changed = True
+            continue
+        if node.op == "transpose" and not node.control_inputs and ins[0] in transposed:
+            # a transpose of one made or kept here: one transpose of its source, or none (as
+            # cancel_transposes would), so that what reads it sees the source's layout
+            source, inner = transposed[ins[0]]
+            perm = tuple(inner[p] for p in node.attrs["perm"])
+            if perm == tuple(range(len(perm))):
+                rb.bind(node, [source])
+                continue
+            with rb.building(node, controls=False):
+                out = gd.transpose(Tensor(rb.new, source), perm)
+            rb.bind(node, [out.ref])
+            transposed[out.ref] = (source, perm)
+            changed = True
+            continue
+        rb.keep(node)
+        if node.op == "transpose" and not node.control_inputs:
+            transposed[rb.refs[node.ref(0)]] = (rb.refs[node.inputs[0]], tuple(node.attrs["perm"]))
+    return rb.finish() if changed else graph
+
+
 def _cancel_transpose_node(rb: Rebuild, node: Node, target) -> None:
     source, perm = target
     if perm == tuple(range(len(perm))):
@@ -610,6 +677,7 @@ def pipeline(
         ("check_constants", check_constants),
         ("reduce_pow", reduce_pow),
         ("cse", cse),
+        ("sink_transposes", sink_transposes),
         ("cancel_transposes", cancel_transposes),
         ("prune_dead", prune),
         ("fuse_elementwise", fuse_elementwise),

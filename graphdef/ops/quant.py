@@ -14,6 +14,9 @@ convolutions compute it), or with ``rounding="single"`` the 64-bit product round
 up (as LiteRT's fully connected layers compute it). With ``scale``
 given instead (ONNX's QLinearConv), the sum and each multiplier in float32, their product in
 float32 rounded half to even (onnxruntime's requantization: the same rounding step by step).
+``w_layout`` (set by the C backend's lowering for Helium, never by an importer): w's data in
+(M, kh, kw, C/group) order ("ohwi") or, for a depthwise convolution, (kh, kw, M) ("hwo"), its
+declared shape still (M, C/group, kh, kw).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ _QCONV_ATTRS = {
     "rounding": Attr("str", "double", ("double", "single")),  # of the fixed-point product (requantize)
     "lo": Attr("int", -128),
     "hi": Attr("int", 127),
+    "w_layout": Attr("str", "oihw", ("oihw", "ohwi", "hwo")),  # w's data order (see above)
 }
 
 
@@ -77,6 +81,8 @@ def _qconv_infer(types, attrs):
     g, m = attrs["group"], w.shape[0]
     if g < 1 or x.shape[1] != w.shape[1] * g or m % g:
         raise ShapeError(f"channels: input {x.shape[1]}, weight {w.shape[:2]}, group {g} do not match")
+    if attrs["w_layout"] == "hwo" and w.shape[1] != 1:
+        raise ShapeError(f"qconv's w_layout hwo is a depthwise convolution's, not that of w {list(w.shape)}")
     if len(types) == 3 and (types[2].shape != (m,) or types[2].dtype != "int32"):
         raise ShapeError(f"qconv's bias must be int32[{m}], not {types[2]}")
     for k in ("multiplier", "shift") + (("scale",) if attrs["scale"] else ()):
@@ -96,6 +102,11 @@ def _qconv_infer(types, attrs):
 
 def qconv_ref(xs, attrs):
     x, w = xs[0].astype(np.int64) - attrs["x_zero"], xs[1].astype(np.int64)
+    m, c, kh, kw = w.shape  # the declared shape; the data in w_layout's order
+    if attrs.get("w_layout", "oihw") == "ohwi":
+        w = w.reshape(m, kh, kw, c).transpose(0, 3, 1, 2)
+    elif attrs.get("w_layout", "oihw") == "hwo":
+        w = w.reshape(kh, kw, m).transpose(2, 0, 1).reshape(m, c, kh, kw)
     acc = conv_ref([x, w], attrs)  # exact in int64; the padding is 0 after the zero point
     m = w.shape[0]
     if len(xs) == 3:
@@ -227,6 +238,26 @@ defop(
             {"scale": tuple(0.0005 + 0.0001 * i for i in range(32)), "x_zero": 129, "y_zero": 100, "lo": 0,
              "hi": 255},
         ),
+        # 16 channels 3 x 3 (Helium's channel rows: 48-byte kernel rows), strided down, padded
+        # left and right, five positions a row (a last group of one), two images
+        _example(_x((2, 16, 7, 10)), _w((6, 16, 3, 3)), 6, 14, strides=(2, 2), pads=(1, 1, 0, 1), x_zero=-5,
+                 y_zero=2),
+        # depthwise, 10 channels (Helium's channel lanes: a last block of 2), uint8, float
+        # multipliers, stride 2 down, padded right by 2
+        Example(
+            (_x((1, 10, 9, 8), "uint8"), _w((10, 1, 3, 3)), Sample((10,), "int32", -5000, 5000)),
+            {"scale": tuple(0.002 + 0.0002 * i for i in range(10)), "strides": (2, 1), "group": 10,
+             "pads": (1, 0, 1, 2), "x_zero": 131, "y_zero": 120, "lo": 0, "hi": 255},
+        ),
+        # depthwise, 8 channels, one fixed-point multiplier for all, stride 2 across, 6 positions
+        Example(
+            (_x((1, 8, 6, 11)), _w((8, 1, 3, 3))),
+            {"multiplier": (1518500250,), "shift": (-9,), "strides": (1, 2), "group": 8, "pads": (1, 1, 1, 1),
+             "x_zero": -128, "y_zero": -128},
+        ),
+        # a uint8 dense layer (x read in place on Cortex-M): K = 19 (three past the groups of
+        # four), an odd 7 outputs an image, two images
+        _example(_x((2, 19, 1, 1), "uint8"), _w((7, 19, 1, 1)), 7, 13, x_zero=200, y_zero=3, lo=0, hi=255),
     ),  # fmt: skip
 )
 
@@ -241,3 +272,102 @@ def qconv(x, w, b=None, *, multiplier=(0,), shift=(0,), scale=(), strides=(1, 1)
     attrs.update(scale=tuple(float(v) for v in scale))
     attrs.update(x_zero=int(x_zero), y_zero=int(y_zero), lo=int(lo), hi=int(hi), rounding=rounding)
     return apply("qconv", inputs, name, **attrs)
+
+
+# ----------------------------------------------------------------------------- qadd
+def _qadd_infer(types, attrs):
+    a, b = types
+    if a.dtype not in INT_RANGES or b.dtype != a.dtype:
+        raise ShapeError(f"qadd takes two int8 or two uint8 tensors, not {a.dtype} and {b.dtype}")
+    if a.shape != b.shape:
+        raise ShapeError(f"qadd's operands have one shape, not {list(a.shape)} and {list(b.shape)}")
+    for k in ("a_shift", "b_shift", "shift"):
+        if not -31 <= attrs[k] <= 0:
+            raise ShapeError(f"qadd's {k} {attrs[k]} is not in [-31, 0] (multipliers below one)")
+    for k in ("a_multiplier", "b_multiplier", "multiplier"):
+        if not 0 <= attrs[k] < 1 << 31:
+            raise ShapeError(f"qadd's {k} {attrs[k]} is not in [0, 2**31)")
+    if not 0 <= attrs["left"] <= 20:
+        raise ShapeError(f"qadd's left shift {attrs['left']} is not in [0, 20]")
+    lo, hi = INT_RANGES[a.dtype]
+    if not lo <= attrs["lo"] <= attrs["hi"] <= hi:
+        raise ShapeError(f"bounds [{attrs['lo']}, {attrs['hi']}] outside {a.dtype}")
+    if not all(lo <= attrs[k] <= hi for k in ("a_zero", "b_zero", "y_zero")):
+        raise ShapeError(f"qadd's zero points outside {a.dtype}")
+    return TensorType(a.shape, a.dtype)
+
+
+def qadd_ref(xs, attrs):
+    a, b = (x.astype(np.int64) - attrs[f"{n}_zero"] for x, n in zip(xs, "ab"))
+    left = 1 << attrs["left"]
+    sa = requantize(a * left, attrs["a_multiplier"], attrs["a_shift"])
+    sb = requantize(b * left, attrs["b_multiplier"], attrs["b_shift"])
+    y = requantize(sa + sb, attrs["multiplier"], attrs["shift"]) + attrs["y_zero"]
+    return np.clip(y, attrs["lo"], attrs["hi"]).astype(xs[0].dtype)
+
+
+def _qadd_example(shape, dtype, seed, **attrs):
+    rng = np.random.default_rng(seed)
+    q = [int(v) for v in rng.integers(1 << 30, 1 << 31, 3)]
+    s = [int(v) for v in rng.integers(-2, 1, 2)] + [int(rng.integers(-21, -17))]  # as LiteRT's scales give
+    base = {"a_multiplier": q[0], "a_shift": s[0], "b_multiplier": q[1], "b_shift": s[1], "multiplier": q[2],
+            "shift": s[2], "left": 20}  # fmt: skip
+    return Example((_x(shape, dtype), _x(shape, dtype)), {**base, **attrs})
+
+
+defop(
+    "qadd",
+    ("a", "b"),
+    _qadd_infer,
+    qadd_ref,
+    NotDifferentiable("a quantized add is for inference"),
+    attrs={
+        "a_zero": Attr("int", 0),
+        "b_zero": Attr("int", 0),
+        "y_zero": Attr("int", 0),
+        "left": Attr("int", 20),  # both operands less their zero points, times 2**left
+        "a_multiplier": Attr("int", 0),  # then each requantized (requantize, double rounding)
+        "a_shift": Attr("int", 0),
+        "b_multiplier": Attr("int", 0),
+        "b_shift": Attr("int", 0),
+        "multiplier": Attr("int", 0),  # their sum requantized, plus y_zero, clamped to [lo, hi]
+        "shift": Attr("int", 0),
+        "lo": Attr("int", -128),
+        "hi": Attr("int", 127),
+    },
+    kind=KERNEL,
+    doc="int8/uint8 elementwise add of two tensors of one shape in TFLite's integer scheme: each "
+    "operand less its zero point, shifted left, rescaled in fixed point, summed, rescaled to the "
+    "output, plus y_zero, clamped (LiteRT's quantized ADD)",
+    examples=(
+        # a residual add: zero points, a ReLU's lower bound, 4 x 37 elements (a vector's tail)
+        _qadd_example((1, 4, 37), "int8", 1, a_zero=-128, b_zero=5, y_zero=-128, lo=-128),
+        # uint8, a fused ReLU6's upper bound, the largest output shift
+        _qadd_example((2, 3, 5, 7), "uint8", 2, a_zero=128, b_zero=131, y_zero=9, lo=9, hi=200),
+        # every int8 value against another, the output a quarter of their sum: the halves of
+        # the last rounding shift (away from zero) on both signs
+        Example(
+            (
+                np.arange(-128, 128, dtype=np.int8).reshape(16, 16),
+                np.roll(np.arange(-128, 128, dtype=np.int8), 37).reshape(16, 16),
+            ),
+            {
+                "a_multiplier": 1 << 30,
+                "a_shift": -1,
+                "b_multiplier": 1 << 30,
+                "b_shift": -1,
+                "multiplier": 1 << 30,
+                "shift": -19,
+            },
+        ),
+    ),  # fmt: skip
+)
+
+
+def qadd(a, b, *, a_zero=0, b_zero=0, y_zero=0, left=20, a_multiplier=0, a_shift=0, b_multiplier=0, b_shift=0,
+         multiplier=0, shift=0, lo=-128, hi=127, name=None):  # fmt: skip
+    """The ``qadd`` op: LiteRT's quantized ADD of two int8 or uint8 tensors of one shape."""
+    attrs = dict(a_zero=int(a_zero), b_zero=int(b_zero), y_zero=int(y_zero), left=int(left))
+    attrs.update(a_multiplier=int(a_multiplier), a_shift=int(a_shift), b_multiplier=int(b_multiplier))
+    attrs.update(b_shift=int(b_shift), multiplier=int(multiplier), shift=int(shift), lo=int(lo), hi=int(hi))
+    return apply("qadd", [operand(a), operand(b)], name, **attrs)

@@ -558,8 +558,9 @@ def _binary(fn, options: str):
 
 def _int_binary(node: _Op, fn, act: int) -> Tensor:
     """int8/uint8 ADD (TFLite's reference: both inputs shifted left 20 bits, rescaled to twice
-    the larger input scale, summed, rescaled to the output) and MUL ((a - a_zp) * (b - b_zp)
-    requantized by a_scale * b_scale / out_scale)."""
+    the larger input scale, summed, rescaled to the output; ``qadd`` where both operands have
+    the output's type and one shape, else that arithmetic in int64 elementwise ops) and MUL
+    ((a - a_zp) * (b - b_zp) requantized by a_scale * b_scale / out_scale)."""
     a, b = node.x(0), node.x(1)
     aq, bq, yq = node.qparams(0), node.qparams(1), node.qparams_out()
     sa, sb, sy = float(aq[0][0]), float(bq[0][0]), float(yq[0][0])
@@ -567,6 +568,14 @@ def _int_binary(node: _Op, fn, act: int) -> Tensor:
     out_dtype = node.out_info()[1]
     if fn is E.add:
         twice = 2.0 * max(sa, sb)
+        (qa, ea), (qb, eb) = I.quantize_multiplier(sa / twice), I.quantize_multiplier(sb / twice)
+        qy, ey = I.quantize_multiplier(twice / ((1 << 20) * sy))
+        same = a.dtype == b.dtype == out_dtype and a.dtype in Q.INT_RANGES and a.shape == b.shape
+        if same and all(-31 <= e <= 0 for e in (ea, eb, ey)):  # the integer kernel (qadd)
+            lo, hi = node.bounds(act)
+            za, zb, zy = int(aq[1][0]), int(bq[1][0]), int(yq[1][0])
+            return Q.qadd(a, b, a_zero=za, b_zero=zb, y_zero=zy, left=20, a_multiplier=qa, a_shift=ea,
+                          b_multiplier=qb, b_shift=eb, multiplier=qy, shift=ey, lo=lo, hi=hi)  # fmt: skip
         shifted = [E.mul(v, constant(np.int64(1 << 20))) for v in (av, bv)]
         total = E.add(I.requantize(shifted[0], sa / twice, ()), I.requantize(shifted[1], sb / twice, ()))
         y = I.requantize(total, twice / ((1 << 20) * sy), ())

@@ -146,14 +146,55 @@ FC_INLINE int32_t fc_qconv_dsp_dot(const int8_t *w, const int16_t *x, long kf, i
                          "smlad %[s], %[a], %[x1], %[s]\n\t"
                          "cmp %[w], %[end]\n\t"
                          "bne 1b"
-                         : [s] "+r"(sum), [w] "+r"(w), [x] "+r"(x), [a] "=&r"(a), [t] "=&r"(t), [x0] "=&r"(x0),
+                         : [s] "+&r"(sum), [w] "+&r"(w), [x] "+&r"(x), [a] "=&r"(a), [t] "=&r"(t), [x0] "=&r"(x0),
                            [x1] "=&r"(x1)
                          : [end] "r"(end)
                          : "cc", "memory");
     return sum;
 }
+/* s0 and s1 + the dot products of kf groups of four int8 weights of two rows (w0, w1) and four
+ * x read in place less x_zero (zo: -x_zero in both halves): x's word extended in pairs with
+ * the offset added (sxtab16, uxtab16 for unsigned x: bytes 0 and 2, then 1 and 3, the order the
+ * weights' pairs take), each row two smlad (15 instructions for eight products). */
+#define FC_QCONV_DSP_DOT2(name, ext)                                                                                 \
+    FC_INLINE void name(const int8_t *w0, const int8_t *w1, const void *x, long kf, uint32_t zo, int32_t *s0,        \
+                        int32_t *s1) {                                                                               \
+        const int8_t *end = w0 + 4 * kf;                                                                             \
+        int32_t a0 = *s0, a1 = *s1;                                                                                  \
+        uint32_t v, a, b, t, x02;                                                                                    \
+        if (kf > 0)                                                                                                  \
+            __asm__ volatile("1:\n\t"                                                                                \
+                             "ldr %[v], [%[x]], #4\n\t"                                                             \
+                             "ldr %[a], [%[w0]], #4\n\t"                                                            \
+                             "ldr %[b], [%[w1]], #4\n\t"                                                            \
+                             ext " %[x02], %[zo], %[v]\n\t"                                                         \
+                             ext " %[v], %[zo], %[v], ror #8\n\t"                                                   \
+                             "sxtb16 %[t], %[a]\n\t"                                                                \
+                             "sxtb16 %[a], %[a], ror #8\n\t"                                                        \
+                             "smlad %[s0], %[t], %[x02], %[s0]\n\t"                                                 \
+                             "smlad %[s0], %[a], %[v], %[s0]\n\t"                                                   \
+                             "sxtb16 %[t], %[b]\n\t"                                                                \
+                             "sxtb16 %[b], %[b], ror #8\n\t"                                                        \
+                             "smlad %[s1], %[t], %[x02], %[s1]\n\t"                                                 \
+                             "smlad %[s1], %[b], %[v], %[s1]\n\t"                                                   \
+                             "cmp %[w0], %[end]\n\t"                                                                \
+                             "bne 1b"                                                                               \
+                             : [s0] "+&r"(a0), [s1] "+&r"(a1), [w0] "+&r"(w0), [w1] "+&r"(w1), [x] "+&r"(x),         \
+                               [v] "=&r"(v), [a] "=&r"(a), [b] "=&r"(b), [t] "=&r"(t), [x02] "=&r"(x02)             \
+                             : [end] "r"(end), [zo] "r"(zo)                                                         \
+                             : "cc", "memory");                                                                     \
+        *s0 = a0, *s1 = a1;                                                                                          \
+    }
+FC_QCONV_DSP_DOT2(fc_qconv_dsp_dot2_i8, "sxtab16")
+FC_QCONV_DSP_DOT2(fc_qconv_dsp_dot2_u8, "uxtab16")
 #else
 #define FC_QCONV_DSP 0
+#endif
+/* A form kept out of line: its dispatcher's frame (a firmware's stack bound) stays small. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FC_QCONV_APART static __attribute__((noinline, unused))
+#else
+#define FC_QCONV_APART static
 #endif
 /* One output channel's requantization set once for its outputs (the column and row forms):
  * what fc_qconv_one does for one output, the multiplier and bounds loaded once. */
@@ -188,6 +229,17 @@ FC_QCONV_AI int32_t fc_qconv_rq_do(const fc_qconv_rq *r, int32_t acc) {
 #if FC_QCONV_DSP && defined(__ARM_FEATURE_MVE)
 #include <arm_mve.h>
 #define FC_QCONV_MVE 1
+/* where k (kk) of column r (of four) lies in the Helium column form's packing: 16 k of each
+ * column in turn */
+FC_QCONV_AI long fc_qconv_mix(long kk, long r) { return (kk >> 4) * 64 + r * 16 + (kk & 15); }
+/* The channel-rows form (fc_qconv_rows, a qconv with hwc_weights; dilation 1, at most
+ * FC_QCONV_ROWS_KH kernel rows): kh input rows of wp positions of C int8 channels. */
+#define FC_QCONV_ROWS_KH 16
+FC_INLINE long fc_qconv_rows_wp(const fc_qconv_geom *g) { return (g->ow - 1) * g->sw + g->kw; }
+FC_INLINE long fc_qconv_rows_scratch(const fc_qconv_geom *g) { return g->kh * fc_qconv_rows_wp(g) * g->c; }
+/* The depthwise channel-rows form (fc_qconv_dwrows, w_layout hwo): the rows, then each
+ * channel's first sum (bias less x_zero times its weights' sum). */
+FC_INLINE long fc_qconv_dwrows_scratch(const fc_qconv_geom *g) { return fc_qconv_rows_scratch(g) + 4 * g->c; }
 #else
 #define FC_QCONV_MVE 0
 #endif
@@ -430,6 +482,8 @@ FC_INLINE long fc_qconv_scratch(const fc_qconv_geom *g) {
     const long planes = FC_QCONV_BLOCK * fc_qconv_acc(g) * 4 + pn + g->c / g->groups * fc_qconv_ps(g) * 2;
     const long cpn = fc_qconv_cpn(g), ar = fc_qconv_dot_ar(g), kr = fc_qconv_dot_k4r(g);
     const long dot = fc_qconv_dot_acc(g) * 4 + cpn + kr * 4 * cpn + ar * kr * 4 + g->m * 4 + 2 * fc_qconv_rl(g);
+    if (fc_qconv_dense(g) && FC_QCONV_DSP && g->kh * g->kw * g->h * g->w == 1)
+        return 0; /* x (N, K, 1, 1) read in place */
     if (fc_qconv_dense(g))
         return FC_QCONV_MVE ? (k4 + 3) / 4 * 16 : k4 * 4 * 2; /* the window, as int16 (as bytes: VNNI, MVE) */
     if (fc_qconv_cols(g) && FC_QCONV_MVE)

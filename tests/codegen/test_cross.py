@@ -149,6 +149,49 @@ def test_integer_convolutions_give_numpys_results_on_the_arch(arch, tmp_path):
         assert re.search(r"\tsmlad\t", asm) and re.search(r"\tsxtb16\t", asm)
 
 
+def _constant_weight_qconvs():
+    """A graph of every ``qconv`` example with its weights and bias as constants (as a model
+    file has them), x fed: (graph, feeds, output names)."""
+    from graphdef.examples import inputs
+    from graphdef.registry import get_op
+
+    g, feeds, names = gd.Graph("qconv_constant_weights"), {}, []
+    with g:
+        for i, ex in enumerate(get_op("qconv").examples):
+            arrays = inputs("qconv", i)
+            x = gd.placeholder(f"x{i}", arrays[0].shape, str(arrays[0].dtype))
+            feeds[x.ref.node] = arrays[0]
+            consts = [gd.constant(a) for a in arrays[1:]]
+            names.append(str(gd.apply("qconv", [x, *consts], None, **dict(ex.attrs)).ref))
+        g.set_outputs(*names)
+    return g, feeds, names
+
+
+@pytest.mark.cross
+def test_channels_last_forms_on_helium(tmp_path):
+    """On the Cortex-M55 a convolution with constant weights that suits a channels-last form
+    gets its weights laid out at compile time: a dense one whose kernel rows hold at least 8
+    bytes (kw * C) runs in the channel-rows form (fc_qconv_rows: input rows channels-last, a
+    window's kernel row read in place, 16 k a vmladava), a depthwise one of at least 4 channels
+    in fc_qconv_dwrows (four channels in the vector lanes). numpy's integers for every example
+    (int8 and uint8, fixed-point and float multipliers, 1 x 1 and 3 x 3, strided, padded, kernel
+    rows of 16 k multiples and not, two images), each form taken by those that suit it."""
+    from codegen.backends.c.quant_lowering import layout_for
+
+    need("cortex-m55")
+    g, feeds, names = _constant_weight_qconvs()
+    frozen = g.freeze()
+    layouts = [layout_for(n, frozen) for n in frozen.nodes if n.op == "qconv"]
+    assert layouts.count("ohwi") >= 4 and layouts.count("hwo") >= 2, layouts
+    folder = codegen.export(g, tmp_path / "r", name="r", outputs=names, arch="cortex-m55")
+    src = (folder / "r.c").read_text()
+    assert src.count("fc_qconv_rows_") == layouts.count("ohwi"), src.count("fc_qconv_rows_")
+    assert src.count("fc_qconv_dwrows_") == layouts.count("hwo"), src.count("fc_qconv_dwrows_")
+    got = mcu.run_firmware(folder, feeds)["outputs"]
+    for name, want in zip(names, gd.Session(g).run(feeds, names)):
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+
+
 @pytest.mark.cross
 @pytest.mark.parametrize("arch", ["cortex-m0plus", "cortex-m4"])
 @pytest.mark.parametrize("op", ["floor", "ceil", "round"])

@@ -251,6 +251,29 @@ def test_reduce_pow_compiled_matches_numpy(dtype, ulps):
             assert np.all(np.abs(have[finite] - want[finite]) <= ulps * spacing), c
 
 
+def test_sink_transposes_lets_a_residual_add_keep_the_convolutions_layout():
+    """Two NCHW results taken to NHWC, added, and taken back (an NHWC model's residual add
+    between convolutions): the add moves before the transposes, which then cancel; a
+    transpose also read by a matmul stays where it is. Same values."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    g = gd.Graph("s")
+    with g:
+        xp = gd.placeholder("x", x.shape)
+        a, b = gd.relu(xp), gd.sigmoid(xp)
+        s = gd.add(gd.transpose(a, (0, 2, 3, 1)), gd.transpose(b, (0, 2, 3, 1)))
+        back = gd.tanh(gd.transpose(s, (0, 3, 1, 2)))
+        kept = gd.transpose(xp, (0, 2, 3, 1))
+        g.set_outputs(back, gd.matmul(kept, gd.constant(np.ones((3, 2), np.float32))), gd.neg(kept))
+    out = passes.prune(passes.cancel_transposes(passes.sink_transposes(g.freeze())))
+    ops = [n.op for n in out.nodes]
+    assert ops.count("transpose") == 1, ops  # the one the matmul reads
+    want = gd.run(g, {"x": x}, [str(o) for o in g.outputs])
+    have = gd.run(out, {"x": x}, [str(o) for o in out.outputs])
+    for h, w_ in zip(have, want):
+        np.testing.assert_array_equal(h, w_)
+
+
 def test_cancel_transposes_removes_pairs_that_undo_each_other_and_merges_the_others():
     """NHWC -> NCHW -> relu -> NHWC -> NCHW: the last two cancel; transpose of a transpose that
     does not undo it becomes one transpose; a transpose read elsewhere stays. Same values."""

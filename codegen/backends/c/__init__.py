@@ -22,6 +22,7 @@ from . import emit, gemm_ops, gemm_steps, op_table, ops, toolchain  # noqa: F401
 from .gemm_lowering import lower_products
 from .op_table import LEGALIZE, supports  # noqa: F401  (supports: the backend's op table)
 from .ops.quant import int8_features
+from .quant_lowering import channels_last
 
 NAME = "c"
 MULTI_RANK = True  # renders partitions: one SPMD program over MPI ranks (spmd.py)
@@ -43,10 +44,13 @@ def lower(graph: Graph, options) -> Graph:
     """Float32 products onto the packed GEMM of the target's compiler (split over the
     target's threads where big enough), their elementwise consumers into them as epilogues;
     nothing on targets without ``packed_gemm``, nor on a microcontroller for a model whose
-    products are small (``MCU_GEMM_FLOPS``)."""
+    products are small (``MCU_GEMM_FLOPS``). On a microcontroller with Helium, integer
+    convolutions' weights laid out channels-last first (quant_lowering.py)."""
+    mcu = options.target.kind == "mcu"
+    if mcu and "mve" in build_int8(options).split("+"):
+        graph = channels_last(graph)  # integer convolutions' weights for Helium's channels-last forms
     if not options.target.spec.packed_gemm:
         return graph
-    mcu = options.target.kind == "mcu"
     if mcu and _product_flops(graph) < MCU_GEMM_FLOPS:
         return graph
     return lower_products(graph, build_isa(options), options.target.threads, mcu=mcu)

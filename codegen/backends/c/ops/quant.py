@@ -68,6 +68,14 @@ def _qconv_scratch(ins, outs, attrs, isa):
     planes = 4 * 4 * (-(-(oh * wq) // 64) * 64) + pn + 2 * (x.shape[1] // attrs["group"]) * ps
     k4 = -(-(w.shape[1] * w.shape[2] * w.shape[3]) // 4)
     k16 = -(-k4 // 4) * 16
+    layout = attrs.get("w_layout", "oihw")
+    if layout == "ohwi":  # the channel-rows form (fc_qconv_rows_scratch): kh rows of wp positions
+        return w.shape[2] * ((ow - 1) * sw + w.shape[3]) * x.shape[1]
+    if layout == "hwo":  # fc_qconv_dwrows_scratch: the rows, and each channel's first sum
+        return w.shape[2] * ((ow - 1) * sw + w.shape[3]) * x.shape[1] + 4 * x.shape[1]
+    direct = w.shape[2] * w.shape[3] * x.shape[2] * x.shape[3] == 1
+    if attrs["group"] == 1 and oh * ow == 1 and direct and "dsp" in feats:
+        return 0  # a dense layer on x (N, K, 1, 1), read in place (Cortex-M DSP, Helium)
     if attrs["group"] == 1 and oh * ow == 1:  # a dense layer (fc_qconv_dense): the window as int16
         return k16 if "mve" in feats else k4 * 4 * 2  # (as bytes on Helium)
     if attrs["group"] == 1 and "mve" in feats:  # the column form on Helium: four byte columns of k16
@@ -133,6 +141,10 @@ def qconv_form(node, macros: str, graph) -> str | None:
     dsp = "__ARM_FEATURE_DSP" in have and _m_profile(macros)
     mve = dsp and "__ARM_FEATURE_MVE" in have
     strided, taps = tuple(a["strides"]) != (1, 1), w.shape[2] * w.shape[3]
+    if a.get("w_layout", "oihw") == "ohwi":
+        return "channel rows: four positions a channel's vmladav (16 k each, read in place)"
+    if a.get("w_layout", "oihw") == "hwo":
+        return "channel rows: four channels in the vector lanes, two positions a pass (vmla)"
     if group == 1 and oh * ow == 1:
         how = " (VNNI)" if vnni else " (vmladav)" if mve else " (smlad)" if dsp else ""
         return "dense layer: a dot product an output" + how
@@ -160,6 +172,18 @@ def _qconv_split(ins, outs, attrs):
     return Split(y.shape[0] * y.shape[1], work(ins, outs, 2 * y.size * taps))
 
 
+def _qconv_entry(g: dict) -> str:
+    """The entry of kernels/qconv.h for the form of ``g``: the channels-last forms of weights
+    laid out so (fc_qconv_rows, fc_qconv_dwrows), a dense layer's, one group's, a depthwise
+    convolution's (fc_qconv_dense_run, fc_qconv_g1, fc_qconv_dw), else the one that takes every
+    geometry: a microcontroller's firmware links no form it does not use."""
+    if g["layout"] != "oihw":
+        return "rows_" if g["layout"] == "ohwi" else "dwrows_"
+    if g["groups"] == 1:
+        return "dense_run_" if g["oh"] * g["ow"] == 1 else "g1_"
+    return "dw_" if g["groups"] == g["c"] else ""
+
+
 @kernel("qconv", scratch=_qconv_scratch, split=_qconv_split)
 def _qconv(s):
     x, w, y, a = s.ins[0], s.ins[1], s.outs[0], s.attrs
@@ -173,7 +197,8 @@ def _qconv(s):
     }  # fmt: skip
     k = {
         "g": g,
-        "fn": f"fc_qconv_{'i8' if x.dtype == 'int8' else 'u8'}",
+        "fn": f"fc_qconv_{_qconv_entry({**g, 'layout': a.get('w_layout', 'oihw')})}"
+        f"{'i8' if x.dtype == 'int8' else 'u8'}",
         "q": list(a["multiplier"]),
         "shift": list(a["shift"]),
         "scale": [repr(float(v)) for v in a["scale"]],  # exact: repr round-trips a double
@@ -181,3 +206,22 @@ def _qconv(s):
         "span": s.span(g["n"] * g["m"]),
     }
     return Call("qconv", k, ("kernels/qconv.h",))
+
+
+def _qadd_split(ins, outs, attrs):
+    return Split(outs[0].size, work(ins, outs, 8 * outs[0].size))
+
+
+@kernel("qadd", split=_qadd_split)
+def _qadd(s):
+    """kernels/qadd.h: LiteRT's quantized ADD in 32-bit fixed point (four elements a pass on
+    Helium), the elements [lo, hi) of a split step."""
+    a = s.attrs
+    k = {
+        "fn": f"fc_qadd_{'i8' if s.ins[0].dtype == 'int8' else 'u8'}",
+        "a_zero": a["a_zero"], "b_zero": a["b_zero"], "y_zero": a["y_zero"], "left": a["left"],
+        "qa": a["a_multiplier"], "ra": -a["a_shift"], "qb": a["b_multiplier"], "rb": -a["b_shift"],
+        "q": a["multiplier"], "r": -a["shift"], "lo": a["lo"], "hi": a["hi"],
+        "span": s.span(s.outs[0].size),
+    }  # fmt: skip
+    return Call("qadd", k, ("kernels/qadd.h",))

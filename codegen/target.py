@@ -184,6 +184,22 @@ ARCH_LIST = (
     ),
 )
 ARCHES = {a.name: a for a in ARCH_LIST}
+# other common spellings of each arch (GNU triples, Debian and Apple names, core names)
+ALIASES = {
+    **dict.fromkeys(("native", "x86_64", "x86-64", "amd64"), "host"),
+    **dict.fromkeys(("aarch64", "arm64", "armv8", "armv8-a", "aarch64-linux-gnu"), "aarch64-linux"),
+    **dict.fromkeys(("cortex-a76", "cortex-a78", "neoverse-n1", "armv8.2-a"), "cortex-a76-linux"),
+    **dict.fromkeys(("armv7", "armv7l", "armv7-a", "armhf", "arm-linux-gnueabihf"), "armv7-linux"),
+    **dict.fromkeys(("riscv64", "rv64gc", "riscv64-linux-gnu"), "riscv64-linux"),
+    **dict.fromkeys(("cortex-m0+", "m0plus", "m0+"), "cortex-m0plus"),
+    **{f"m{n}": f"cortex-m{n}" for n in (4, 7, 55)},
+}
+
+
+def arch_name(name: str) -> str:
+    """``name``, or the arch it is another spelling of (ALIASES; case ignored)."""
+    low = str(name).lower()
+    return low if low in ARCHES else ALIASES.get(low, name)
 # a tool of an arch that is not on PATH: what to install (Target.missing, toolchain.find_cc)
 MISSING_TOOL = (
     "--arch {arch} needs {prog}, which is not on PATH; install it (Debian: apt-get install {packages})"
@@ -201,9 +217,11 @@ class Target:
     threads: int = 1
 
     def __post_init__(self):
+        object.__setattr__(self, "arch", arch_name(self.arch))  # (frozen: the canonical name)
         if self.arch not in ARCHES:
             raise FlowcError(
-                f"unknown or unsupported arch '{self.arch}'; flowc builds for {', '.join(ARCHES)}"
+                f"unknown or unsupported arch '{self.arch}'; flowc builds for {', '.join(ARCHES)} "
+                "(also spelled as GNU triples or core names: aarch64-linux-gnu, arm64, m4, ...)"
             )
         if not isinstance(self.threads, int) or not 1 <= self.threads <= 256:
             raise FlowcError(f"threads must be an integer from 1 to 256, got {self.threads!r}")
@@ -270,6 +288,17 @@ class Target:
         # their own width); no effect on CPUs without AVX-512
         wide = ("-mprefer-vector-width=512",) if platform.machine().lower() in ("x86_64", "amd64") else ()
         return (*base, "-march=native", *wide)
+
+    def isa_flags(self) -> tuple[str, ...]:
+        """The flags among ``cflags`` a build of the generated code must keep: the instruction
+        set, ABI and FPU (-m...: the products' weights are packed for that instruction set at
+        compile time, and the ABI must match the firmware's) and definitions (-D...). The
+        Makefile keeps them apart from CFLAGS, which a user sets for optimization or warnings."""
+        return tuple(f for f in self.cflags() if f.startswith(("-m", "-D")))
+
+    def opt_flags(self) -> tuple[str, ...]:
+        """``cflags`` less ``isa_flags``: optimization and floating-point contract flags."""
+        return tuple(f for f in self.cflags() if not f.startswith(("-m", "-D")))
 
     def ldflags(self) -> tuple[str, ...]:
         """Link flags of a standalone program (-static for cross-compiled Linux binaries)."""

@@ -142,6 +142,8 @@ def render_ranks(
         ),
         "main": main_descriptor(name, ins, outs, pool=target.threads > 1),
         "cflags": " ".join(target.cflags()),
+        "optflags": " ".join(target.opt_flags()),
+        "isaflags": " ".join(target.isa_flags()),
         "ldflags": " ".join(target.ldflags()),
         "arch": target.arch,
         "partition": {

@@ -17,6 +17,8 @@ from .cache import build_key, restore_export, store_export
 from .loaded import check_name, with_train
 from .target import Target, parse_bytes
 
+WEIGHTS = {"auto": "auto", "c-array": "c", "blob": "blob"}  # --weights -> pipeline.Options.weights
+
 
 def project_options(
     name: str = "model",
@@ -38,6 +40,7 @@ def project_options(
     mpi: bool | None = None,
     sm=(80, 90),
     precision: str = "fp32",
+    weights: str = "auto",
 ) -> pipeline.Options:
     """The pipeline options of a project folder (``write``), every choice checked in one line
     before any work: the backend (``target``: "c" or "cuda"), the name, the arch, the limits
@@ -45,8 +48,13 @@ def project_options(
     precision, and the compiler: the target's C compiler; MPI's for a program over ranks or a
     data-parallel training binary (``trainer``: its train op; ``mpi`` None: with MPI when
     mpicc is found; ``compress`` "fp16": gradients sent as float16); for CUDA, ``cc`` is the
-    host C++ compiler of the CPU simulator (nvcc otherwise)."""
+    host C++ compiler of the CPU simulator (nvcc otherwise). ``weights`` (the C backend):
+    "c-array" (C arrays: any C compiler), "blob" (one file pulled in by the assembler's
+    .incbin: GCC and clang) or "auto" (a blob above 64 KiB where the compiler is GCC or clang,
+    else arrays)."""
     backends.get(target)  # an unknown backend, in one line
+    if weights not in WEIGHTS:
+        raise FlowcError(f"--weights {weights}: one of {', '.join(WEIGHTS)}")
     check_name(name)
     tgt = Target(arch, portable, threads)
     if ranks is not None:
@@ -83,7 +91,7 @@ def project_options(
         target=tgt, outputs=outputs, planner=planner, cc=cc, flags=tuple(flags), name=name,
         product=None if build_binary and trainer is None else product, ranks=ranks, placement=placement,
         compress=compress, max_ram=limits["max_ram"], max_flash=limits["max_flash"], allreduce=allreduce,
-        trainer=trainer,
+        trainer=trainer, weights=WEIGHTS[weights],
     )  # fmt: skip
 
 
@@ -158,6 +166,7 @@ def export(
     compress: str | None = None,
     train=None,
     cache: bool = True,
+    weights: str = "auto",
 ) -> Path:
     """Write a project folder (header, sources, Makefile, CMakeLists.txt, metadata.json) and,
     unless ``build_binary`` is False, build it:
@@ -178,6 +187,7 @@ def export(
     each rank's arena, and the pipeline placement keeps every rank under it.
 
     ``train``: a train op, run by every call as compile()'s (its value, the loss, is an output).
+    ``weights``: "auto", "c-array" or "blob" (``project_options``).
 
     The folder appears complete or not at all: it is written beside and renamed into place.
     A repeated export of the same graph with the same options (limits included) is answered
@@ -188,7 +198,7 @@ def export(
     options = project_options(
         name=name, arch=arch, portable=portable, threads=threads, build_binary=build_binary, cc=cc,
         flags=flags, planner=planner, outputs=with_train(graph, outputs, train), ranks=ranks,
-        placement=placement, compress=compress, max_ram=max_ram, max_flash=max_flash,
+        placement=placement, compress=compress, max_ram=max_ram, max_flash=max_flash, weights=weights,
     )  # fmt: skip
     return write(graph, out_dir, options, cache)
 

@@ -81,9 +81,23 @@ def build_int8(options) -> str:
     return int8_features(toolchain.macros(options.target, cc, options.flags))
 
 
+def weights_mode(options) -> str:
+    """How the weights reach the C code: ``options.weights``, where "auto" becomes C arrays
+    for a compiler that says it is neither GCC nor clang (whose assemblers take .incbin)."""
+    if options.weights != "auto":
+        return options.weights
+    macros = toolchain.macros(options.target, toolchain.find_cc(options.cc, options.target), options.flags)
+    return "c" if macros and "__GNUC__" not in macros else "auto"  # ("": the compiler could not say)
+
+
 def render(program, options) -> Sources:
     return emit.emit(
-        program, options.name, options.weights, options.target, build_isa(options), int8=build_int8(options)
+        program,
+        options.name,
+        weights_mode(options),
+        options.target,
+        build_isa(options),
+        int8=build_int8(options),
     )
 
 
@@ -105,10 +119,12 @@ def render_trainer(programs, options) -> Sources:
     isa, target, mpi = build_isa(options), options.target, options.allreduce is not None
     int8 = build_int8(options)
     step_src = emit.emit(
-        step, f"{options.name}_train", options.weights, target, isa, rank=0 if mpi else None, int8=int8
+        step, f"{options.name}_train", weights_mode(options), target, isa, rank=0 if mpi else None, int8=int8
     )
     infer_src = (
-        None if infer is None else emit.emit(infer, options.name, options.weights, target, isa, int8=int8)
+        None
+        if infer is None
+        else emit.emit(infer, options.name, weights_mode(options), target, isa, int8=int8)
     )
     return trainer.render(step_src, step, infer_src, options.name, target, mpi)
 

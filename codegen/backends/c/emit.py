@@ -195,6 +195,14 @@ def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> 
             }
         ),
         "main": f.main,
+        # the README.txt example's call, on static arrays named as the parameters
+        "user_call": api.run.call(
+            {
+                **{p.role: p.role for p in api.run.params},  # (state, pool, mpi, ...: named as their role)
+                "input": lambda p: ins[p.index]["cname"],
+                "output": lambda p: outs[p.index]["cname"],
+            }
+        ),
         "firmware_call": api.run.call(
             {
                 "input": lambda p: f"fw_{ins[p.index]['cname']}",
@@ -234,6 +242,8 @@ def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> 
         "null_checks": null_checks or ["0"],
         "unused": unused,
         "cflags": " ".join(target.cflags()),
+        "optflags": " ".join(target.opt_flags()),
+        "isaflags": " ".join(target.isa_flags()),
         "threads": target.threads,
         # the Makefile's compiler: the host's unless set, a cross target's own
         "cc_line": f"CC = {target.compiler}" if target.compiler else "CC ?= cc",
@@ -280,6 +290,9 @@ def project_files(env: jinja2.Environment, m: dict, sources: list[str], target: 
         )
     files["CMakeLists.txt"] = env.get_template("build/CMakeLists.txt.j2").render(
         m=m, sources=sources, driver=DRIVER_C
+    )
+    files["README.txt"] = env.get_template("build/README.txt.j2").render(
+        m=m, mcu=target.spec.product == "library", cc=target.compiler or "cc"
     )
     return files
 

@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -30,7 +31,7 @@ from .sgemm import isa_from_macros
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
 RUNTIME_FILES = ("flowc_rt.h", "files.c", "files.h", "npy.c", "npy.h", "npz.c", "npz.h", "checkpoint.c",
                  "checkpoint.h", "driver.c", "driver.h", "main_driver.c", "main_driver.h", "fc_train.c",
-                 "fc_train.h", "timing.h",
+                 "fc_train.h", "timing.h", "cpu_check.h",
                  "threadpool.c", "threadpool.h")  # fmt: skip
 
 
@@ -71,16 +72,47 @@ def run(cmd: list[str], cwd: Path | None = None) -> str:
     return res.stdout
 
 
-def copy_runtime(dest: Path, target: Target | None = None) -> None:
-    """runtime_c headers and driver sources into dest/runtime (kernels/ too); for a
+_INCLUDE = re.compile(r'#\s*include\s+"([^"]+)"|"(kernels/[\w.]+)"')  # (an .inc named by a macro too)
+_MENTION = re.compile(r"runtime/(kernels/[\w.]+)")
+
+
+def runtime_used(texts, base: tuple[str, ...] = ()) -> set[str]:
+    """The kernels/ files (paths under runtime_c) that C sources ``texts`` (and build files: a
+    Makefile's SRCS naming runtime/kernels/x.c) include or name, with the files those include
+    in turn; ``base``: runtime files copied whatever the sources say, their includes followed."""
+
+    def names(text: str) -> list[str]:
+        return [a or b for a, b in _INCLUDE.findall(text)]
+
+    todo = [m for t in texts for m in (*names(t), *_MENTION.findall(t))] + list(base)
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or not (RUNTIME / name).is_file():
+            continue
+        seen.add(name)
+        here = Path(name).parent  # an include beside the including file ("vecf.h" in kernels/)
+        for inc in names((RUNTIME / name).read_text()):
+            todo.append(str(here / inc) if (RUNTIME / here / inc).is_file() else inc)
+    return {n for n in seen if n.startswith("kernels/")}
+
+
+def copy_runtime(dest: Path, target: Target | None = None, sources: Sources | None = None) -> None:
+    """runtime_c headers and driver sources into dest/runtime, and the kernels/ files: those
+    ``sources`` (a model's generated files) use (``runtime_used``), or all of them; for a
     microcontroller the start-up files of mcu/ instead of the .npy driver."""
     mcu = target is not None and target.spec.product == "library"
+    base = ("flowc_rt.h",) if mcu else RUNTIME_FILES
     (dest / "runtime" / "kernels").mkdir(parents=True, exist_ok=True)
-    for name in ("flowc_rt.h",) if mcu else RUNTIME_FILES:
+    for name in base:
         shutil.copyfile(RUNTIME / name, dest / "runtime" / name)
-    for path in sorted((RUNTIME / "kernels").iterdir()):
-        if path.suffix in (".h", ".inc", ".c"):
-            shutil.copyfile(path, dest / "runtime" / "kernels" / path.name)
+    if sources is None:
+        kernels = [p.name for p in (RUNTIME / "kernels").iterdir() if p.suffix in (".h", ".inc", ".c")]
+    else:
+        texts = [c for c in sources.files.values() if isinstance(c, str)]
+        kernels = [n.split("/", 1)[1] for n in runtime_used(texts, base)]
+    for name in sorted(kernels):
+        shutil.copyfile(RUNTIME / "kernels" / name, dest / "runtime" / "kernels" / name)
     if mcu:
         (dest / "runtime" / "mcu").mkdir(exist_ok=True)
         for path in sorted((RUNTIME / "mcu").iterdir()):
@@ -109,7 +141,7 @@ def write_sources(sources: Sources, dest: Path, target: Target | None = None, bl
             continue
         with open(dest / name, "wb" if isinstance(content, bytes) else "w") as f:
             f.write(content)
-    copy_runtime(dest, target)
+    copy_runtime(dest, target, sources)
 
 
 def write_blobs(sources: Sources, dest: Path) -> None:

@@ -46,6 +46,7 @@ import contextlib
 import io
 import json
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -113,6 +114,7 @@ def cmd_compile(args) -> int:
         build_binary=not args.no_build, ranks=args.ranks, placement=args.placement, compress=args.compress,
         max_ram=args.max_ram, max_flash=args.max_flash, trainer=args.train, precision=args.precision,
         mpi=False if args.no_mpi else None, sm=parse_sm(args.sm) if args.target == "cuda" else (80, 90),
+        weights=args.weights,
     )  # fmt: skip
     outdir.check(args.output)  # and an output folder flowc may not replace
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
@@ -122,6 +124,87 @@ def cmd_compile(args) -> int:
         out = exports.write(graph, args.output, options, cache=not args.no_cache)
     sys.stdout.write(said.getvalue())
     print(summary(out, options, time.perf_counter() - t0))
+    return 0
+
+
+def buffer_labels(program) -> list[str]:
+    """What each arena buffer of ``program`` holds, for the memory plan's picture: the values
+    placed in it (their nodes' names, two at most and a count of the rest), or a step's
+    scratch memory."""
+    held: dict[int, list[str]] = {}
+    for ref, loc in program.loc.items():
+        if loc.kind == "arena":
+            held.setdefault(loc.index, []).append(printable(ref.node, 40))
+    for step, index in program.scratch_buffer.items():
+        held.setdefault(index, []).append(f"scratch of {printable(step, 40)}")
+    out = []
+    for i in range(len(program.buffers)):
+        names = sorted(dict.fromkeys(held.get(i, [])))
+        out.append(", ".join(names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "") or f"buffer {i}")
+    return out
+
+
+def cmd_run(args) -> int:
+    """``flowc run``: compile the model for --arch into a temporary folder and run it once on the
+    given .npy inputs, here, under qemu-user (a cross Linux arch) or on a microcontroller's
+    emulated board (qemu-system-arm, codegen/backends/c/mcu.py run_firmware), writing each output
+    to --out-dir as the standalone binary does (DIR/<output>.npy)."""
+    import tempfile
+
+    import numpy as np
+
+    from .backends.c import mcu
+
+    options = exports.project_options(
+        name=args.name, arch=args.arch, portable=args.portable, threads=args.threads
+    )
+    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
+    paths = {}
+    for spec in args.inputs or []:
+        name, eq, path = spec.partition("=")
+        if not eq or not name or not path:
+            raise FlowcError(f"--in expects NAME=FILE.npy, got {spec!r}")
+        paths[name] = Path(path)
+    with tempfile.TemporaryDirectory(prefix="flowc-run-") as tmp:
+        folder = exports.write(graph, Path(tmp) / args.name, options)
+        meta = json.loads((folder / "metadata.json").read_text())
+        known = [t["name"] for t in meta["inputs"]]
+        for name in paths:
+            if name not in known:
+                raise FlowcError(f"unknown input {name!r}; the model's inputs: {', '.join(known)}")
+        feeds = {}
+        for t in meta["inputs"]:
+            if t["name"] not in paths:
+                raise FlowcError(f"missing --in {t['name']}=FILE.npy ({t['dtype']}{t['shape']})")
+            try:
+                value = np.load(paths[t["name"]], allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise FlowcError(f"--in {t['name']}: cannot read {paths[t['name']]} as .npy ({e})") from None
+            if value.dtype.name != t["dtype"] or list(value.shape) != t["shape"]:
+                raise FlowcError(
+                    f"--in {t['name']}: {paths[t['name']]} holds {value.dtype.name}{list(value.shape)}, "
+                    f"the model takes {t['dtype']}{t['shape']}"
+                )
+            feeds[t["name"]] = value
+        if options.target.kind == "mcu":
+            res = mcu.run_firmware(folder, feeds)
+            outputs = res["outputs"]
+            print(f"{args.name} on {options.target.arch} ({options.target.spec.board} under QEMU): "
+                  f"{res['instructions']:,} instructions, {res['stack']} B of stack")  # fmt: skip
+        else:
+            work = Path(tmp) / "run"
+            cmd = [*options.target.runner(), str(folder / args.name), "--out-dir", str(work)]
+            for t in meta["inputs"]:
+                cmd += ["--in", f"{t['name']}={paths[t['name']].resolve()}"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                raise FlowcError((done.stderr.strip().splitlines() or ["the model's run failed"])[-1])
+            outputs = {t["name"]: np.load(work / t["file"]) for t in meta["outputs"]}
+        out = Path(args.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for t in meta["outputs"]:
+            np.save(out / t["file"], np.asarray(outputs[t["name"]]))
+            print(f"  {t['name']}: {t['dtype']}{t['shape']} -> {out / t['file']}")
     return 0
 
 
@@ -254,7 +337,7 @@ def cmd_inspect(args) -> int:
         return inspect_ranks(args, graph, c)
     if options.trainer is not None:
         return inspect_trainer(args, graph, c)
-    where = f"target {args.target} on {args.arch}"
+    where = f"target {args.target} on {options.target.arch if options.backend == 'c' else args.arch}"
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {where}")
     ops = Counter(n.op for n in graph.nodes)
     print("ops: " + ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())))
@@ -309,11 +392,16 @@ def cmd_inspect(args) -> int:
         algorithm = conv_algorithm(n) or qconv_form(n, macros, program.graph)
         print(f"{line} {algorithm}" if algorithm else line)
     print(program.describe())
-    if args.svg:
-        from graphdef.files import write_text  # atomic, never through a link at args.svg
+    if args.svg or args.png:
+        from graphdef.files import write_bytes, write_text  # atomic, never through a link there
 
-        write_text(args.svg, memory.draw_svg(program.buffers, program.plan))
-        print(f"wrote {args.svg}")
+        labels = buffer_labels(program)
+        if args.svg:
+            write_text(args.svg, memory.draw_svg(program.buffers, program.plan, labels=labels))
+            print(f"wrote {args.svg}")
+        if args.png:
+            write_bytes(args.png, memory.draw_png(program.buffers, program.plan, labels=labels))
+            print(f"wrote {args.png}")
     if missing:  # the report is shown; compile would stop at these ops
         raise without_code(missing, args.target)
     return 0
@@ -379,6 +467,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--no-build", action="store_true")
     c.add_argument("--no-cache", action="store_true", help="build anew (no cached copy)")
     c.add_argument("--portable", action="store_true", help="no -march=native: runs on any CPU of the arch")
+    c.add_argument(
+        "--weights",
+        default="auto",
+        choices=("auto", "c-array", "blob"),
+        help="c-array: weights as C arrays (IAR, Keil, MSVC); blob: one file pulled in by the assembler "
+        "(.incbin: GCC, clang); auto: a blob above 64 KiB where the compiler is GCC or clang",
+    )
     c.add_argument("--max-ram", metavar="BYTES", help="refuse a model needing more RAM (e.g. 64K)")
     c.add_argument("--max-flash", metavar="BYTES", help="refuse a model needing more flash (e.g. 256K)")
     c.add_argument(
@@ -386,6 +481,19 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--no-mpi", action="store_true", help="with --train: build without MPI (one process)")
     c.set_defaults(func=cmd_compile)
+    r = sub.add_parser("run", help="compile for --arch and run once on .npy inputs (QEMU for other arches)")
+    r.add_argument("model")
+    r.add_argument("--arch", default="host", help=", ".join(ARCHES))
+    r.add_argument("--name", default="model")
+    r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--portable", action="store_true")
+    r.add_argument(
+        "--in", dest="inputs", action="append", metavar="NAME=FILE.npy", help="an input (each once)"
+    )
+    r.add_argument("--out-dir", required=True, help="the outputs, DIR/<output>.npy (created if missing)")
+    r.add_argument("--shape", action="append", metavar="NAME=D0xD1x..", help="as for compile")
+    r.add_argument("--value", action="append", metavar="NAME=V0,V1,..|FILE.npy", help="as for compile")
+    r.set_defaults(func=cmd_run)
     q = sub.add_parser("quantize", help="int8 post-training quantization of an ONNX model (QDQ)")
     q.add_argument("model", help="a float ONNX model")
     q.add_argument(
@@ -410,6 +518,7 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--portable", action="store_true")
     i.add_argument("--stage", help="print one stage's output in full (a stage of codegen.pipeline)")
     i.add_argument("--svg", help="also draw the memory plan to this SVG file")
+    i.add_argument("--png", help="also draw the memory plan to this PNG file (Pillow)")
     i.add_argument(
         "--train", nargs="?", const="train", metavar="OP", help="the training binary of train op OP"
     )

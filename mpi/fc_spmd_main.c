@@ -114,6 +114,10 @@ int fc_spmd_main(const fc_spmd_program *p, int argc, char **argv) {
     if (fc_main_io_open(&io, m, me) != 0) fc_mpi_abort(&ctx, "out of memory");
     fc_file_cleanup_on_signals();
     code = fc_main_parse(m, argc, argv, 0, p->ranks, &io, &o, msg, sizeof msg);
+    if (!code && o.help) {
+        if (me == 0) fc_main_usage(m, 0, p->ranks);
+        goto done;
+    }
     if (code) { /* the same arguments everywhere: rank 0 says what is wrong */
         if (me == 0) fc_main_error(m->name, me, code, msg);
         goto done;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int fc_drv_in_arg(const char *spec, const fc_drv_tensor *inputs, int n, const char **paths, char *msg,
                   size_t len) {
@@ -24,8 +25,10 @@ int fc_drv_in_arg(const char *spec, const fc_drv_tensor *inputs, int n, const ch
         }
     }
     if (!found) {
-        snprintf(msg, len, "unknown input '%.*s'; the model's inputs are listed in metadata.json", (int)(eq - spec),
-                 spec);
+        size_t at;
+        snprintf(msg, len, "unknown input '%.*s'; the model's inputs:", (int)(eq - spec), spec);
+        for (j = 0; j < n && (at = strlen(msg)) + 2 < len; ++j)
+            snprintf(msg + at, len - at, "%s %s", j ? "," : "", inputs[j].name);
         return 2;
     }
     return 0;
@@ -81,14 +84,48 @@ int fc_drv_load_inputs(const fc_drv_tensor *inputs, int n, const char **paths, l
     return 0;
 }
 
+int fc_drv_make_out_dir(const char *out_dir, size_t *made, char *msg, size_t len) {
+    char path[4096];
+    size_t k, n = strlen(out_dir);
+    if (made) *made = n + 1; /* nothing created yet */
+    if (n == 0 || n >= sizeof path) {
+        snprintf(msg, len, "--out-dir: a path of 1 to %d bytes, not %lu", (int)sizeof path - 1, (unsigned long)n);
+        return 4;
+    }
+    memcpy(path, out_dir, n + 1);
+    for (k = 1; k <= n; ++k) { /* each parent, then the folder itself (as mkdir -p) */
+        if (path[k] != '/' && path[k] != 0) continue;
+        path[k] = 0;
+        if (mkdir(path, 0777) == 0) {
+            if (made && *made > n) *made = k;
+        } else if (errno != EEXIST) {
+            snprintf(msg, len, "cannot create --out-dir %s (%s: %s)", out_dir, path, strerror(errno));
+            fc_drv_unmake_out_dir(out_dir, made ? *made : n + 1);
+            return 4;
+        }
+        path[k] = k < n ? '/' : 0;
+    }
+    return 0;
+}
+
+void fc_drv_unmake_out_dir(const char *out_dir, size_t made) {
+    char path[4096];
+    size_t k, n = strlen(out_dir);
+    if (made > n || n >= sizeof path) return;
+    memcpy(path, out_dir, n + 1);
+    for (k = n; k >= made; --k) { /* the folder, then each parent made, deepest first */
+        if (path[k] != '/' && path[k] != 0) continue;
+        path[k] = 0;
+        (void)rmdir(path); /* (only while empty) */
+        if (k == 0) break;
+    }
+}
+
 int fc_drv_write_temps(const char *out_dir, const fc_drv_tensor *outputs, int n, void *const *data, long scale,
                        const fc_drv_tensor *inputs, int n_in, const char **in_paths, fc_file_set *put,
                        char **paths, char *msg, size_t len) {
     int i, j;
-    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
-        snprintf(msg, len, "cannot create --out-dir %s (%s)", out_dir, strerror(errno));
-        return 4;
-    }
+    if ((j = fc_drv_make_out_dir(out_dir, NULL, msg, len)) != 0) return j;
     for (j = 0; j < n; ++j) {
         const fc_drv_tensor *t = &outputs[j];
         long shape[8];

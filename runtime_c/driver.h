@@ -34,6 +34,13 @@ int fc_drv_inputs_named(const fc_drv_tensor *inputs, int n, const char **paths, 
 int fc_drv_load_inputs(const fc_drv_tensor *inputs, int n, const char **paths, long scale, fc_npy *in,
                        char *msg, size_t len);
 
+/* Create out_dir and its missing parents (as mkdir -p): 0, or 4 with the reason in msg;
+ * *made (when made is not NULL): the length of out_dir's prefix whose first folder it created
+ * (strlen + 1: none), for fc_drv_unmake_out_dir. */
+int fc_drv_make_out_dir(const char *out_dir, size_t *made, char *msg, size_t len);
+/* Remove the folders fc_drv_make_out_dir made (those still empty), deepest first. */
+void fc_drv_unmake_out_dir(const char *out_dir, size_t made);
+
 /* Write this process's outputs (mine), data[j] each, axis 0 times scale, to fresh temporaries
  * beside out_dir/<file> (out_dir made if missing), refusing a path that is one of the input files;
  * put[j] and paths[j] (malloc'ed: free them) name them for fc_files_commit. 0, or 3 (out of memory)

@@ -77,8 +77,12 @@ int fc_main_parse(const fc_main_model *m, int argc, char **argv, int checkpoint,
     o->bench = 0;
     o->microbatches = 1;
     o->checkpoint = NULL;
+    o->help = 0;
     for (i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--in") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            o->help = 1;
+            return 0;
+        } else if (strcmp(argv[i], "--in") == 0 && i + 1 < argc) {
             if (fc_drv_in_arg(argv[++i], io->ins, m->n_in, io->in_path, msg, len) != 0) return 2;
         } else if (strcmp(argv[i], "--out-dir") == 0 && i + 1 < argc) {
             o->out_dir = argv[++i];
@@ -119,6 +123,49 @@ int fc_main_parse(const fc_main_model *m, int argc, char **argv, int checkpoint,
     return 0;
 }
 
+static void put_escaped(const char *text) {
+    const unsigned char *p;
+    for (p = (const unsigned char *)text; *p; ++p) {
+        if (*p >= 32 && *p < 127)
+            putchar(*p);
+        else
+            printf("\\x%02x", *p);
+    }
+}
+
+static void put_tensor(const fc_main_tensor *t) {
+    int d;
+    printf("  ");
+    put_escaped(t->name);
+    printf(" %s[", t->dtype);
+    for (d = 0; d < t->rank; ++d) printf(d ? ", %ld" : "%ld", t->shape[d]);
+    printf("]");
+    if (t->file) {
+        printf(" -> DIR/");
+        put_escaped(t->file);
+    }
+    printf("\n");
+}
+
+void fc_main_usage(const fc_main_model *m, int checkpoint, int ranks) {
+    int j;
+    if (ranks > 0)
+        printf("usage: mpiexec -n %d %s --in NAME=FILE.npy ... --out-dir DIR [--microbatches K] [--bench N]\n", ranks,
+               m->name);
+    else
+        printf("usage: %s --in NAME=FILE.npy ... --out-dir DIR [--bench N]%s\n", m->name,
+               checkpoint ? " [--checkpoint FILE.npz]" : "");
+    printf("inputs (--in NAME=FILE.npy, each a .npy of this dtype and shape):\n");
+    for (j = 0; j < m->n_in; ++j) put_tensor(&m->inputs[j]);
+    printf("outputs (written to --out-dir, created if missing):\n");
+    for (j = 0; j < m->n_out; ++j) put_tensor(&m->outputs[j]);
+    printf("--bench N: N more runs timed, their median printed (median_us=...)\n");
+    if (checkpoint) printf("--checkpoint FILE.npz: the variables' values from a checkpoint\n");
+    if (ranks > 0) printf("--microbatches K: K inputs stacked along axis 0, pipelined over the ranks\n");
+    printf("exit codes: 0 done, 2 arguments and input files, 3 memory, threads or the run, 4 the output files, "
+           "5 the CPU\n");
+}
+
 int fc_main_alloc_outputs(const fc_main_model *m, fc_main_io *io, long microbatches) {
     int j;
     for (j = 0; j < m->n_out; ++j) {
@@ -154,17 +201,24 @@ int fc_main(const fc_main_binary *b, int argc, char **argv) {
     fc_main_args a;
     void *arena = NULL, *state = NULL, *pool = NULL, *ctx = NULL;
     int j, status, pool_started = 0, code = 0;
+    size_t made = (size_t)-1; /* of --out-dir: what fc_drv_make_out_dir created (none yet) */
     char msg[1024];
 
     if (b->train_main && argc > 1 && strcmp(argv[1], "train") == 0) return b->train_main(argc - 1, argv + 1);
     msg[0] = 0;
+    memset(&o, 0, sizeof o);
     if (fc_main_io_open(&io, m, 0) != 0) {
         code = fc_main_error(m->name, -1, 3, "out of memory");
         goto done;
     }
     fc_file_cleanup_on_signals(); /* a signal in the middle of the writes leaves no temporary */
-    if ((code = fc_main_parse(m, argc, argv, b->state_init || b->state_read, 0, &io, &o, msg, sizeof msg)) != 0 ||
-        (code = fc_drv_load_inputs(io.ins, m->n_in, io.in_path, 1, io.in, msg, sizeof msg)) != 0) {
+    if ((code = fc_main_parse(m, argc, argv, b->state_init || b->state_read, 0, &io, &o, msg, sizeof msg)) == 0 &&
+        o.help) {
+        fc_main_usage(m, b->state_init || b->state_read, 0);
+        goto done;
+    }
+    if (code != 0 || (code = fc_drv_load_inputs(io.ins, m->n_in, io.in_path, 1, io.in, msg, sizeof msg)) != 0 ||
+        (code = fc_drv_make_out_dir(o.out_dir, &made, msg, sizeof msg)) != 0) { /* (before any run or --bench) */
         fc_main_error(m->name, -1, code, msg);
         goto done;
     }
@@ -238,6 +292,7 @@ int fc_main(const fc_main_binary *b, int argc, char **argv) {
     if (fc_files_commit(io.put, m->n_out, msg, sizeof msg) != 0) code = fc_main_error(m->name, -1, 4, msg);
 done:
     fc_main_io_close(&io, m);
+    if (code != 0 && o.out_dir) fc_drv_unmake_out_dir(o.out_dir, made); /* a failure leaves no folder */
     if (b->close) b->close(ctx);
     free(arena);
     free(state);

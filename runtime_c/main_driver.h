@@ -17,7 +17,7 @@
  * (graphdef/checkpoint.py; a training checkpoint's optimizer slots are left out) instead of their
  * initial values. Errors: one line on stderr (bytes other than printable ASCII escaped as \xNN)
  * and the exit code: 2 arguments and input files, 3 memory, threads, a context or the run,
- * 4 the output files.
+ * 4 the output files, 5 a CPU without an instruction set the build uses (cpu_check.h, x86-64).
  *
  * The SPMD program over MPI ranks has its own main, beside the MPI layer (mpi/fc_spmd_main.h); it
  * shares the model's description (fc_main_model) and the helpers at the end of this header. */
@@ -123,13 +123,18 @@ typedef struct {
     long bench;        /* 0: no --bench */
     long microbatches; /* 1 unless the program takes --microbatches */
     const char *checkpoint;
+    int help;          /* --help (-h): print the usage (fc_main_usage) and exit 0 */
 } fc_main_options;
 
 /* Parse the arguments into o and io->in_path: --in, --out-dir and --bench; --checkpoint when
  * checkpoint is set; --microbatches in an SPMD program of ranks > 0 ranks (0: one process), whose
- * usage line names mpiexec. 0, or 2 with the reason in msg. */
+ * usage line names mpiexec; --help. 0, or 2 with the reason in msg. */
 int fc_main_parse(const fc_main_model *m, int argc, char **argv, int checkpoint, int ranks, fc_main_io *io,
                   fc_main_options *o, char *msg, size_t len);
+
+/* The usage on stdout: the command line, each input and output with its dtype and shape (names
+ * escaped as in the error lines), the options and the exit codes. */
+void fc_main_usage(const fc_main_model *m, int checkpoint, int ranks);
 
 /* Allocate this rank's outputs, microbatches runs each: 0, or -1. */
 int fc_main_alloc_outputs(const fc_main_model *m, fc_main_io *io, long microbatches);

@@ -22,5 +22,10 @@ KNOWN = ("c", "cuda")
 def get(name: str):
     """The backend module called ``name``."""
     if name not in KNOWN:
-        raise UnsupportedError(f"--target {name} is not available in this version (use {', '.join(KNOWN)})")
+        from ..target import ARCHES, arch_name
+
+        arch = arch_name(name)
+        hint = f"; for that CPU use --arch {arch} (--target picks the backend)" if arch in ARCHES else ""
+        known = ", ".join(KNOWN)
+        raise UnsupportedError(f"--target {name} is not available in this version (use {known}){hint}")
     return importlib.import_module(f"{__name__}.{name}")

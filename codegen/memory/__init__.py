@@ -23,7 +23,7 @@ The package: ``planner.py`` holds the records, the checker, the cheap algorithms
 (runtime_c/planner/memory_search.c, built with cffi); ``drawing.py`` the drawings.
 """
 
-from .drawing import draw_svg, draw_text
+from .drawing import draw_png, draw_svg, draw_text
 from .exact_search import DEFAULT_NODE_BUDGET, SEARCH_C
 from .planner import (
     ALGORITHMS,
@@ -47,6 +47,7 @@ __all__ = [
     "PlanError",
     "arena_bytes",
     "check",
+    "draw_png",
     "draw_svg",
     "draw_text",
     "greedy_by_conflicts",

@@ -1,6 +1,12 @@
-"""Drawings of a plan, time across and memory up: ``draw_text`` (ASCII) and ``draw_svg``."""
+"""Drawings of a plan, time across and memory up: ``draw_text`` (ASCII), ``draw_svg`` and
+``draw_png`` (the same picture)."""
 
 from __future__ import annotations
+
+import colorsys
+import io
+
+from graphdef.errors import FlowcError
 
 from .planner import Plan, _reqs
 
@@ -59,46 +65,146 @@ def draw_text(buffers, plan: Plan, width: int = 80, height: int = 16) -> str:
     return "\n".join(lines) + "\n"
 
 
-def draw_svg(buffers, plan: Plan, width: int = 800, height: int = 400) -> str:
-    """A standalone SVG of ``plan``: one rectangle per buffer, x = lifetime, y = offset.
+def _rgb(i: int) -> tuple[int, int, int]:
+    """Buffer i's fill: hues the golden angle apart (written as rgb(): an hsl() fill renders
+    black in common converters, cairosvg among them)."""
+    r, g, b = colorsys.hls_to_rgb((i * 137 % 360) / 360, 0.70, 0.60)
+    return round(r * 255), round(g * 255), round(b * 255)
 
-    The plot area is ``width`` x ``height`` pixels with offset 0 at the bottom; the margins
-    carry the arena size, 0, and the first and last step. Each rectangle has a ``<title>``
-    tooltip (index, size, offset, steps) and a fill colour picked from its index; zero-size
-    buffers are drawn as a hairline. Output depends only on the inputs.
-    """
+
+def _ticks(t0: int, t1: int, most: int = 16) -> list[int]:
+    """Step numbers for the time axis: t0, t1 and round steps between, at most ``most``."""
+    span = max(t1 - t0, 1)
+    rounds = (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10**4, 10**5, 10**6)
+    step = next((s for s in rounds if span / s <= most), rounds[-1])
+    return sorted(
+        {t0, t1, *(t for t in range((t0 // step + 1) * step, t1, step) if min(t - t0, t1 - t) * 2 >= step)}
+    )
+
+
+def _layout(buffers, plan: Plan, width: int, height: int, labels) -> tuple[int, int, list[tuple]]:
+    """(width, height, shapes) of a plan's picture: ("rect", x, y, w, h, rgb, tooltip or None),
+    ("text", x, y, text, anchor, size), ("line", x1, y1, x2, y2) and ("group", id) (what
+    follows, to the end, is that group), in drawing order, for draw_svg and draw_png alike."""
     reqs = _reqs(buffers)
+    names = [f"buffer {i}" for i in range(len(reqs))] if labels is None else [str(s) for s in labels]
     arena = max(plan.arena_bytes, 1)
     left, pad = 12 + 7 * len(str(plan.arena_bytes)), 24
     t0 = min((b.first for b in reqs), default=0)
     t1 = max((b.last for b in reqs), default=0)
     sx, sy = width / (t1 - t0 + 1), height / arena
-    full_w, full_h = left + width + pad, height + 2 * pad
+    full_w, col_w = left + width + pad, 300
+    cols = max(1, full_w // col_w)
+    rows = -(-len(reqs) // cols)
+    legend_y = height + 2 * pad + 30
+    full_h = legend_y + 14 * rows + pad
+    shapes: list[tuple] = [
+        ("rect", 0, 0, full_w, full_h, (255, 255, 255), None),
+        ("rect", left, pad, width, height, (250, 250, 250), None),
+    ]
+    for i, (b, o) in enumerate(zip(reqs, plan.offsets)):
+        x, y = left + (b.first - t0) * sx, pad + height - (o + b.size) * sy
+        w, h = (b.last - b.first + 1) * sx, max(b.size * sy, 0.5)
+        what = f"buffer {i}" + (f" ({names[i]})" if labels is not None else "")
+        tip = f"{what}: {b.size} bytes at offset {o}, steps {b.first}..{b.last}"
+        shapes.append(("rect", x, y, w, h, _rgb(i), tip))
+        fit = int((w - 4) // 6.6)  # characters of its label that fit inside
+        if h >= 12 and fit >= 3:
+            text = f"{i} {names[i]}"
+            shapes.append(
+                ("text", x + 2, y + 11, text if len(text) <= fit else text[: fit - 1] + "~", "start", 10)
+            )
+    axis = pad + height
+    for t in _ticks(t0, t1):
+        x = left + (t - t0 + 0.5) * sx
+        shapes += [("line", x, axis, x, axis + 4), ("text", x, axis + 15, str(t), "middle", 11)]
+    shapes += [
+        ("text", left - 4, pad + 4, str(plan.arena_bytes), "end", 11),
+        ("text", left - 4, axis, "0", "end", 11),
+        ("text", left, pad - 8, "offset in the arena (bytes) up, time (steps) across", "start", 11),
+        ("text", left + width, axis + 28, "step", "end", 11),
+    ]
+    shapes.append(("group", "legend"))  # (draw_svg: the legend's elements in <g id="legend">)
+    shapes.append(("text", left, legend_y - 8, "buffers: index, what it holds, bytes, steps", "start", 11))
+    for i, b in enumerate(reqs):
+        cx, cy = left + (i // rows) * col_w, legend_y + 14 * (i % rows)
+        entry = f"{i} {names[i]} {b.size} B {b.first}..{b.last}"
+        shapes += [
+            ("rect", cx, cy, 10, 10, _rgb(i), None),
+            ("text", cx + 14, cy + 9, entry if len(entry) <= 44 else entry[:43] + "~", "start", 11),
+        ]
+    return full_w, full_h, shapes
+
+
+def draw_svg(buffers, plan: Plan, width: int = 800, height: int = 400, labels=None) -> str:
+    """A standalone SVG of ``plan``: one rectangle per buffer, x = lifetime, y = offset.
+
+    The plot area is ``width`` x ``height`` pixels with offset 0 at the bottom; the margins
+    carry the arena size, 0, and the time axis in steps (ticks at round steps). Each rectangle
+    has a plain rgb fill picked from its index, its label written inside where it fits and a
+    ``<title>`` tooltip (label, size, offset, steps); zero-size buffers are drawn as a hairline.
+    ``labels``: per buffer, what it holds (the tensors, the step that makes them; default
+    "buffer i"). A legend under the plot lists every buffer with its colour, label, size and
+    steps, in as many columns as fit. Output depends only on the inputs.
+    """
+    reqs = _reqs(buffers)
+    full_w, full_h, shapes = _layout(buffers, plan, width, height, labels)
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{full_w}" height="{full_h}" '
         f'viewBox="0 0 {full_w} {full_h}" font-family="monospace" font-size="11">',
         f"<title>memory plan: {len(reqs)} buffers, arena {plan.arena_bytes} bytes, "
         f"algorithm {_xml(plan.algorithm)}</title>",
-        f'<rect x="{left}" y="{pad}" width="{width}" height="{height}" fill="#fafafa" stroke="#888"/>',
     ]
-    for i, (b, o) in enumerate(zip(reqs, plan.offsets)):
-        x, y = left + (b.first - t0) * sx, pad + height - (o + b.size) * sy
-        w, h = (b.last - b.first + 1) * sx, max(b.size * sy, 0.5)
-        out.append(
-            f'<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}" '
-            f'fill="hsl({i * 137 % 360},60%,70%)" stroke="#333" stroke-width="0.5">'  # golden angle
-            f"<title>buffer {i}: {b.size} bytes at offset {o}, steps {b.first}..{b.last}</title></rect>"
-        )
-    out += [
-        f'<text x="{left - 4}" y="{pad + 4}" text-anchor="end">{plan.arena_bytes}</text>',
-        f'<text x="{left - 4}" y="{pad + height}" text-anchor="end">0</text>',
-        f'<text x="{left}" y="{pad + height + 16}">step {t0}</text>',
-        f'<text x="{left + width}" y="{pad + height + 16}" text-anchor="end">{t1}</text>',
-        f'<text x="{left}" y="{pad - 8}">offset (bytes)</text>',
-        "</svg>",
-    ]
+    for s in shapes:
+        if s[0] == "group":
+            out.append(f'<g id="{s[1]}">')
+        elif s[0] == "rect":
+            _, x, y, w, h, (r, g, b), tip = s
+            body = f"<title>{_xml(tip)}</title></rect>" if tip else "</rect>"
+            out.append(
+                f'<rect x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}" fill="rgb({r},{g},{b})" '
+                f'stroke="rgb(51,51,51)" stroke-width="0.5">{body}'
+            )
+        elif s[0] == "text":
+            _, x, y, text, anchor, size = s
+            out.append(
+                f'<text x="{x:.2f}" y="{y:.2f}" text-anchor="{anchor}" font-size="{size}">{_xml(text)}</text>'
+            )
+        else:
+            _, x1, y1, x2, y2 = s
+            out.append(
+                f'<line x1="{x1:.2f}" y1="{y1:.2f}" x2="{x2:.2f}" y2="{y2:.2f}" stroke="rgb(68,68,68)"/>'
+            )
+    out += ["</g>", "</svg>"]
     return "\n".join(out) + "\n"
+
+
+def draw_png(buffers, plan: Plan, width: int = 800, height: int = 400, labels=None) -> bytes:
+    """``draw_svg``'s picture as PNG bytes, drawn with Pillow from the same shapes (no SVG
+    renderer needed)."""
+    try:
+        from PIL import Image, ImageDraw
+    except ImportError:
+        raise FlowcError("a PNG needs Pillow (pip install pillow); --svg needs nothing") from None
+    full_w, full_h, shapes = _layout(buffers, plan, width, height, labels)
+    img = Image.new("RGB", (int(full_w), int(full_h)), (255, 255, 255))
+    pen = ImageDraw.Draw(img)
+    for s in shapes:
+        if s[0] == "rect":
+            _, x, y, w, h, rgb, _ = s
+            pen.rectangle([x, y, x + max(w, 1), y + max(h, 1)], fill=rgb, outline=(51, 51, 51))
+        elif s[0] == "group":
+            continue
+        elif s[0] == "text":
+            _, x, y, text, anchor, _ = s
+            dx = {"start": 0, "middle": pen.textlength(text) / 2, "end": pen.textlength(text)}[anchor]
+            pen.text((x - dx, y - 10), text, fill=(0, 0, 0))
+        else:
+            pen.line([s[1], s[2], s[3], s[4]], fill=(68, 68, 68))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def _xml(text: str) -> str:

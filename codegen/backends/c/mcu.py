@@ -26,6 +26,7 @@ the linked firmware, each function's frame read from its disassembly (push, vpus
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -223,7 +224,7 @@ def classify(sec: InputSection, name: str) -> str:
 # ----------------------------------------------------------------------------- stack bound
 _FUNC = re.compile(r"^([0-9a-f]+) <([^>]+)>:$")
 _INSN = re.compile(r"^\s*[0-9a-f]+:\s+(\S+)\s*(.*)$")  # (8-digit addresses start the line)
-_TARGET = re.compile(r"\b[0-9a-f]+ <([^>+]+)(?:\+0x[0-9a-f]+)?>")
+_TARGET = re.compile(r"\b([0-9a-f]+) <([^>+]+)(?:\+0x[0-9a-f]+)?>")
 
 
 def _reg_count(operands: str) -> tuple[int, int]:
@@ -246,6 +247,16 @@ def frames(disassembly: str) -> dict[str, tuple[int, set[str], bool]]:
     """Per function: (bytes its prologue takes from the stack, functions it calls or
     tail-calls, whether it moves sp by a run-time amount or calls through a pointer)."""
     funcs: dict[str, tuple[int, set[str], bool]] = {}
+    # a branch's target by its address, the function around it (objdump names an address by the
+    # nearest symbol below it: past 64 KiB of code that can be the linker's absolute STACK_SIZE)
+    heads = [m for m in map(_FUNC.match, disassembly.splitlines()) if m]
+    starts = sorted((int(m.group(1), 16), m.group(2)) for m in heads)
+    addrs = [a for a, _ in starts]
+
+    def around(addr: int) -> str | None:
+        k = bisect.bisect_right(addrs, addr) - 1
+        return starts[k][1] if k >= 0 else None
+
     current, frame, calls, dynamic = None, 0, set(), False
     for line in disassembly.splitlines() + ["00000000 <end>:"]:
         m = _FUNC.match(line)
@@ -274,8 +285,9 @@ def frames(disassembly: str) -> dict[str, tuple[int, set[str], bool]]:
             dynamic = True  # a call through a pointer
         elif base.startswith("b") and base not in ("bf", "bfx", "bfcsel"):  # (Armv8.1-M's branch-future
             t = _TARGET.search(args)  # hints name labels, not calls; bfl does call)
-            if t and t.group(1) != current:
-                calls.add(t.group(1))
+            callee = around(int(t.group(1), 16)) if t else None
+            if callee is not None and callee != current:
+                calls.add(callee)
     return funcs
 
 

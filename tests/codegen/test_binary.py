@@ -102,6 +102,93 @@ def test_makefile_and_cmake_rebuild_without_flowc(digits, tmp_path):
         assert run_binary(build / "net", {"x": x}, tmp_path / "res2").returncode == 0
 
 
+def test_a_binary_refuses_a_cpu_without_the_instruction_sets_it_was_built_for(digits, tmp_path):
+    """Built for this machine (-march=native) and run on an older x86-64 (QEMU's Haswell, no
+    AVX-512): one line naming the missing instruction set and the fix (--portable), exit code 5,
+    no crash; the same binary runs on this machine, and a --portable build runs on the Haswell.
+    ``CFLAGS=-O2 make`` keeps the instruction-set flags (the Makefile's ISAFLAGS)."""
+    import platform
+
+    g, out, x = digits
+    if platform.machine() != "x86_64" or not shutil.which("qemu-x86_64"):
+        pytest.skip("needs an x86-64 machine and qemu-x86_64 (apt-get install qemu-user)")
+    macros = subprocess.run(
+        ["cc", "-march=native", "-dM", "-E", "-"], input="", capture_output=True, text=True
+    )
+    if "__AVX512F__" not in macros.stdout:
+        pytest.skip("this machine has no AVX-512: a native build runs on QEMU's Haswell")
+    np.save(tmp_path / "x.npy", x)
+    args = ["--in", f"x={tmp_path / 'x.npy'}", "--out-dir", str(tmp_path / "res")]
+    res = subprocess.run(
+        ["qemu-x86_64", "-cpu", "Haswell", str(out / "net"), *args], capture_output=True, text=True
+    )
+    assert res.returncode == 5, (res.returncode, res.stderr)
+    lines = [
+        ln for ln in res.stderr.strip().splitlines() if not ln.startswith("qemu-x86_64:")
+    ]  # (its own notes)
+    assert len(lines) == 1 and "AVX-512F" in lines[0] and "--portable" in lines[0], res.stderr
+    assert not (tmp_path / "res").exists()
+    portable = codegen.export(g, tmp_path / "portable", name="net", portable=True)
+    res = subprocess.run(
+        ["qemu-x86_64", "-cpu", "Haswell", str(portable / "net"), *args], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    check_outputs(tmp_path / "res", g, {"x": x}, ["probs"])
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "net").unlink()
+    env = {"PATH": os.environ["PATH"], "CFLAGS": "-O2"}
+    made = subprocess.run(["make", "-s"], cwd=copy, env=env, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+
+
+def test_readme_example_builds_with_plain_cc_from_the_folder_alone(digits, tmp_path):
+    """The exported folder's README.txt: its example program, built by its own commands (the
+    library by make, the program by cc with the Makefile's instruction-set flags), runs and
+    prints the model's first output; the folder holds only the kernels the model uses, and
+    CMake builds the library under the Makefile's name."""
+    g, out, x = digits
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    text = (copy / "README.txt").read_text()
+    example = text.split("a complete example):\n", 1)[1].split("\nBuilt with the library", 1)[0]
+    (copy / "your_program.c").write_text("\n".join(ln[4:] for ln in example.splitlines()) + "\n")
+    commands = [ln.strip() for ln in text.split("Built with the library:\n", 1)[1].splitlines() if ln.strip()]
+    env = {"PATH": os.environ["PATH"]}
+    for cmd in commands:
+        res = subprocess.run(cmd, shell=True, cwd=copy, env=env, capture_output=True, text=True)
+        assert res.returncode == 0, (cmd, res.stderr)
+    res = subprocess.run([str(copy / "your_program")], capture_output=True, text=True)
+    want = gd.Session(g).run({"x": np.zeros((1, 64), np.float32)}, ["probs"])[0]
+    assert res.returncode == 0 and abs(float(res.stdout) - float(want.ravel()[0])) < 1e-5, res
+    kernels = sorted(p.name for p in (copy / "runtime" / "kernels").iterdir())
+    assert "qconv.h" not in kernels and "sgemm.h" in kernels and len(kernels) < 15, kernels
+    if shutil.which("cmake"):
+        build = tmp_path / "build"
+        subprocess.run(["cmake", "-S", str(out), "-B", str(build)], env=env, check=True, capture_output=True)
+        subprocess.run(["cmake", "--build", str(build), "--target", "net_model"], env=env, check=True,
+                       capture_output=True)  # fmt: skip
+        assert (build / "libnet.a").is_file()
+
+
+def test_binary_help_names_its_tensors_and_errors_name_the_inputs(digits, tmp_path):
+    """``net --help``: the usage, every input and output with its dtype and shape, exit 0; a
+    wrong input name is answered with the model's inputs; --out-dir's missing parents are
+    created."""
+    g, out, x = digits
+    res = subprocess.run([str(out / "net"), "--help"], capture_output=True, text=True)
+    assert res.returncode == 0 and "usage: net --in NAME=FILE.npy" in res.stdout, res
+    assert "  x float32[1, 64]" in res.stdout and "  probs float32[1, 10] -> DIR/probs.npy" in res.stdout
+    np.save(tmp_path / "x.npy", x)
+    wrong = [str(out / "net"), "--in", f"y={tmp_path / 'x.npy'}", "--out-dir", str(tmp_path / "r")]
+    res = subprocess.run(wrong, capture_output=True, text=True)
+    assert res.returncode == 2 and "unknown input 'y'; the model's inputs: x" in res.stderr, res.stderr
+    deep = tmp_path / "a" / "b" / "c"
+    res = subprocess.run([str(out / "net"), "--in", f"x={tmp_path / 'x.npy'}", "--out-dir", str(deep)])
+    assert res.returncode == 0
+    check_outputs(deep, g, {"x": x}, ["probs"])
+
+
 def test_generation_is_byte_identical(tmp_path):
     a = codegen.export(digits_graph()[1], tmp_path / "a", name="net", build_binary=False, cache=False)
     b = codegen.export(digits_graph()[1], tmp_path / "b", name="net", build_binary=False, cache=False)
@@ -206,6 +293,47 @@ def test_large_weights_go_through_the_assembler(tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "res" / "y.npy"), xv @ w, rtol=1e-4, atol=1e-4)
     m = codegen.compile(g)
     np.testing.assert_allclose(m(x=xv)["y"], xv @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_weights_as_c_arrays_build_with_pedantic_c99(tmp_path):
+    """--weights c-array: the same 128 KiB of weights as C arrays in the model's file, no .bin
+    and no assembler directive: the model's C builds with -std=c99 -pedantic -Werror (what a
+    compiler without GNU's .incbin needs) and gives the same results; the CLI takes the option."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 128)).astype(np.float32)
+    with gd.Graph("big") as g:
+        x = gd.placeholder("x", (1, 256))
+        gd.matmul(x, gd.constant(w), name="y")
+    out = codegen.export(g, tmp_path / "big", name="big", weights="c-array")
+    assert not (out / "big_weights.bin").exists() and ".incbin" not in "".join(
+        p.read_text() for p in out.glob("*.c")
+    )
+    isa = [
+        ln.split("=", 1)[1].split()
+        for ln in (out / "Makefile").read_text().splitlines()
+        if ln.startswith("ISAFLAGS")
+    ]
+    for src in sorted(out.glob("big*.c")):
+        cmd = [
+            "cc",
+            "-std=c99",
+            "-pedantic",
+            "-Werror",
+            "-Wall",
+            "-Wextra",
+            *isa[0],
+            "-I.",
+            "-Iruntime",
+            "-c",
+            src.name,
+        ]
+        res = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
+        assert res.returncode == 0, (src.name, res.stderr[:2000])
+    xv = rng.standard_normal((1, 256)).astype(np.float32)
+    assert run_binary(out / "big", {"x": xv}, tmp_path / "res").returncode == 0
+    np.testing.assert_allclose(np.load(tmp_path / "res" / "y.npy"), xv @ w, rtol=1e-4, atol=1e-4)
+    with pytest.raises(gd.FlowcError, match="--weights"):
+        codegen.export(g, tmp_path / "no", name="big", weights="arrays")
 
 
 @pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])

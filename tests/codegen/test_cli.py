@@ -216,3 +216,18 @@ def _relu_graph():
     with gd.Graph("g") as g:
         gd.relu(gd.placeholder("x", (4,)), name="y")
     return g
+
+
+def test_arch_spellings_and_a_target_that_names_an_arch(tmp_path):
+    """GNU triples and common names are the arch they spell (arm64, aarch64-linux-gnu -> aarch64-
+    linux; m4 -> cortex-m4); ``--target aarch64`` says that --arch picks the CPU, in one line."""
+    from codegen.target import Target
+
+    assert {Target(a).arch for a in ("arm64", "aarch64-linux-gnu", "AArch64")} == {"aarch64-linux"}
+    assert Target("m4").arch == "cortex-m4" and Target("armhf").arch == "armv7-linux"
+    _small_onnx(tmp_path / "m.onnx")
+    res = flowc("compile", tmp_path / "m.onnx", "-o", tmp_path / "out", "--target", "aarch64")
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode != 0 and len(lines) == 1 and "--arch aarch64-linux" in lines[0], res.stderr
+    res = flowc("inspect", tmp_path / "m.onnx", "--arch", "arm64")
+    assert res.returncode == 0 and "aarch64-linux" in res.stdout, res.stderr

@@ -520,6 +520,10 @@ DISASSEMBLY = """
 
 
 def test_stack_bound_follows_the_call_graph():
+    """Frames and callees by the branches' addresses: a call past 64 KiB of code that objdump
+    labels with the linker's absolute STACK_SIZE symbol is still the function at that address."""
+    far = DISASSEMBLY.replace("bl\t400 <leaf>", "bl\t400 <STACK_SIZE+0x400>")
+    assert mcu.stack_bound(far, "step_a") == (36 + 1024 + 8, True)
     frames = mcu.frames(DISASSEMBLY)
     assert frames["f_run"] == (16 + 16 + 16, {"step_a", "step_b", "leaf"}, False)
     assert frames["step_a"][0] == 36 + 1024 and frames["step_b"] == (4, set(), True)
@@ -569,3 +573,37 @@ def test_map_sections_are_classified():
     assert [(s.name, s.size, mcu.classify(s, "net")) for s in dropped] == [
         (".text.net_status_string", 0x5C, "glue")
     ]
+
+
+@pytest.mark.cross
+def test_flowc_run_on_the_emulated_board_matches_the_host(tmp_path):
+    """``flowc run --arch cortex-m4 --in x=x.npy --out-dir DIR``: the model on the emulated
+    board, its outputs written as .npy like the host binary's (``flowc run`` without --arch), the
+    two within float32 rounding of numpy's; an unknown input is named with the model's inputs."""
+    from graphdef import serialize
+
+    need("cortex-m4")
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    g = gd.Graph("tiny")
+    with g:
+        x = gd.placeholder("x", (1, 8))
+        gd.tanh(gd.matmul(x, gd.constant(w)), name="y")
+    serialize.save(g, tmp_path / "tiny.flowc")
+    xv = rng.standard_normal((1, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", xv)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def flowc(*args):
+        cmd = [sys.executable, "-m", "codegen.cli", "run", str(tmp_path / "tiny.flowc"), *map(str, args)]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+
+    board = flowc("--arch", "cortex-m4", "--in", "x=x.npy", "--out-dir", "res/m4")
+    assert board.returncode == 0 and "instructions" in board.stdout, board.stderr
+    host = flowc("--in", "x=x.npy", "--out-dir", "res/host")
+    assert host.returncode == 0, host.stderr
+    want = np.tanh(xv @ w)
+    for where in ("m4", "host"):
+        np.testing.assert_allclose(np.load(tmp_path / "res" / where / "y.npy"), want, rtol=1e-5, atol=1e-6)
+    bad = flowc("--arch", "cortex-m4", "--in", "z=x.npy", "--out-dir", "res/z")
+    assert bad.returncode == 1 and "the model's inputs: x" in bad.stderr and bad.stderr.count("\n") == 1

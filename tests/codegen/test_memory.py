@@ -317,6 +317,34 @@ def test_draw_svg_is_standalone_with_one_titled_rect_per_buffer():
     ET.fromstring(memory.draw_svg([], Plan((), 0, "best")).split("?>", 1)[1])
 
 
+def test_plan_pictures_have_labels_a_legend_a_step_axis_and_plain_colours():
+    """Labelled buffers (what inspect passes: the tensors each holds): every label in the
+    legend, with its colour, size and steps, a time axis of round steps, fills as rgb() (an
+    hsl() fill renders black in common converters), readable at 100+ steps; the PNG is the
+    same picture (Pillow)."""
+    reqs = [BufferReq(64 + 8 * (i % 7), i, i + 3) for i in range(120)]
+    p = memory.plan(reqs, alignment=16)
+    labels = [f"conv{i}/out" for i in range(len(reqs))]
+    svg = memory.draw_svg(reqs, p, labels=labels)
+    root = ET.fromstring(svg.split("?>", 1)[1])
+    ns = "{http://www.w3.org/2000/svg}"
+    legend = root.find(f"{ns}g[@id='legend']")
+    texts = [t.text for t in legend.iter(f"{ns}text")]
+    assert len(texts) == 1 + len(reqs) and texts[1].startswith("0 conv0/out 64 B 0..3"), texts[:3]
+    assert "hsl(" not in svg and 'fill="rgb(' in svg
+    axis = [t.text for t in root.findall(f"{ns}text") if t.text and t.text.isdigit()]
+    assert {"0", "100", "122"} <= set(axis) and len(axis) <= 20, axis
+    titled = [r for r in root.iter(f"{ns}rect") if r.find(f"{ns}title") is not None]
+    assert titled[5].find(f"{ns}title").text.startswith("buffer 5 (conv5/out): 104 bytes")
+    pytest.importorskip("PIL")
+    png = memory.draw_png(reqs, p, labels=labels)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    with Image.open(__import__("io").BytesIO(png)) as img:
+        assert img.size == (int(float(root.get("width"))), int(float(root.get("height"))))
+
+
 # ---------------------------------------------------------------------------------------------
 # a real instance
 

@@ -809,7 +809,7 @@ def run(
     folder = workdir / f"cmsis-{core}"
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(
-        src, folder, ignore=shutil.ignore_patterns("*.o", "*.a", "m.c", "m_weights.*", "firmware.*")
+        src, folder, ignore=shutil.ignore_patterns("build", "*.o", "*.a", "m.c", "m_weights.*", "firmware.*")
     )
     shutil.copy(src / "firmware.c", folder / "firmware.c")
     meta = json.loads((folder / "metadata.json").read_text())
@@ -844,14 +844,15 @@ def run(
         cwd=folder,
     )
     objs = cmsis_objects(core, workdir, fc_rounding)
-    toolchain.run([target.tool("ar"), "rcs", "libm.a", "m.o", *map(str, objs)], cwd=folder)
+    (folder / "build").mkdir()
+    toolchain.run([target.tool("ar"), "rcs", "build/libm.a", "m.o", *map(str, objs)], cwd=folder)
     res = mcu.run_firmware(folder, feeds, timeout=600)
     try:
         fp = mcu.footprint(folder, "m", target, meta)
         flash, ram, fpd = fp.flash, fp.ram, fp.to_json()
     except FlowcError as e:  # no static stack bound: flash from the map, RAM with the measured stack
         print(f"note: {core}: {e}; RAM uses the measured stack")
-        size = toolchain.run([target.tool("size"), "-A", "firmware.elf"], cwd=folder)
+        size = toolchain.run([target.tool("size"), "-A", "build/firmware.elf"], cwd=folder)
         secs = {ln.split()[0]: int(ln.split()[1]) for ln in size.splitlines() if ln.startswith(".")}
         flash = sum(secs.get(s, 0) for s in mcu.FLASH_OUTPUTS)
         ram, fpd = arena + res["stack"], None

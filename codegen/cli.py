@@ -260,7 +260,7 @@ def summary(out: Path, options: pipeline.Options, seconds: float) -> str:
     made = (
         ""
         if not built
-        else f", library {out / f'lib{name}.a'}"
+        else f", library {out / 'build' / f'lib{name}.a'}"
         if "footprint" in m
         else f", binary {out / name}"
     )

@@ -173,8 +173,8 @@ def export(
 
     - host and Linux arches (``aarch64-linux``, ``armv7-linux``, ``riscv64-linux``): main.c
       and the standalone program ``out_dir/name`` (statically linked when cross-compiled);
-    - microcontrollers (``cortex-m0plus``, ``cortex-m4``, ``cortex-m7``): ``lib<name>.a``, a
-      test firmware for QEMU (firmware.c, firmware.elf) and the footprint, which is printed by
+    - microcontrollers (``cortex-m0plus``, ``cortex-m4``, ``cortex-m7``): ``build/lib<name>.a``, a
+      test firmware for QEMU (firmware.c, build/firmware.elf) and the footprint, which is printed by
       ``flowc compile`` and stored under "footprint" in metadata.json (see
       codegen/backends/c/mcu.py).
 

@@ -144,7 +144,7 @@ def test_integer_convolutions_give_numpys_results_on_the_arch(arch, tmp_path):
         assert re.search(r"\tsdot\t", asm)
     if arch in ("cortex-m4", "cortex-m7") and objdump:  # the column and row forms on smlad
         asm = subprocess.run(
-            [objdump, "-d", str(folder / "firmware.elf")], capture_output=True, text=True
+            [objdump, "-d", str(folder / "build" / "firmware.elf")], capture_output=True, text=True
         ).stdout
         assert re.search(r"\tsmlad\t", asm) and re.search(r"\tsxtb16\t", asm)
 
@@ -272,7 +272,9 @@ def test_mcu_library_runs_on_the_emulated_board(arch, models, tmp_path):
     need(arch)
     for name, g, feeds in models if arch == "cortex-m4" else models[:1]:
         folder = codegen.export(g, tmp_path / name, name=name, arch=arch)
-        assert (folder / f"lib{name}.a").is_file() and (folder / f"{name}.h").is_file()
+        assert (folder / "build" / f"lib{name}.a").is_file() and (folder / f"{name}.h").is_file()
+        products = {p.name for p in folder.iterdir() if p.suffix in (".o", ".a", ".elf", ".map")}
+        assert not products, products  # build products only in build/
         assert not (folder / "main.c").exists() and not (folder / "runtime" / "npy.c").exists()
         meta = json.loads((folder / "metadata.json").read_text())
         fp = meta["footprint"]
@@ -393,16 +395,17 @@ def test_mcu_weights_are_in_flash_and_the_makefile_rebuilds(models, tmp_path):
     need("cortex-m4", run=False)
     for name, g, _ in models:  # digits: C arrays; lenet (> 64 KiB): the .incbin blob
         folder = codegen.export(g, tmp_path / name, name=name, arch="cortex-m4")
-        placed = mcu.parse_map((folder / "firmware.map").read_text())
+        placed = mcu.parse_map((folder / "build" / "firmware.map").read_text())
         weights = [s for s in placed if mcu.classify(s, name) == "weights" and s.output in mcu.FLASH_OUTPUTS]
         assert weights and {s.output for s in weights} == {".rodata"}  # read-only: flash, not RAM
-        for f in (f"lib{name}.a", "firmware.elf", f"{name}.o"):
-            (folder / f).unlink()
-        res = subprocess.run(
-            ["make", "-s", f"lib{name}.a", "firmware.elf"], cwd=folder, capture_output=True, text=True
-        )
+        res = subprocess.run(["make", "-s", "clean"], cwd=folder, capture_output=True, text=True)
+        assert res.returncode == 0 and not (folder / "build").exists(), res.stderr
+        res = subprocess.run(["make", "-s", "lib", "firmware"], cwd=folder, capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
-        assert (folder / "firmware.elf").is_file()
+        made = sorted(p.name for p in (folder / "build").iterdir())
+        assert "firmware.elf" in made and "firmware.map" in made and f"lib{name}.a" in made, made
+        products = {p.name for p in folder.iterdir() if p.suffix in (".o", ".a", ".elf", ".map")}
+        assert not products, products
 
 
 @pytest.mark.cross

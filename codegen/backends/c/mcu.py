@@ -46,6 +46,7 @@ from graphdef.ir import TensorType
 from ...render.spelling import PUBLIC
 from ...target import Target
 from . import emit, toolchain
+from .toolchain import BUILD
 
 # Symbols the model library must not need: allocation, stdio, process and OS services.
 FORBIDDEN = frozenset(
@@ -118,8 +119,8 @@ def _kib(n: int) -> str:
 def link_firmware(
     folder: Path, name: str, target: Target, cc: str | None = None, flags=(), lib: str = ""
 ) -> Path:
-    """Link folder/firmware.elf (and firmware.map) from firmware.c, the start-up file and
-    lib<name>.a (or ``lib``), as the Makefile's ``firmware.elf`` rule does."""
+    """Link folder/build/firmware.elf (and build/firmware.map) from firmware.c, the start-up
+    file and build/lib<name>.a (or ``lib``), as the Makefile's ``firmware`` rule does."""
     cc = toolchain.find_cc(cc, target)
     cmd = [
         *shlex.split(cc),
@@ -130,24 +131,25 @@ def link_firmware(
         "-Iruntime",
         "-Iruntime/mcu",
         *emit.firmware_ldflags(target),
-        "-Wl,-Map=firmware.map",
+        f"-Wl,-Map={BUILD}/firmware.map",
         "-o",
-        "firmware.elf",
+        f"{BUILD}/firmware.elf",
         "firmware.c",
         "runtime/mcu/startup.c",
-        lib or f"lib{name}.a",
+        lib or f"{BUILD}/lib{name}.a",
         "-lm",
     ]
+    (folder / BUILD).mkdir(exist_ok=True)
     toolchain.run(cmd, cwd=folder)
-    return folder / "firmware.elf"
+    return folder / BUILD / "firmware.elf"
 
 
 def imports(folder: Path, name: str, target: Target) -> list[str]:
     """The symbols the model library needs from elsewhere (undefined in it, not defined by
     another of its objects)."""
     nm = target.tool("nm")
-    undefined = toolchain.run([nm, "-u", f"lib{name}.a"], cwd=folder)
-    defined = toolchain.run([nm, "--defined-only", f"lib{name}.a"], cwd=folder)
+    undefined = toolchain.run([nm, "-u", f"{BUILD}/lib{name}.a"], cwd=folder)
+    defined = toolchain.run([nm, "--defined-only", f"{BUILD}/lib{name}.a"], cwd=folder)
     need = {ln.split()[-1] for ln in undefined.splitlines() if ln.strip().startswith("U ")}
     return sorted(need - {ln.split()[-1] for ln in defined.splitlines() if len(ln.split()) == 3})
 
@@ -317,8 +319,8 @@ def stack_bound(disassembly: str, root: str) -> tuple[int, bool]:
 
 # ----------------------------------------------------------------------------- footprint
 def footprint(folder: Path, name: str, target: Target, metadata: dict) -> Footprint:
-    """Measure the model in folder/firmware.elf (linked by link_firmware)."""
-    sections = parse_map((folder / "firmware.map").read_text())
+    """Measure the model in folder/build/firmware.elf (linked by link_firmware)."""
+    sections = parse_map((folder / BUILD / "firmware.map").read_text())
     sums: dict[tuple[str, str], int] = {}
     # alignment fill belongs to what follows it in the same output section
     for i, sec in enumerate(sections):
@@ -333,7 +335,7 @@ def footprint(folder: Path, name: str, target: Target, metadata: dict) -> Footpr
     flash = {k: sums.get(("flash", k), 0) for k in ("weights", "kernels", "glue", "library", "harness")}
     ram = {k: sums.get(("ram", k), 0) for k in ("weights", "kernels", "glue", "library", "harness")}
     disassembly = toolchain.run(
-        [target.tool("objdump"), "-d", "--no-show-raw-insn", "firmware.elf"], cwd=folder
+        [target.tool("objdump"), "-d", "--no-show-raw-insn", f"{BUILD}/firmware.elf"], cwd=folder
     )
     stack, exact = stack_bound(disassembly, f"{name}_run")
     if not exact:
@@ -343,7 +345,7 @@ def footprint(folder: Path, name: str, target: Target, metadata: dict) -> Footpr
         )
     glue_unused = sum(
         s.size
-        for s in parse_map((folder / "firmware.map").read_text(), discarded=True)
+        for s in parse_map((folder / BUILD / "firmware.map").read_text(), discarded=True)
         if s.name.startswith((".text", ".rodata")) and classify(s, name) == "glue"
     )
     io = sum(
@@ -428,7 +430,7 @@ def run_firmware(
         "-icount",
         "shift=0",
         "-kernel",
-        str(folder / "firmware.elf"),
+        str(folder / BUILD / "firmware.elf"),
     ]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -438,13 +440,13 @@ def run_firmware(
 
 
 def _profile_library(folder: Path, name: str, target: Target) -> str:
-    """lib<name>_profile.a: the library's sources built with -DFC_PROFILE, runtime/mcu first on
-    the include path (its timing.h reads SysTick)."""
+    """build/lib<name>_profile.a: the library's sources built with -DFC_PROFILE, runtime/mcu
+    first on the include path (its timing.h reads SysTick)."""
     cc = toolchain.find_cc(None, target)
     srcs = [f"{name}.c"] + ([f"{name}_weights.c"] if (folder / f"{name}_weights.c").is_file() else [])
     objs = []
     for src in srcs:
-        obj = src[:-2] + "_profile.o"
+        obj = f"{BUILD}/{src[:-2]}_profile.o"
         cmd = [
             *shlex.split(cc),
             *target.cflags(),
@@ -456,7 +458,8 @@ def _profile_library(folder: Path, name: str, target: Target) -> str:
         ]
         toolchain.run([*cmd, "-c", src, "-o", obj], cwd=folder)
         objs.append(obj)
-    lib = f"lib{name}_profile.a"
+    lib = f"{BUILD}/lib{name}_profile.a"
+    (folder / BUILD).mkdir(exist_ok=True)
     (folder / lib).unlink(missing_ok=True)
     toolchain.run([target.tool("ar"), "rcs", lib, *objs], cwd=folder)
     return lib

@@ -29,6 +29,7 @@ from .emit import DRIVER_C
 from .sgemm import isa_from_macros
 
 STRICT = ("-std=c99", "-Wall", "-Wextra", "-Werror")
+BUILD = "build"  # a folder's build products (objects, libraries, firmware), apart from its sources
 RUNTIME_FILES = ("flowc_rt.h", "files.c", "files.h", "npy.c", "npy.h", "npz.c", "npz.h", "checkpoint.c",
                  "checkpoint.h", "driver.c", "driver.h", "main_driver.c", "main_driver.h", "fc_train.c",
                  "fc_train.h", "timing.h", "cpu_check.h",
@@ -381,20 +382,21 @@ def build_bundle(folder: Path, files: list[str], cc: str, flags=(), target: Targ
 def build_library(
     folder: Path, name: str, sources: Sources, cc: str | None = None, flags=(), target: Target | None = None
 ) -> Path:
-    """Compile folder/lib<name>.a (one object per source, then ar), as the Makefile's
-    default rule does: the model for a microcontroller's firmware."""
+    """Compile folder/build/lib<name>.a (one object per source in build/, then ar), as the
+    Makefile's default rule does: the model for a microcontroller's firmware."""
     target = target or Target()
     cc = find_cc(cc, target)
     ar = target.tool("ar") if target.kind != "host" else "ar"
     objects = []
     cmd = compile_command(cc, target, flags)
+    (folder / BUILD).mkdir(exist_ok=True)
     for src in sources.c_files:
-        obj = src[: -len(".c")] + ".o"
+        obj = f"{BUILD}/{src[: -len('.c')].replace('/', '_')}.o"
         run([*cmd, "-c", src, "-o", obj], cwd=folder)
         objects.append(obj)
-    lib = folder / f"lib{name}.a"
+    lib = folder / BUILD / f"lib{name}.a"
     lib.unlink(missing_ok=True)
-    run([ar, "rcs", lib.name, *objects], cwd=folder)
+    run([ar, "rcs", f"{BUILD}/{lib.name}", *objects], cwd=folder)
     return lib
 
 

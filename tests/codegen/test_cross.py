@@ -610,3 +610,60 @@ def test_flowc_run_on_the_emulated_board_matches_the_host(tmp_path):
         np.testing.assert_allclose(np.load(tmp_path / "res" / where / "y.npy"), want, rtol=1e-5, atol=1e-6)
     bad = flowc("--arch", "cortex-m4", "--in", "z=x.npy", "--out-dir", "res/z")
     assert bad.returncode == 1 and "the model's inputs: x" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+@pytest.mark.cross
+def test_a_recurrent_model_past_64_kib_of_code_runs_on_cortex_m4(tmp_path):
+    """A Conv1d + GRU over 1,000 timesteps (one step a timestep: its .text passes 64 KiB, where
+    objdump names calls after the linker's STACK_SIZE symbol): the stack is bounded, the
+    footprint says so, and the board's outputs are onnxruntime's."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    need("cortex-m4")
+    T, C, H = 1000, 8, 16
+    rng = np.random.default_rng(9)
+
+    def const(name, *shape):
+        return numpy_helper.from_array((0.3 * rng.standard_normal(shape)).astype(np.float32), name)
+
+    inits = [const("cw", C, 3, 5), const("cb", C), const("W", 1, 3 * H, C), const("R", 1, 3 * H, H),
+             const("B", 1, 6 * H), const("fw", H, 4), const("fb", 4)]  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "cw", "cb"], ["c"], pads=[2, 2]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["seq"], perm=[2, 0, 1]),  # (T, 1, C)
+        helper.make_node("GRU", ["seq", "W", "R", "B"], ["", "h"], hidden_size=H),
+        helper.make_node("Squeeze", ["h", "axes"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "fw"], ["m"]),
+        helper.make_node("Add", ["m", "fb"], ["y"]),
+    ]
+    inits.append(numpy_helper.from_array(np.array([0], np.int64), "axes"))
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "gru",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, T])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+            inits,
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    onnx.save(model, tmp_path / "gru.onnx")
+    x = rng.standard_normal((1, 3, T)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "codegen.cli", "run", "gru.onnx", "--arch", "cortex-m4"]
+    res = subprocess.run([*cmd, "--in", "x=x.npy", "--out-dir", "res"], capture_output=True, text=True,
+                         env=env, cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    want = ort.InferenceSession(str(tmp_path / "gru.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(np.load(tmp_path / "res" / "y.npy"), want, rtol=1e-4, atol=1e-5)
+    out = subprocess.run([sys.executable, "-m", "codegen.cli", "compile", "gru.onnx", "--arch", "cortex-m4",
+                          "-o", "out"], capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0 and "stack" in out.stdout, out.stderr
+    fp = json.loads((tmp_path / "out" / "metadata.json").read_text())["footprint"]
+    assert fp["code"] > 64 * 1024 and 0 < fp["stack"] < 16 * 1024, fp
+    objdump = [Target("cortex-m4").tool("objdump"), "-d", str(tmp_path / "out" / "build" / "firmware.elf")]
+    assert "<STACK_SIZE+0x" in subprocess.run(objdump, capture_output=True, text=True).stdout

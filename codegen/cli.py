@@ -55,6 +55,7 @@ from pathlib import Path
 
 from graphdef.errors import FlowcError, UnsupportedError, printable
 from graphdef.ir import Graph
+from graphdef.registry import SOURCE, get_op
 
 from . import backends, exports, memory, outdir, partition, pipeline, schedule
 from .compiled_cuda import parse_sm
@@ -141,6 +142,48 @@ def buffer_labels(program) -> list[str]:
     for i in range(len(program.buffers)):
         names = sorted(dict.fromkeys(held.get(i, [])))
         out.append(", ".join(names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else "") or f"buffer {i}")
+    return out
+
+
+def source_nodes(graph: Graph, steps) -> dict[str, list[str]]:
+    """For each step (a node of the lowered graph), the source nodes whose computation it does:
+    the model file's node names (an ONNX node's, a TFLite operator's output tensor's), which the
+    importers give as the scope of the graph nodes they make ("<source>/<op>").
+
+    A step's anchor is the node of ``graph`` (as loaded) its name starts with (passes name what
+    they make after the node they replace); it also covers the anchor's producers that no other
+    step is anchored at (a product fused with the add after it, a view before it), up to the
+    model's inputs and its constants (what was folded at compile time), not into a source node
+    another step computes part of."""
+    nodes = {n.name: n for n in graph.nodes}
+    folded: set[str] = set()
+    for n in graph.nodes:  # topological: constants and what only they feed
+        kind = get_op(n.op).kind
+        if n.op == "constant" or (kind != SOURCE and n.inputs and all(r.node in folded for r in n.inputs)):
+            folded.add(n.name)
+
+    def anchor(name: str) -> str | None:
+        while name not in nodes and "/" in name:
+            name = name.rpartition("/")[0]
+        return name if name in nodes else None
+
+    def label(name: str) -> str:
+        return name.rpartition("/")[0] or name
+
+    anchors = {s.name: anchor(s.name) for s in steps}
+    claimed = {label(a) for a in anchors.values() if a is not None}
+    out = {}
+    for step, a in anchors.items():
+        seen, todo = [], [a] if a is not None else []
+        while todo:
+            n = nodes[todo.pop()]
+            if n.name in seen or n.name in folded or get_op(n.op).kind == SOURCE:
+                continue
+            seen.append(n.name)
+            # a producer of another step's source node is that step's (its requantization,
+            # say), not this one's
+            todo += [r.node for r in n.inputs if label(r.node) == label(a) or label(r.node) not in claimed]
+        out[step] = list(dict.fromkeys(label(name) for name in reversed(seen)))
     return out
 
 
@@ -380,7 +423,8 @@ def cmd_inspect(args) -> int:
             print(f"predicted instructions on {core}: {sum(counts):,} (mcu_time.py: fitted to the MLPerf "
                   "Tiny models' steps on QEMU; its error in mcu_costs.py)")  # fmt: skip
     head = "predicted instructions" if mcu else "ASAP us, ALAP us, slack us"
-    print(f"schedule (step, op, node, {head}, flops):")
+    print(f"schedule (step, op, node, {head}, flops; <- the model file's nodes it computes):")
+    sources = source_nodes(graph, program.steps)
     for i, n in enumerate(program.steps):
         cost = schedule.cost(lowered, n)
         times = " ".join(f"{v * 1e6:9.2f}" for v in (lv.asap[n.name], lv.alap[n.name], lv.slack(n.name)))
@@ -390,7 +434,10 @@ def cmd_inspect(args) -> int:
         line = f"  {i:4d} {n.op:16s} {name:48s} {times} {cost.flops}"
         # a convolution's algorithm, with the cost model's estimates; an integer one's form
         algorithm = conv_algorithm(n) or qconv_form(n, macros, program.graph)
-        print(f"{line} {algorithm}" if algorithm else line)
+        line = f"{line} {algorithm}" if algorithm else line
+        names = [printable(s, 48) for s in sources.get(n.name, ())]
+        more = f" +{len(names) - 4}" if len(names) > 4 else ""
+        print(f"{line}  <- {' + '.join(names[:4])}{more}" if names else line)
     print(program.describe())
     if args.svg or args.png:
         from graphdef.files import write_bytes, write_text  # atomic, never through a link there

@@ -6,6 +6,8 @@ what went wrong and where (node, op, shapes, file). Subclasses let callers catch
 
 from __future__ import annotations
 
+NAME_LIMIT = 200  # characters of a model file's name shown in messages and node names (the middle cut)
+
 
 def printable(text, limit: int | None = None) -> str:
     r"""``text`` safe to show on one terminal line: every character that is not printable

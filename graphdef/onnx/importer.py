@@ -36,7 +36,7 @@ from ..builder import (
     source_scope,
     variable,
 )
-from ..errors import FlowcError, GraphError, ShapeError, UnsupportedError, printable
+from ..errors import NAME_LIMIT, FlowcError, GraphError, ShapeError, UnsupportedError, printable
 from ..interpret import run
 from ..ops.shape import identity
 from . import qdq
@@ -46,7 +46,6 @@ FOLD_LIMIT_BYTES = 64 << 20  # 64 MiB: the most the importer computes at import 
 CONST_LIMIT_BYTES = 1 << 30  # 1 GiB: a helper constant a converter builds (a mask, an index table)
 MAX_VALUE_BYTES = (1 << 63) - 1  # no machine addresses a larger tensor: a type beyond it is an overflow
 MAX_CONVERSIONS = 1_000_000  # node conversions (unrolled loop bodies count each time): more are refused
-NAME_LIMIT = 200  # characters of a name from the file shown in messages and node names (the middle is cut)
 MIN_OPSET = 7  # the oldest default-domain opset flowc reads (the newest: what the installed onnx knows)
 
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..builder import Graph, Tensor, constant, placeholder
-from ..errors import FlowcError, UnsupportedError, printable
+from ..builder import Graph, Tensor, constant, placeholder, source_scope
+from ..errors import NAME_LIMIT, FlowcError, UnsupportedError, printable
 from ..ops import elementwise as E
 from ..ops import math as M
 from ..ops import nn as N
@@ -124,6 +124,14 @@ class _Importer:
             )
         return t, _DTYPES[code], shape
 
+    def source_label(self, op, name: str, k: int) -> str:
+        """What names operator k in messages and ``flowc inspect`` (the scope of the graph nodes
+        it becomes): its first output tensor's name as converters write it (the first of its
+        ';'-joined names), else ``<OPERATOR>_<k>``."""
+        outs = op.OutputsAsNumpy() if op.OutputsLength() else []
+        label = self._label(self.sg.Tensors(int(outs[0]))).split(";")[0] if len(outs) else ""
+        return printable(label or f"{name}_{k}", NAME_LIMIT)
+
     def _label(self, t) -> str:
         """The tensor's name as the file has it (untrusted: messages show it through printable)."""
         raw = t.Name()
@@ -193,7 +201,8 @@ class _Importer:
             for k, op in enumerate(ops):
                 name = self.opname(op)
                 node = _Op(self, op, name, k)
-                outs = CONVERTERS[name](node)
+                with source_scope(self.source_label(op, name, k)):
+                    outs = CONVERTERS[name](node)
                 outs = outs if isinstance(outs, (list, tuple)) else [outs]
                 for j, v in zip(op.OutputsAsNumpy(), outs):
                     _, dtype, shape = self.tensor_info(j)

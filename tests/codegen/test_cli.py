@@ -15,6 +15,10 @@ import pytest
 
 import graphdef as gd
 
+SCHEDULE_HEAD = (
+    "schedule (step, op, node, ASAP us, ALAP us, slack us, flops; <- the model file's nodes it computes):"
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = f"{ROOT / 'samples' / 'digits.py'}:build"
 
@@ -114,7 +118,7 @@ def test_inspect_shows_what_compile_builds(tmp_path, threads):
     res = flowc("inspect", tmp_path / "m.onnx", "--threads", threads)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    start = lines.index("schedule (step, op, node, ASAP us, ALAP us, slack us, flops):") + 1
+    start = lines.index(SCHEDULE_HEAD) + 1
     shown = [ln.split()[:3] for ln in lines[start : start + len(meta["schedule"]) + 1]]
     built = [[str(s["step"]), s["op"], s["node"]] for s in meta["schedule"]]
     assert shown[: len(built)] == built and not shown[len(built)][0].isdigit()

@@ -26,6 +26,10 @@ from codegen.backends.c.gemm_lowering import lower_products
 from codegen.target import Target
 from graphdef.ops.conv import conv_ref
 
+SCHEDULE_HEAD = (
+    "schedule (step, op, node, ASAP us, ALAP us, slack us, flops; <- the model file's nodes it computes):"
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 RNG = np.random.default_rng(13)
 TOL = {"winograd2x2": 2e-6, "winograd4x4": 5e-5, "im2col": 2e-6}
@@ -325,10 +329,12 @@ def test_inspect_prints_the_algorithm_of_each_conv(tmp_path):
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    start = lines.index("schedule (step, op, node, ASAP us, ALAP us, slack us, flops):") + 1
+    start = lines.index(SCHEDULE_HEAD) + 1
     steps = {ln.split()[2]: ln for ln in lines[start : start + 3]}
     # im2col, or register tiles (conv_direct.py) on a machine with AVX-512
     assert "im2col (estimated im2col" in steps["small"] or "tiles (estimated im2col" in steps["small"]
-    others = [ln.split()[-1] for ln in steps.values() if " conv_gemm " in ln and "small" not in ln]
+    others = [
+        ln.split("  <- ")[0].split()[-1] for ln in steps.values() if " conv_gemm " in ln and "small" not in ln
+    ]
     assert others == ["direct"]
     assert " conv_winograd " in steps["y"] and "winograd4x4 (estimated im2col" in steps["y"]

@@ -185,6 +185,32 @@ def test_inspect_step_names_show_the_onnx_node(tmp_path, capsys):
     assert "/model/encoder/" in steps and "Softmax_17/softmax" in steps, steps
 
 
+def test_inspect_names_the_onnx_nodes_each_step_computes(tmp_path, capsys):
+    """Beside flowc's step names, the source nodes each step computes: a product fused with the
+    bias add after it, a reshape folded into the transpose that reads it, a node kept alone."""
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="/blocks.0/qkv/MatMul"),
+        helper.make_node("Add", ["m", "b"], ["a"], name="/blocks.0/qkv/Add"),
+        helper.make_node("Reshape", ["a", "shape"], ["r"], name="/blocks.0/Reshape"),
+        helper.make_node("Transpose", ["r"], ["t"], name="/blocks.0/Transpose", perm=[0, 2, 1]),
+        helper.make_node("Softmax", ["t"], ["y"], name="/blocks.0/Softmax", axis=-1),
+    ]
+    inits = [
+        f32("w", rng.standard_normal((16, 24))),
+        f32("b", rng.standard_normal(24)),
+        i64("shape", [1, 6, 16]),
+    ]
+    path = save(tmp_path, nodes, [vi("x", [4, 16])], inits=inits)
+    code, out, err = run_cli(["inspect", path], capsys)
+    assert code == 0, err
+    steps = out.split("schedule (step, op, node", 1)[1].split("memory plan")[0].splitlines()[1:]
+    by_op = {ln.split()[1]: ln for ln in steps}
+    assert by_op["sgemm"].endswith("<- /blocks.0/qkv/MatMul + /blocks.0/qkv/Add"), steps
+    assert by_op["transpose"].endswith("<- /blocks.0/Reshape + /blocks.0/Transpose"), steps
+    assert by_op["softmax"].endswith("<- /blocks.0/Softmax"), steps
+
+
 def test_unsupported_ops_name_their_first_onnx_node(tmp_path):
     nodes = [
         helper.make_node("Det", ["x"], ["d"], name="/head/Det_1"),

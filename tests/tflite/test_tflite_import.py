@@ -613,6 +613,19 @@ def test_flowc_compile_builds_a_binary_that_agrees_with_litert(tmp_path, importe
     np.testing.assert_allclose(got, want[0], rtol=2e-5, atol=2e-6)
 
 
+def test_inspect_names_each_step_after_the_operators_output_tensors(tmp_path, imported):
+    """flowc inspect of a TFLite file: beside each step, the operators it computes, named by
+    their output tensors (TFLite's operators have no names of their own)."""
+    path, _, _ = imported["ds_cnn_int8"]
+    res = flowc("inspect", path, "--arch", "cortex-m4", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    steps = res.stdout.split("schedule (step, op, node", 1)[1].split("memory plan")[0].splitlines()[1:]
+    sources = [ln.split("  <- ", 1)[1] for ln in steps if "  <- " in ln]
+    assert len(sources) == len(steps), steps
+    for name in ("c0", "dw0", "pw2", "pool", "logits_q", "probabilities_q"):
+        assert name in {part for s in sources for part in s.split(" + ")}, (name, sources)
+
+
 def _unsupported_model() -> bytes:
     m = Model()
     x = m.input("x", (1, 8))

@@ -34,7 +34,8 @@ _source_hash: list[str] = []
 def _flowc_sources_hash() -> str:
     if not _source_hash:
         h = hashlib.sha256(VERSION.encode())
-        for folder in (TEMPLATES, RUNTIME, Path(__file__).parent):
+        # the templates, the runtime's C, the MPI layer's and codegen itself
+        for folder in (TEMPLATES, RUNTIME, Path(__file__).parents[1] / "mpi", Path(__file__).parent):
             for path in sorted(folder.rglob("*")):
                 if path.is_file() and path.suffix in (".j2", ".h", ".c", ".inc", ".py", ".cuh"):
                     h.update(str(path.relative_to(folder)).encode())

@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Names from model files are printed quoted: printable ASCII as is, any other byte (and the quote
@@ -207,6 +208,61 @@ void fc_mpi_abort(fc_mpi *m, const char *message) {
     die(&l, m ? m->comm : MPI_COMM_NULL);
 }
 
+/* A launcher's count of the job's processes, from its environment variable: Hydra (MPICH's mpiexec),
+ * Intel MPI and srun --mpi=pmi2 set PMI_SIZE; Open MPI's mpiexec OMPI_COMM_WORLD_SIZE; MVAPICH's
+ * mpirun_rsh MV2_COMM_WORLD_SIZE; srun SLURM_STEP_NUM_TASKS in a job step (not the batch script's:
+ * its step ids are the special values at the top of the 32-bit range). */
+static const struct {
+    const char *size, *rank, *who;
+} LAUNCHERS[] = {
+    {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "Open MPI's mpiexec"},
+    {"PMI_SIZE", "PMI_RANK", "a PMI launcher (MPICH's mpiexec, Intel MPI, srun --mpi=pmi2)"},
+    {"MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MVAPICH's launcher"},
+    {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "srun"},
+};
+
+static long env_long(const char *name) {
+    const char *text = getenv(name);
+    char *end;
+    long v;
+    if (!text || !*text) return -1;
+    v = strtol(text, &end, 10);
+    return *end ? -1 : v;
+}
+
+/* The launcher that started more processes than MPI sees in this one (a binary built against one
+ * MPI started by another's mpiexec: each process a world of its own), or -1. Only a world of one
+ * is judged: a larger world is a launch that worked, whatever the outer variables say. */
+static int foreign_launcher(int world_size, long *count) {
+    size_t i;
+    if (world_size != 1) return -1;
+    for (i = 0; i < sizeof LAUNCHERS / sizeof LAUNCHERS[0]; ++i) {
+        *count = env_long(LAUNCHERS[i].size);
+        if (LAUNCHERS[i].rank[0] == 'S') { /* a Slurm job step, not the batch script or the extern step */
+            long step = env_long("SLURM_STEP_ID");
+            if (step < 0 || step >= 4294967290L) continue;
+        }
+        if (*count > 1) return (int)i;
+    }
+    return -1;
+}
+
+/* "MPICH Version: 4.1.2" or "Open MPI v5.0.3": the first line of MPI_Get_library_version, up to a comma. */
+static void put_library(line_t *l) {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING + 1], *cut;
+    int len = 0;
+    if (MPI_Get_library_version(text, &len) != MPI_SUCCESS || len <= 0) {
+        put(l, "unknown");
+        return;
+    }
+    if (len > MPI_MAX_LIBRARY_VERSION_STRING) len = MPI_MAX_LIBRARY_VERSION_STRING;
+    text[len] = 0;
+    if ((cut = strchr(text, '\n')) != NULL) *cut = 0;
+    if ((cut = strchr(text, ',')) != NULL) *cut = 0;
+    if (strlen(text) > 60) text[60] = 0;
+    put_flat(l, text);
+}
+
 int fc_mpi_init(fc_mpi *m, const void *comm_handle, int expected_size, const char *model) {
     MPI_Comm parent = comm_handle ? *(const MPI_Comm *)comm_handle : MPI_COMM_WORLD;
     MPI_Errhandler old;
@@ -236,6 +292,28 @@ int fc_mpi_init(fc_mpi *m, const void *comm_handle, int expected_size, const cha
     }
     if ((err = MPI_Comm_rank(parent, &m->rank)) != MPI_SUCCESS) fail(m, err, "MPI_Comm_rank", 0, 0, 0, 0);
     if ((err = MPI_Comm_size(parent, &m->size)) != MPI_SUCCESS) fail(m, err, "MPI_Comm_size", 0, 0, 0, 0);
+    if (!comm_handle) {
+        long count = 0;
+        int who = foreign_launcher(m->size, &count);
+        if (who >= 0) {
+            long rank = env_long(LAUNCHERS[who].rank);
+            put_prefix(&l, m->model, rank >= 0 ? (int)rank : m->rank);
+            put(&l, "MPI sees 1 process, but ");
+            put(&l, LAUNCHERS[who].who);
+            put(&l, " started ");
+            put_long(&l, count);
+            put(&l, " (");
+            put(&l, LAUNCHERS[who].size);
+            put(&l, "=");
+            put_long(&l, count);
+            put(&l, "): this binary's MPI (");
+            put_library(&l);
+            put(&l, ") is not the launcher's; start it with that MPI's mpiexec, or rebuild it with the launcher's mpicc");
+            fprintf(stderr, "%s\n", l.s);
+            fflush(stderr);
+            return 1;
+        }
+    }
     if (expected_size > 0 && m->size != expected_size) {
         put_prefix(&l, m->model, m->rank);
         put(&l, "compiled for ");

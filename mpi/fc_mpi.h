@@ -45,7 +45,11 @@ typedef struct fc_mpi {
 /* comm_handle: a pointer to an MPI_Comm (e.g. the address mpi4py's MPI._addressof(comm) gives), or
  * NULL for MPI_COMM_WORLD. Sets MPI_ERRORS_RETURN on the duplicate. expected_size > 0: refuse (one
  * line naming the model, both sizes, e.g. "net: rank 0: compiled for 4 ranks, run with 2
- * (mpiexec -n 4)", return non-zero) when the communicator's size differs. MPI must already be
+ * (mpiexec -n 4)", return non-zero) when the communicator's size differs. With MPI_COMM_WORLD, a
+ * world of one process that a launcher started among several (its PMI_SIZE, OMPI_COMM_WORLD_SIZE,
+ * MV2_COMM_WORLD_SIZE or, in a Slurm job step, SLURM_STEP_NUM_TASKS says more: a binary built
+ * against one MPI started by another's mpiexec runs as independent copies) is refused first, in
+ * one line naming both counts, the variable and this binary's MPI library. MPI must already be
  * initialized (the caller's job). */
 int fc_mpi_init(fc_mpi *m, const void *comm_handle, int expected_size, const char *model);
 void fc_mpi_free(fc_mpi *m); /* MPI_Comm_free of the duplicate (nothing once MPI is finalized) */

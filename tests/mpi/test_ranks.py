@@ -344,6 +344,21 @@ def test_wrong_rank_count_refused_by_every_rank(toolchain, slow_program, n):
     assert set(lines) == want and len(lines) == n, res.stderr
 
 
+@pytest.mark.parametrize("var", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"])
+def test_a_launcher_of_another_mpi_is_named(toolchain, slow_program, var):
+    """A process that a launcher counts among 2 but whose MPI sees a world of 1 (a binary built
+    against one MPI, started by another's mpiexec) is refused naming the launcher's variable and
+    this binary's MPI, not blamed on -n."""
+    exe, folder = slow_program
+    rank = var.replace("SIZE", "RANK")
+    env = {**os.environ, var: "2", rank: "1"}
+    res = subprocess.run([str(exe), "--in", f"x={folder / 'x.npy'}", "--out-dir", str(folder / "r")],
+                         capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    ours = [ln for ln in res.stderr.splitlines() if ln.startswith("net: rank 1: MPI sees 1 process")]
+    assert res.returncode != 0 and len(ours) == 1, res.stderr
+    assert f"started 2 ({var}=2): this binary's MPI (" in ours[0] and "compiled for" not in res.stderr
+
+
 def test_unreadable_input_stops_the_job(toolchain, slow_program, tmp_path):
     exe, folder = slow_program
     res, took = mpirun(

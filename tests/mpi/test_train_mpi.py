@@ -122,3 +122,19 @@ def test_a_start_up_error_on_one_rank_stops_every_rank(toolchain, binaries, data
     assert res.returncode != 0, res.stdout
     assert "digits train: rank 1: error:" in res.stderr and "data.npz" in res.stderr, res.stderr
     assert "epoch" not in res.stdout
+
+
+def test_a_world_of_one_under_a_launcher_of_two_is_refused(toolchain, binaries, data_file, tmp_path):
+    """Two copies of the trainer started by a launcher whose MPI is not the binary's would each
+    train alone and write the same checkpoint: each refuses in one line naming the launcher's
+    count and this binary's MPI, and writes nothing."""
+    import os
+
+    ck = tmp_path / "ck.npz"
+    env = {**os.environ, "PMI_SIZE": "2", "PMI_RANK": "1"}
+    cmd = [str(binaries["two"]), "train", "--data", str(data_file), "--checkpoint", str(ck)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode != 0 and "epoch" not in res.stdout, res.stdout
+    ours = [ln for ln in res.stderr.splitlines() if ln.startswith("digits: rank 1: MPI sees 1 process")]
+    assert len(ours) == 1 and "(PMI_SIZE=2)" in ours[0], res.stderr
+    assert not ck.exists()

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -39,7 +40,8 @@ typedef struct {
     const char *files[MAX_FILES], *names[MAX_FILES]; /* names[k]: NULL for an .npz, else the .npy's input */
     int nfiles;
     const char *checkpoint, *resume;
-    long epochs, global_batch, seed, every;
+    long epochs, global_batch, seed, every, timeout;
+    int resume_auto; /* --resume auto: --checkpoint's file when it exists */
     /* the dataset, the steps and the buffers */
     fc_npz sets[MAX_FILES];
     column *cols; /* one per input */
@@ -57,9 +59,41 @@ typedef struct {
 } trainer;
 
 static volatile sig_atomic_t interrupted = 0; /* the signal that asks to stop, or 0 */
+static volatile unsigned grace = 0; /* seconds the step under way may take once a stop is asked:
+                                      * 10 + 3 x the longest step so far */
+/* the lines the handlers write (composed before the first step: a handler only writes and exits) */
+static char stuck_line[512], timeout_line[512];
 
+static void say(const char *line) {
+    size_t n = strlen(line);
+    while (n > 0) {
+        ssize_t w = write(STDERR_FILENO, line, n);
+        if (w <= 0) break;
+        line += w, n -= (size_t)w;
+    }
+}
+
+/* A stop signal: the step under way finishes and the checkpoint is written. If the step does not
+ * finish within `grace` seconds (a peer stopped or is stuck in MPI), or a second signal comes, the
+ * process exits at once (128 + the signal), its line saying that no checkpoint was written. */
 static void on_stop(int sig) {
+    if (interrupted) {
+        say(stuck_line);
+        _exit(128 + interrupted);
+    }
     interrupted = sig;
+    if (grace) alarm(grace);
+}
+
+/* SIGALRM: the step under way outlived --timeout, or the grace after a stop signal. */
+static void on_alarm(int sig) {
+    (void)sig;
+    if (interrupted) {
+        say(stuck_line);
+        _exit(128 + interrupted);
+    }
+    say(timeout_line);
+    _exit(6);
 }
 
 static const char *signal_name(int sig) {
@@ -111,7 +145,7 @@ static int parse_long(const char *text, long lo, long *out) {
 }
 
 #define USAGE "usage: %s train --data FILE.npz [--epochs E] [--batch B] [--seed S] [--checkpoint FILE.npz [--every N]] " \
-              "[--resume FILE.npz]"
+              "[--resume FILE.npz|auto] [--timeout S]"
 
 /* --data FILE.npz, or --data NAME=FILE.npy naming one of the step's inputs */
 static int data_arg(trainer *t, const char *spec) {
@@ -159,6 +193,10 @@ static int parse_args(trainer *t, int argc, char **argv) {
             t->checkpoint = argv[++i];
         } else if (strcmp(a, "--resume") == 0) {
             t->resume = argv[++i];
+            t->resume_auto = strcmp(t->resume, "auto") == 0;
+        } else if (strcmp(a, "--timeout") == 0) {
+            if (!parse_long(argv[++i], 1, &t->timeout) || t->timeout > 86400L * 365)
+                return die(t, 2, "--timeout expects a positive count of seconds");
         } else {
             snprintf(t->msg, sizeof t->msg, "unexpected argument '%s'; " USAGE, a, t->m->name);
             return die(t, 2, t->msg);
@@ -170,6 +208,8 @@ static int parse_args(trainer *t, int argc, char **argv) {
         return die(t, 2, t->msg);
     }
     if (t->every && !t->checkpoint) return die(t, 2, "--every N writes checkpoints: give --checkpoint FILE.npz");
+    if (t->resume_auto && !t->checkpoint)
+        return die(t, 2, "--resume auto resumes from --checkpoint's file when it exists: give --checkpoint FILE.npz");
     return 0;
 }
 
@@ -261,6 +301,7 @@ static int plan(trainer *t) {
             snprintf(why, sizeof why, "--checkpoint: %.1100s", t->msg);
             return die_here(t, 2, why);
         }
+        fc_file_sweep(t->checkpoint); /* what a killed run (SIGKILL) left half-written */
     }
     return 0;
 }
@@ -287,7 +328,15 @@ static int set_up(trainer *t) {
         if (m->state_read(t->ctx, t->state) != 0) return die(t, 3, m->error(t->ctx));
     } else if (m->state_init(t->state) != 0)
         return die(t, 3, "cannot set up the state");
-    if (t->resume) { /* every rank reads it (the same file), so that each can name what does not fit */
+    if (t->resume_auto) { /* rank 0 decides: its file, or none (the others take rank 0's state) */
+        struct stat st;
+        t->resume = t->rank0 && stat(t->checkpoint, &st) == 0 ? t->checkpoint : NULL;
+        if (t->rank0) {
+            printf("--resume auto: %s %s\n", t->resume ? "resuming from" : "no checkpoint yet at", t->checkpoint);
+            fflush(stdout);
+        }
+    }
+    if (t->resume && t->rank0) { /* rank 0 reads it; the others get its state (fc_train_main) */
         if (fc_ck_load(t->resume, m->vars, m->num_vars, t->state, 1, &t->ck_step, m->name, t->msg, sizeof t->msg) != 0)
             return die_here(t, 2, t->msg);
         if (m->global_step >= 0 && (t->first = global_step(t)) < 0) { /* the step indexes the shuffle: never trust it */
@@ -316,14 +365,34 @@ static int save(trainer *t, long step) {
     return 0;
 }
 
+/* The lines the handlers write, and SIGALRM's handler: the watchdog of --timeout (armed around the
+ * start's collectives and each step) and the grace after a stop signal. */
+static void watch(trainer *t) {
+    struct sigaction sa;
+    char who[160];
+    if (t->size > 1)
+        snprintf(who, sizeof who, "%s train: rank %d: error: ", t->m->name, t->rank);
+    else
+        snprintf(who, sizeof who, "%s", t->prefix);
+    snprintf(stuck_line, sizeof stuck_line, "%sasked to stop, but the step under way did not end (a rank stopped or "
+             "is stuck in MPI): exiting without writing a checkpoint\n", who);
+    snprintf(timeout_line, sizeof timeout_line, "%sno progress for --timeout %ld s (a rank failed, stopped or is "
+             "stuck in MPI): stopping the job\n", who, t->timeout);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+}
+
 /* The steps from t->first to t->total; 0, or the exit status. */
 static int train(trainer *t) {
     const fc_train_model *m = t->m;
-    double t_start, t_last = 0.0, t_epoch, loss_sum = 0.0;
+    double t_start, t_last = 0.0, t_epoch, t_step, loss_sum = 0.0;
     long epoch_steps = 0, step;
     int k, tty, code;
     struct sigaction sa;
 
+    grace = 10;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
     sigemptyset(&sa.sa_mask);
@@ -346,6 +415,8 @@ static int train(trainer *t) {
             long s;
             for (s = 0; s < m->batch; ++s) memcpy(dst + (size_t)s * row, t->cols[k].base + (size_t)idx[s] * row, row);
         }
+        t_step = fc_now_us();
+        if (t->timeout && !interrupted) alarm((unsigned)t->timeout);
         status = m->run(t->batch, &loss, t->arena, t->state, t->pool, t->mpi, t->ctx);
         if (status != 0) {
             snprintf(t->msg, sizeof t->msg, "step %ld: %s_run failed: %s", step, m->step,
@@ -363,6 +434,9 @@ static int train(trainer *t) {
             if (!stop && both[1] > 0.0f) stop = SIGTERM; /* another rank was told to stop */
         }
 #endif
+        alarm(0); /* the step ended on every rank: no watchdog, no grace, while the checkpoint is written */
+        t_step = (fc_now_us() - t_step) * 1e-6;
+        if (10.0 + 3.0 * t_step > (double)grace) grace = (unsigned)(10.0 + 3.0 * t_step) + 1;
         if (!isfinite(loss)) {
             if (t->checkpoint && t->ck_step >= 0)
                 snprintf(t->msg, sizeof t->msg, "the loss is %f at step %ld (epoch %ld): stopped; the last checkpoint, "
@@ -421,7 +495,7 @@ static int run_steps(trainer *t) {
     if (m->global_step >= 0)
         t->first = global_step(t);
     else
-        t->first = t->resume ? (t->ck_step < 0 ? 0 : t->ck_step) : 0;
+        t->first = t->ck_step < 0 ? 0 : t->ck_step; /* -1 unless resumed (rank 0's, on every rank) */
     if (t->first >= t->total) {
         if (t->rank0)
             printf("nothing to train: the state is at step %ld; %ld epoch(s) of %ld steps end at step %ld\n", t->first,
@@ -438,6 +512,34 @@ static int run_steps(trainer *t) {
     if (m->state_write && m->state_write(t->ctx, t->state) != 0) return die(t, 3, m->error(t->ctx));
     return train(t);
 }
+
+#ifdef FC_MPI
+/* What every rank must agree on before the first step (an MPMD launch gives each rank its own
+ * command line, a node its own dataset file): else the ranks would run different step counts and
+ * one would wait forever in the step's allreduce. Rank 0 names the first difference; 2, or 0. */
+static int agree_plan(trainer *t, fc_mpi *ctx) {
+    static const char *what[] = {"the dataset's samples (--data)", "--epochs", "--seed", "--every",
+                                 "--checkpoint (given or not)", "--resume (given or not)", "--timeout",
+                                 "the step's batch (the binary)", "the step's state (the binary)"};
+    enum { N = sizeof what / sizeof what[0] };
+    double v[2 * N];
+    long mine[N];
+    int k;
+    mine[0] = t->n, mine[1] = t->epochs, mine[2] = t->seed, mine[3] = t->every;
+    mine[4] = t->checkpoint != NULL, mine[5] = t->resume != NULL || t->resume_auto, mine[6] = t->timeout;
+    mine[7] = t->m->batch, mine[8] = (long)t->m->state_bytes;
+    for (k = 0; k < N; ++k) v[2 * k] = (double)mine[k], v[2 * k + 1] = -(double)mine[k];
+    fc_mpi_allreduce_max_f64(ctx, v, 2 * N, "the ranks' options");
+    for (k = 0; k < N; ++k) {
+        if (v[2 * k] != -v[2 * k + 1]) {
+            snprintf(t->msg, sizeof t->msg, "the ranks disagree on %s: from %.0f to %.0f (every rank must be given the "
+                     "same options, and a dataset of the same size)", what[k], -v[2 * k + 1], v[2 * k]);
+            return die(t, 2, t->msg);
+        }
+    }
+    return 0;
+}
+#endif
 
 /* What the stages took (each pointer NULL or its own). */
 static void release(trainer *t) {
@@ -491,14 +593,19 @@ int fc_train_main(const fc_train_model *m, int argc, char **argv) {
         code = die(&t, 3, "out of memory");
     else if ((code = parse_args(&t, argc, argv)) == 0 && (code = open_dataset(&t)) == 0 && (code = plan(&t)) == 0)
         code = set_up(&t);
+    watch(&t);
 #ifdef FC_MPI
+    if (t.timeout) alarm((unsigned)t.timeout); /* (--timeout when the command line was read) */
     if (t.size > 1) { /* one verdict for all: a rank that cannot start stops every rank, none waits */
         double v = code;
         fc_mpi_allreduce_max_f64(&ctx, &v, 1, "the start-up status");
         if (!code && v > 0) code = (int)v;
     }
-    /* one start for all: rank 0's variables (and slots, and step) */
+    if (!code && t.size > 1) code = agree_plan(&t, &ctx);
+    /* one start for all: rank 0's variables (and slots, and step), and its checkpoint's step */
     if (!code) fc_mpi_bcast(&ctx, t.state, (long)m->state_bytes, 0, "the variables");
+    if (!code) fc_mpi_bcast(&ctx, &t.ck_step, (long)sizeof t.ck_step, 0, "the checkpoint's step");
+    alarm(0);
 #endif
     if (!code) code = run_steps(&t);
     release(&t);

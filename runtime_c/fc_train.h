@@ -1,7 +1,7 @@
 /* The training binary's driver, the same for every model (codegen/backends/c/trainer.py):
  *
  *   NAME train --data FILE.npz | --data NAME=FILE.npy ... [--epochs E] [--batch B] [--seed S]
- *              [--checkpoint FILE.npz [--every N]] [--resume FILE.npz]
+ *              [--checkpoint FILE.npz [--every N]] [--resume FILE.npz|auto] [--timeout S]
  *   mpiexec -n R NAME train ...      (built with FC_MPI defined: each rank its slice of every batch)
  *
  * The generated train.c (templates/train/train.c.j2) describes the model's training step in one
@@ -16,22 +16,35 @@
  *
  * Built with MPI (FC_MPI defined, mpi/ on the include path, MPI's compiler), the step averages
  * the gradients over the ranks (allreduce, in buckets, while backward goes on), so every rank
- * holds the same variables: rank 0's start (its own, or the --resume checkpoint) is broadcast
- * first, and rank 0 writes the checkpoints and the progress. Without it, a run under mpiexec
- * with more than one process is refused.
+ * holds the same variables: rank 0's start (its own, or the --resume checkpoint, which rank 0
+ * alone reads) is broadcast first, and rank 0 writes the checkpoints and the progress. Every rank
+ * reads --data. Before the first step the ranks agree on their start (one failing rank stops all,
+ * each failing rank naming itself) and on what decides the step count (the dataset's samples,
+ * --epochs, --seed, --every, --checkpoint, --resume, --timeout, the binary's batch and state: an
+ * MPMD launch giving ranks different values is refused). Without MPI, a run under mpiexec with
+ * more than one process is refused.
+ *
+ * --timeout S: a watchdog for a rank that makes no progress (a peer crashed, hung or stopped):
+ * when the start's collectives or one step take longer than S seconds, the rank ends the job
+ * (exit 6, one line naming itself). --resume auto: resume from --checkpoint's file when rank 0
+ * finds it, else start from the initial values (the same command line restarts a killed run).
+ * A checkpoint's temporary that a killed run (SIGKILL) left is removed at the next start
+ * (files.h fc_file_sweep).
  *
  * Progress: on a terminal one line, rewritten (epoch, step, loss, samples/s); one line per epoch
  * in any case. --checkpoint: written every N steps (--every), at the end, and when SIGINT,
  * SIGTERM (what cluster schedulers send), SIGHUP or SIGUSR1 (SLURM's --signal) arrives: the
  * step under way finishes, the checkpoint is written and the exit status is 128 + the signal's
- * number (130 for SIGINT). Each write is atomic (files.h). The checkpoint's path is checked
+ * number (130 for SIGINT). If the step under way cannot end (a peer is gone or stuck) within
+ * 10 s + 3 x the longest step so far, or a second signal comes, the process exits at once without
+ * a checkpoint, saying so. Each write is atomic (files.h). The checkpoint's path is checked
  * before the first step: its folder must take a new file, and it must not name a file of --data.
  * Every value read from --resume is checked before use (global_step in range). --resume
  * continues from a checkpoint's step (same --data, --batch and --seed: the losses are those of a
  * run that never stopped). A loss that is not finite stops training (exit 5) and keeps the last
  * checkpoint. Errors: one line on stderr ("NAME train: error: ..."), non-zero exit (2: the
  * command line or the data, 3: memory, threads or a failed step, 4: the checkpoint could not be
- * written), no checkpoint written. */
+ * written, 6: --timeout), no checkpoint written. */
 #ifndef FLOWC_FC_TRAIN_H
 #define FLOWC_FC_TRAIN_H
 

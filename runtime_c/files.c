@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
 
 int fc_file_fail(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
@@ -159,10 +160,28 @@ static int new_beside(const char *path, const char *tag, char **name, char *err,
     return fd;
 }
 
+/* "<host>.<pid>.": who makes a temporary, in its name, so that fc_file_sweep can tell one a killed
+ * process left (its host is this one, its process is gone) from one another process is writing.
+ * The host name keeps letters, digits and '-' (at most 40 of them). */
+static void owner_tag(char *tag, size_t len) {
+    char host[256];
+    size_t i, n = 0;
+    if (gethostname(host, sizeof host) != 0) host[0] = 0;
+    host[sizeof host - 1] = 0;
+    for (i = 0; host[i] && n < 40; ++i) {
+        char c = host[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-') host[n++] = c;
+    }
+    host[n] = 0;
+    snprintf(tag, len, "%s.%ld.", n ? host : "host", (long)getpid());
+}
+
 int fc_file_temp(const char *path, char **tmp, FILE **fp, char *err, size_t errlen) {
+    char tag[64];
     int fd, saved;
+    owner_tag(tag, sizeof tag);
     hold_signals(); /* a run stopped between the file's creation and pending naming it leaves none */
-    fd = new_beside(path, "", tmp, err, errlen);
+    fd = new_beside(path, tag, tmp, err, errlen);
     *fp = NULL;
     if (fd >= 0) remember(*tmp);
     release_signals();
@@ -350,4 +369,43 @@ int fc_file_check_writable(const char *path, char *err, size_t errlen) {
     if (fc_file_temp(path, &tmp, &fp, err, errlen) != 0) return -1;
     fc_file_drop(tmp, fp);
     return 0;
+}
+
+int fc_file_sweep(const char *path) {
+    const char *slash = strrchr(path, '/'), *file = slash ? slash + 1 : path;
+    char dir[4096], tag[64], prefix[512], full[4608];
+    size_t plen;
+    DIR *d;
+    struct dirent *e;
+    int removed = 0;
+    if (!*file) return 0;
+    if (slash) {
+        size_t dlen = (size_t)(slash - path);
+        if (dlen >= sizeof dir) return 0;
+        memcpy(dir, path, dlen ? dlen : 1); /* "/x": the root */
+        dir[dlen ? dlen : 1] = 0;
+    } else {
+        strcpy(dir, ".");
+    }
+    owner_tag(tag, sizeof tag);
+    *strchr(tag, '.') = 0; /* the host alone */
+    if ((size_t)snprintf(prefix, sizeof prefix, ".%s.%s.", file, tag) >= sizeof prefix) return 0;
+    plen = strlen(prefix);
+    if (!(d = opendir(dir))) return 0;
+    while ((e = readdir(d)) != NULL) {
+        const char *rest = e->d_name + plen;
+        char *end;
+        long pid;
+        struct stat st;
+        if (strncmp(e->d_name, prefix, plen) != 0) continue;
+        errno = 0;
+        pid = strtol(rest, &end, 10);
+        /* .<file>.<host>.<pid>.XXXXXX: mkstemp's six characters after the pid's dot */
+        if (end == rest || *end != '.' || strlen(end + 1) != 6 || pid <= 0 || errno) continue;
+        if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive */
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode) && unlink(full) == 0) ++removed;
+    }
+    closedir(d);
+    return removed;
 }

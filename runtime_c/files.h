@@ -33,10 +33,17 @@ int fc_file_open_read(const char *path, size_t *size, char *err, size_t errlen);
 /* The same as a stdio stream ("rb"), or NULL with the reason in err. */
 FILE *fc_file_fopen_read(const char *path, size_t *size, char *err, size_t errlen);
 
-/* A new temporary file beside path, named .<file>.XXXXXX, opened for writing ("wb"). Returns 0 with
+/* A new temporary file beside path, named .<file>.<host>.<pid>.XXXXXX (fc_file_sweep reads the
+ * owner from it), opened for writing ("wb"). Returns 0 with
  * its name in *tmp (malloc'ed: give it to fc_file_put / fc_files_commit, or fc_file_drop it) and its
  * stream in *fp, or -1 with both NULL, the reason in err and nothing left behind. */
 int fc_file_temp(const char *path, char **tmp, FILE **fp, char *err, size_t errlen);
+
+/* Remove the temporaries of path that a process of this host left when it was killed (SIGKILL,
+ * a crash: what no handler could remove): .<file>.<host>.<pid>.XXXXXX whose process is gone. A
+ * temporary of a live process, or of another host (a shared folder), is left alone. Returns how
+ * many were removed. */
+int fc_file_sweep(const char *path);
 
 /* Close fp (NULL: already closed), remove the temporary tmp and free it; for failures. */
 void fc_file_drop(char *tmp, FILE *fp);

@@ -122,6 +122,49 @@ def test_a_stop_signal_writes_the_checkpoint_and_leaves_no_temporary(net, tmp_pa
         assert temporaries(tmp_path) == [], temporaries(tmp_path)
 
 
+def _host_tag() -> str:
+    """The host part of the trainer's temporaries' names (runtime_c/files.c owner_tag)."""
+    import socket
+
+    host = "".join(c for c in socket.gethostname() if c.isascii() and (c.isalnum() or c == "-"))[:40]
+    return host or "host"
+
+
+def test_a_temporary_a_killed_run_left_is_removed_and_a_live_ones_kept(net, data, tmp_path):
+    """SIGKILL leaves the checkpoint's temporary behind (no handler runs): the next run removes
+    the one whose process is gone, and keeps one of a process still alive or of another host."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a process id no process has now
+    stale = tmp_path / f".ck.npz.{_host_tag()}.{dead.pid}.aB3dE9"
+    alive = tmp_path / f".ck.npz.{_host_tag()}.{os.getpid()}.xY7wQ2"
+    other = tmp_path / f".ck.npz.another-node.{dead.pid}.kL5mN1"
+    for p in (stale, alive, other):
+        p.write_bytes(b"half a checkpoint")
+    res = run(net, "train", "--data", data, "--checkpoint", tmp_path / "ck.npz")
+    assert res.returncode == 0, res.stderr
+    assert not stale.exists() and alive.exists() and other.exists()
+
+
+def test_a_killed_run_resumes_with_resume_auto(net, data, tmp_path):
+    """SIGKILL in the middle of training, then the same command with --resume auto: it starts from
+    the last checkpoint written (or from the start when there is none yet), no temporary stays,
+    and the end is that of a run never stopped."""
+    whole, ck = tmp_path / "whole.npz", tmp_path / "ck.npz"
+    common = ("train", "--data", data, "--epochs", 30, "--seed", 3)
+    assert run(net, *common, "--checkpoint", whole).returncode == 0
+    first = run(net, *common, "--epochs", 10, "--checkpoint", ck, "--resume", "auto")
+    assert first.returncode == 0 and "--resume auto: no checkpoint yet at" in first.stdout, first.stderr
+    (tmp_path / f".ck.npz.{_host_tag()}.999999999.zzzzzz").write_bytes(b"")  # as SIGKILL leaves it
+    again = run(net, *common, "--checkpoint", ck, "--resume", "auto")
+    assert again.returncode == 0 and "--resume auto: resuming from" in again.stdout, again.stderr
+    a, b = np.load(whole), np.load(ck)
+    for name in a.files:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert temporaries(tmp_path) == []
+    one_error(run(net, "train", "--data", data, "--resume", "auto"), "--resume auto", "--checkpoint")
+    one_error(run(net, "train", "--data", data, "--timeout", 0), "--timeout")
+
+
 # ------------------------------------------------------------------ 5, 7. untrusted numbers
 
 

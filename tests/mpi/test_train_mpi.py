@@ -5,6 +5,7 @@ checks of the one-process binary hold under mpiexec too."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,74 @@ def test_a_world_of_one_under_a_launcher_of_two_is_refused(toolchain, binaries, 
     ours = [ln for ln in res.stderr.splitlines() if ln.startswith("digits: rank 1: MPI sees 1 process")]
     assert len(ours) == 1 and "(PMI_SIZE=2)" in ours[0], res.stderr
     assert not ck.exists()
+
+
+def test_ranks_given_different_datasets_are_refused_at_once(toolchain, binaries, data_file, tmp_path):
+    """An MPMD launch whose ranks read datasets of different sizes (a node-local copy cut short)
+    would run different step counts, one rank waiting forever in the step's allreduce: refused
+    before the first step, naming the difference."""
+    short = tmp_path / "short.npz"
+    with np.load(data_file) as d:
+        np.savez(short, **{k: d[k][:320] for k in d.files})
+    exe = binaries["two"]
+    cmd = [*toolchain.launch(1), str(exe), "train", "--data", str(data_file), ":",
+           "-n", "1", str(exe), "train", "--data", str(short)]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert "the ranks disagree on the dataset's samples (--data): from 320 to 640" in res.stderr
+    assert "epoch" not in res.stdout
+
+
+def _ranks(exe: Path) -> list[int]:
+    """The processes running exe (by its path in /proc/*/cmdline)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "cmdline").read_bytes().split(b"\0")[0] == str(exe).encode():
+                pids.append(int(p.name))
+        except OSError:
+            continue
+    return sorted(pids)
+
+
+@pytest.mark.parametrize("how", ["timeout", "second signal"])
+def test_a_stuck_rank_ends_the_job(toolchain, binaries, data_file, tmp_path, how):
+    """One rank stops answering (SIGSTOP: a hung node) in the middle of training. With --timeout 2
+    the other ends the job 2 s later, naming itself and the cause; without it, a stop signal whose
+    step cannot end is followed by a second one that ends the process at once, saying that no
+    checkpoint was written. Nothing keeps running."""
+    import os
+    import signal
+    import time
+
+    exe = binaries["two"]
+    ck = tmp_path / "ck.npz"
+    extra = ["--timeout", "2"] if how == "timeout" else []
+    cmd = [*toolchain.launch(2), str(exe), "train", "--data", str(data_file), "--epochs", "1000000",
+           "--checkpoint", str(ck), "--every", "1000", *extra]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):  # training runs: the first checkpoint is written
+            if ck.exists() and len(_ranks(exe)) == 2:
+                break
+            time.sleep(0.1)
+        first, second = _ranks(exe)
+        os.kill(second, signal.SIGSTOP)
+        start = time.monotonic()
+        if how == "second signal":
+            os.kill(first, signal.SIGTERM)
+            time.sleep(0.5)
+            os.kill(first, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        for pid in _ranks(exe):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0 and took < 10, (proc.returncode, took, err)
+    why = "no progress for --timeout 2 s" if how == "timeout" else "asked to stop, but the step"
+    assert re.search(rf"digits train: rank [01]: error: {why}", err), err
+    _, header = checkpoint.load(ck)  # the last one written stands whole
+    assert header["step"] % 1000 == 0

@@ -16,6 +16,35 @@ static int agree(fc_mpi *ctx, int code) {
     return (int)v;
 }
 
+/* The command lines' verdict, the same on every rank (an MPMD launch gives each rank its own):
+ * when every rank failed alike rank 0 says why, else each failing rank says its own; ranks that
+ * parsed but disagree on --microbatches, --bench or --help are refused by rank 0 (they would run
+ * different numbers of steps, one waiting for the other forever). 0, or the exit status. */
+static int agree_options(const fc_main_model *m, fc_mpi *ctx, int code, const fc_main_options *o, const char *msg) {
+    static const char *what[] = {"--microbatches", "--bench", "--help"};
+    double v[8];
+    long mine[3];
+    char line[160];
+    int k;
+    mine[0] = code ? 0 : o->microbatches, mine[1] = code ? 0 : o->bench, mine[2] = code ? 0 : o->help;
+    v[0] = code, v[1] = -code;
+    for (k = 0; k < 3; ++k) v[2 + 2 * k] = (double)mine[k], v[3 + 2 * k] = -(double)mine[k];
+    fc_mpi_allreduce_max_f64(ctx, v, 8, "the ranks' command lines");
+    if (v[0] > 0) { /* some rank cannot start */
+        if (code && (ctx->rank == 0 || v[0] != -v[1])) fc_main_error(m->name, ctx->rank, code, msg);
+        return (int)v[0];
+    }
+    for (k = 0; k < 3; ++k) {
+        if (v[2 + 2 * k] != -v[3 + 2 * k]) {
+            snprintf(line, sizeof line, "the ranks were given different %s (from %.0f to %.0f): give every rank the "
+                     "same options", what[k], -v[3 + 2 * k], v[2 + 2 * k]);
+            if (ctx->rank == 0) fc_main_error(m->name, 0, 2, line);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 /* One step: the model on every microbatch in turn, each run on its slice of the tensors this rank
  * owns (NULL for the others); a failed run aborts the job. */
 static void step(const fc_main_model *m, fc_main_io *io, const fc_main_args *a, long microbatches, fc_mpi *ctx) {
@@ -114,12 +143,9 @@ int fc_spmd_main(const fc_spmd_program *p, int argc, char **argv) {
     if (fc_main_io_open(&io, m, me) != 0) fc_mpi_abort(&ctx, "out of memory");
     fc_file_cleanup_on_signals();
     code = fc_main_parse(m, argc, argv, 0, p->ranks, &io, &o, msg, sizeof msg);
-    if (!code && o.help) {
+    if ((code = agree_options(m, &ctx, code, &o, msg)) != 0) goto done;
+    if (o.help) {
         if (me == 0) fc_main_usage(m, 0, p->ranks);
-        goto done;
-    }
-    if (code) { /* the same arguments everywhere: rank 0 says what is wrong */
-        if (me == 0) fc_main_error(m->name, me, code, msg);
         goto done;
     }
     code = fc_drv_load_inputs(io.ins, m->n_in, io.in_path, o.microbatches, io.in, msg, sizeof msg);

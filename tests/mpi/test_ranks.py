@@ -359,6 +359,23 @@ def test_a_launcher_of_another_mpi_is_named(toolchain, slow_program, var):
     assert f"started 2 ({var}=2): this binary's MPI (" in ours[0] and "compiled for" not in res.stderr
 
 
+@pytest.mark.parametrize("other", [["--microbatches", "2"], ["--bogus", "1"]])
+def test_ranks_given_different_command_lines_stop_at_once(toolchain, slow_program, tmp_path, other):
+    """An MPMD launch whose second rank gets another --microbatches (it would run another number of
+    steps) or a wrong option: refused before any run, the wrong option named by the rank that got
+    it; nothing waits."""
+    exe, folder = slow_program
+    args = ["--in", f"x={folder / 'x.npy'}", "--out-dir", str(tmp_path / "r")]
+    cmd = [*toolchain.launch(1), str(exe), *args, ":", "-n", "1", str(exe), *args, *other]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    if other[0] == "--bogus":
+        assert "net: rank 1: error: unexpected argument '--bogus'" in res.stderr, res.stderr
+    else:
+        assert "net: rank 0: error: the ranks were given different --microbatches (from 1 to 2)" in res.stderr
+    assert not (tmp_path / "r").exists()
+
+
 def test_unreadable_input_stops_the_job(toolchain, slow_program, tmp_path):
     exe, folder = slow_program
     res, took = mpirun(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -492,3 +493,77 @@ def test_init_from_mpi4py_communicator(toolchain, tmp_path, n):
     run([*cmd, str(MPI_DIR / "fc_mpi.c"), "-o", "libsub.so"], cwd=tmp_path)
     res, _ = mpirun(toolchain, n, python, str(tmp_path / "script.py"), str(tmp_path / "libsub.so"))
     ok_lines(res, "mpi4py", n)
+
+
+# ----------------------------------------------------------------------------- the float16 wire
+F16_PROGRAM = r"""
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fc_allreduce.h"
+
+/* the vector forms against the scalar fc_f2h / fc_h2f: every half, 65536 floats of every range */
+int main(void) {
+    static float f[65536], g[65536];
+    static fc_f16 h[65536], h2[65536], a[65536], b[65536];
+    unsigned s = 1;
+    long i, bad = 0;
+    int n = 65535; /* an odd count: the scalar tail too */
+    for (i = 0; i < 65536; ++i) h[i] = (fc_f16)i;
+    fc_h2f_scale_n(f, h, 65536, 0.5f);
+    for (i = 0; i < 65536; ++i) {
+        float w = fc_h2f(h[i]) * 0.5f;
+        bad += memcmp(&w, &f[i], 4) != 0 && !(isnan(w) && isnan(f[i]));
+    }
+    for (i = 0; i < 65536; ++i) {
+        unsigned r;
+        s = s * 1103515245u + 12345u;
+        r = s ^ (s << 7) ^ (s >> 3);
+        memcpy(&g[i], &r, 4);
+        if (i % 3 == 0) g[i] = (float)((int)(r % 200000) - 100000) * 1e-6f; /* gradients' range */
+        if (i % 3 == 1) g[i] = (float)((int)(r % 200000) - 100000) * 1e-9f; /* half subnormals */
+    }
+    fc_f2h_n(h2, g, 65535);
+    for (i = 0; i < 65535; ++i) bad += fc_f2h(g[i]) != h2[i] && !isnan(g[i]);
+    for (i = 0; i < 65536; ++i) a[i] = h2[i], b[i] = h2[(i * 7) & 65535];
+    memcpy(h, b, sizeof b);
+    fc_sum_f16(a, b, &n, NULL);
+    for (i = 0; i < 65535; ++i) {
+        fc_f16 w = fc_f2h(fc_h2f(a[i]) + fc_h2f(h[i]));
+        bad += w != b[i] && !isnan(fc_h2f(w));
+    }
+    printf("%ld\n", bad);
+    return bad != 0;
+}
+"""
+
+
+def test_float16_wire_vector_forms_equal_the_scalar_ones(tmp_path):
+    """fc_allreduce.h's packing, summing and unpacking on F16C (AVX-512 and AVX2 widths) and on
+    AArch64 NEON give the bits of the scalar conversions; the build without them uses those."""
+    from codegen.backends.c.toolchain import find_mpicc
+
+    mpicc = find_mpicc()
+    (tmp_path / "t.c").write_text(F16_PROGRAM)
+    runtime = MPI_DIR.parent / "runtime_c"
+    include = ["-I", str(MPI_DIR), "-I", str(runtime)]
+    builds = {"scalar": ["-mno-f16c"], "avx2": ["-mavx2", "-mf16c"]}
+    if "avx512f" in Path("/proc/cpuinfo").read_text():
+        builds["avx512"] = ["-mavx512f", "-mf16c"]
+    for name, flags in builds.items():
+        exe = tmp_path / name
+        cmd = [*shlex.split(mpicc), *STRICT, "-O2", *flags, *include, str(tmp_path / "t.c"), "-o", str(exe)]
+        cmd.append("-lm")
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        res = subprocess.run([str(exe)], capture_output=True, text=True)
+        assert res.returncode == 0 and res.stdout.strip() == "0", (name, res.stdout)
+    cross, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
+    mpi_h = Path(shutil.which(shlex.split(mpicc)[0]) or "/").resolve().parents[1] / "include"
+    if cross and qemu and (mpi_h / "mpi.h").is_file():
+        exe = tmp_path / "neon"
+        cmd = [cross, *STRICT, "-O2", "-static", *include, "-I", str(mpi_h), str(tmp_path / "t.c")]
+        cmd += ["-o", str(exe)]
+        subprocess.run([*cmd, "-lm"], check=True, capture_output=True, text=True)
+        res = subprocess.run([qemu, str(exe)], capture_output=True, text=True)
+        assert res.returncode == 0 and res.stdout.strip() == "0", ("neon", res.stdout)

@@ -317,6 +317,8 @@ def summary(out: Path, options: pipeline.Options, seconds: float) -> str:
             for r, p in enumerate(m["per_rank"])
         ]
         lines.append(f"  run: mpiexec -n {m['ranks']} {out / name} --in NAME=FILE.npy --out-dir DIR")
+        if m.get("partition", {}).get("idle_note"):
+            lines.append(f"  {m['partition']['idle_note']}")
     if "footprint" in m:
         from .backends.c.mcu import Footprint
 
@@ -488,6 +490,8 @@ def inspect_ranks(args, graph: Graph, c: pipeline.Compilation) -> int:
     part, o = c.partition, c.options
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {part.ranks} ranks")
     print(part.describe())
+    if part.idle_note():
+        print(part.idle_note())
     for r, p in enumerate(c.program):
         print(f"rank {r}: arena {p.arena_bytes} B (lower bound {p.lower_bound} B), "
               f"weights {p.weight_bytes} B, {len(p.steps)} steps")  # fmt: skip

@@ -345,6 +345,31 @@ class Partition:
     def ranks(self) -> int:
         return len(self.graphs)
 
+    @property
+    def idle(self) -> list[int]:
+        """The ranks the placement gave no step (a node that is not a placeholder, constant or
+        variable): started and waiting for nothing, which fewer ranks would do the same."""
+        busy = {r for name, r in self.place.items() if not _is_source(self.graph.node(name))}
+        return [r for r in range(self.ranks) if r not in busy]
+
+    def idle_note(self) -> str:
+        """One line naming the idle ranks, or ""."""
+        if not self.idle:
+            return ""
+        names = ", ".join(map(str, self.idle))
+        busy = self.ranks - len(self.idle)
+        many = len(self.idle) > 1
+        why = (
+            f"no node names {'them' if many else 'it'} with gd.device('rank:N'), as in any imported model: "
+            "--placement pipeline or greedy split it"
+            if self.algorithm == "annotated"
+            else f"{self.algorithm} placement found no gain in {'them' if many else 'it'}"
+        )
+        return (
+            f"note: rank{'s' if many else ''} {names} of {self.ranks} hold{'' if many else 's'} no step "
+            f"({why}): --ranks {busy} does the same work"
+        )
+
     def output_indices(self, rank: int) -> list[int]:
         """Positions among the graph's declared outputs of those ``rank`` makes (its graph's
         declared outputs, in order)."""

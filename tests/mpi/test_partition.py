@@ -335,3 +335,23 @@ def test_inspect_ranks(tmp_path, capsys):
         assert cli.main(["inspect", str(path), *bad]) == 1
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and msg in err, err
+
+
+@pytest.mark.parametrize("algorithm", ["annotated", "greedy"])
+def test_idle_ranks_are_named(algorithm):
+    """A placement that leaves ranks without a step says so in one line, with the rank count
+    that does the same work: annotated placement of a graph that names no rank (any imported
+    model), greedy placement of a chain too small to gain from another rank."""
+    rng = np.random.default_rng(0)
+    with gd.Graph("chain") as g:
+        h = gd.placeholder("x", (8, 64))
+        for _ in range(3):
+            h = gd.relu(gd.matmul(h, gd.constant(rng.standard_normal((64, 64)).astype(np.float32))))
+        g.set_outputs(h)
+    part = partition.split(g, 3, algorithm)
+    assert part.idle == [1, 2]
+    note = part.idle_note()
+    assert note.startswith("note: ranks 1, 2 of 3 hold no step (")
+    assert note.endswith("--ranks 1 does the same work")
+    assert ("gd.device('rank:N')" in note) == (algorithm == "annotated"), note
+    assert partition.split(g, 3, "pipeline").idle_note() == ""

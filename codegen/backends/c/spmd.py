@@ -198,6 +198,8 @@ def _metadata(name, whole, part, parts, ins, outs, api, target) -> dict:
         ],
         "partition": {
             "placement": part.algorithm,
+            "idle_ranks": part.idle,
+            "idle_note": part.idle_note(),
             "compress": part.compress,
             "bytes_sent": part.bytes_sent(),
             "bytes_saved": part.bytes_saved(),

@@ -11,7 +11,7 @@ from pathlib import Path
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
 
-from . import backends, outdir, partition, pipeline
+from . import backends, data_parallel, outdir, partition, pipeline
 from .backends.c import toolchain
 from .cache import build_key, restore_export, store_export
 from .loaded import check_name, with_train
@@ -41,6 +41,7 @@ def project_options(
     sm=(80, 90),
     precision: str = "fp32",
     weights: str = "auto",
+    bucket=None,
 ) -> pipeline.Options:
     """The pipeline options of a project folder (``write``), every choice checked in one line
     before any work: the backend (``target``: "c" or "cuda"), the name, the arch, the limits
@@ -51,7 +52,8 @@ def project_options(
     host C++ compiler of the CPU simulator (nvcc otherwise). ``weights`` (the C backend):
     "c-array" (C arrays: any C compiler), "blob" (one file pulled in by the assembler's
     .incbin: GCC and clang) or "auto" (a blob above 64 KiB where the compiler is GCC or clang,
-    else arrays)."""
+    else arrays). ``bucket``: a data-parallel step's allreduce bucket (bytes of float32
+    gradients, or a string such as "25M"; default data_parallel.BUCKET_BYTES)."""
     backends.get(target)  # an unknown backend, in one line
     if weights not in WEIGHTS:
         raise FlowcError(f"--weights {weights}: one of {', '.join(WEIGHTS)}")
@@ -87,11 +89,17 @@ def project_options(
         if compress is not None and not mpi:
             raise FlowcError("--compress sends the gradients between MPI ranks: it needs a build with MPI")
         allreduce, compress = ((compress or "float32") if mpi else None), None
+    bucket_bytes = data_parallel.BUCKET_BYTES if bucket is None else parse_bytes(bucket, "bucket")
+    if bucket is not None and (trainer is None or bucket_bytes < 4):
+        raise FlowcError(
+            "--bucket sizes the gradient allreduces of a data-parallel training binary (--train): "
+            "at least 4 bytes"
+        )
     return pipeline.Options(
         target=tgt, outputs=outputs, planner=planner, cc=cc, flags=tuple(flags), name=name,
         product=None if build_binary and trainer is None else product, ranks=ranks, placement=placement,
         compress=compress, max_ram=limits["max_ram"], max_flash=limits["max_flash"], allreduce=allreduce,
-        trainer=trainer, weights=WEIGHTS[weights],
+        trainer=trainer, weights=WEIGHTS[weights], bucket_bytes=bucket_bytes,
     )  # fmt: skip
 
 
@@ -218,6 +226,7 @@ def export_trainer(
     planner: str = "best",
     target: str = "c",
     sm=(80, 90),
+    bucket=None,
 ) -> Path:
     """Write and build the training binary of ``graph``'s train op ``train`` (a name or
     Tensor) in ``out_dir`` (codegen/backends/c/trainer.py): ``out_dir/name train --data ...``
@@ -228,10 +237,11 @@ def export_trainer(
     ``mpi``: build with MPI's compiler (data parallel under ``mpiexec``); None: when one is
     found. ``compress``: "fp16" sends the gradients as float16 (default float32). Both models
     go through the pipeline's stages (``Options.trainer``: ``flowc inspect --train`` shows
-    them). The folder appears complete or not at all."""
+    them). ``bucket``: the allreduce bucket's bytes (project_options). The folder appears
+    complete or not at all."""
     options = project_options(
         name=name, trainer=train, mpi=mpi, compress=compress, threads=threads, portable=portable,
-        build_binary=build_binary, cc=cc, flags=flags, planner=planner, target=target, sm=sm,
+        build_binary=build_binary, cc=cc, flags=flags, planner=planner, target=target, sm=sm, bucket=bucket,
     )  # fmt: skip
     return write(graph, out_dir, options, cache=False)
 

@@ -90,6 +90,7 @@ class Options:
     alpha: float = partition.ALPHA
     beta: float = partition.BETA
     allreduce: str | None = None
+    bucket_bytes: int = data_parallel.BUCKET_BYTES
     freeze: bool = True
     sm: tuple[int, ...] = (80, 90)
     precision: str = "fp32"
@@ -187,7 +188,9 @@ def _ranks_mean(graph: Graph, c: Compilation) -> Graph:
 def _allreduce(graph: Graph, c: Compilation) -> Graph:
     """A data-parallel training step: its gradient means fused into allreduce buckets (after the
     backend's lowering, which sees them as the identity they are on one rank)."""
-    return graph if c.options.allreduce is None else data_parallel.fuse(graph, c.options.allreduce)
+    if c.options.allreduce is None:
+        return graph
+    return data_parallel.fuse(graph, c.options.allreduce, c.options.bucket_bytes)
 
 
 def _schedule(value, c: Compilation):

@@ -210,3 +210,21 @@ def test_a_stuck_rank_ends_the_job(toolchain, binaries, data_file, tmp_path, how
     assert re.search(rf"digits train: rank [01]: error: {why}", err), err
     _, header = checkpoint.load(ck)  # the last one written stands whole
     assert header["step"] % 1000 == 0
+
+
+def test_the_bucket_size_is_an_option(toolchain, binaries, data_file, tmp_path):
+    """--bucket (export_trainer's bucket): smaller buckets, more allreduces posted as backward
+    goes; the same sums, so the same weights bit for bit."""
+    graph = digits.training_graph(16)
+    small = export_trainer(graph, tmp_path / "s", name="digits", mpi=True, bucket="1K", cc=toolchain.mpicc)
+    calls = {k: (f / "digits_train.c").read_text().count("fc_mpi_iallreduce(")
+             for k, f in (("small", small), ("default", binaries["two"].parent))}  # fmt: skip
+    assert calls["small"] > calls["default"] >= 1, calls
+    common = ("--data", data_file, "--epochs", 1, "--seed", 7)
+    train(toolchain, 2, small / "digits", *common, "--checkpoint", tmp_path / "a.npz")
+    train(toolchain, 2, binaries["two"], *common, "--checkpoint", tmp_path / "b.npz")
+    a, b = np.load(tmp_path / "a.npz"), np.load(tmp_path / "b.npz")
+    for name in a.files:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    with pytest.raises(Exception, match="--bucket"):
+        export_trainer(graph, tmp_path / "bad", name="digits", mpi=True, bucket="2", cc=toolchain.mpicc)

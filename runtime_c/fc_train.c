@@ -480,11 +480,31 @@ static int train(trainer *t) {
             return 128 + stop;
         }
     }
-    if (t->rank0) {
+    {
         double sec = (fc_now_us() - t_start) * 1e-6;
-        printf("trained %ld step(s) of %ld samples in %.3f s: %.1f samples/s on %d rank(s)%s%s\n", t->total - t->first,
-               t->global_batch, sec, sec > 0 ? (double)((t->total - t->first) * t->global_batch) / sec : 0.0, t->size,
-               t->checkpoint ? "; checkpoint " : "", t->checkpoint ? t->checkpoint : "");
+#ifdef FC_MPI
+        /* where the time went: waiting for the allreduces, posting them and the other MPI calls, the
+         * rest computing (each the largest over the ranks) */
+        double times[3] = {0.0, 0.0, 0.0};
+        if (t->size > 1) {
+            times[0] = ((fc_mpi *)t->mpi)->wait_us * 1e-6;
+            times[1] = ((fc_mpi *)t->mpi)->comm_us * 1e-6;
+            times[2] = sec;
+            fc_mpi_allreduce_max_f64((fc_mpi *)t->mpi, times, 3, "the ranks' times");
+        }
+#endif
+        if (t->rank0) {
+            printf("trained %ld step(s) of %ld samples in %.3f s: %.1f samples/s on %d rank(s)%s%s\n",
+                   t->total - t->first, t->global_batch, sec,
+                   sec > 0 ? (double)((t->total - t->first) * t->global_batch) / sec : 0.0, t->size,
+                   t->checkpoint ? "; checkpoint " : "", t->checkpoint ? t->checkpoint : "");
+#ifdef FC_MPI
+            if (t->size > 1 && times[2] > 0)
+                printf("time on the slowest rank: %.3f s waiting for allreduces (%.1f%%), %.3f s in other MPI calls "
+                       "(%.1f%%), the rest computing\n", times[0], 100.0 * times[0] / times[2], times[1],
+                       100.0 * times[1] / times[2]);
+#endif
+        }
     }
     return 0;
 }

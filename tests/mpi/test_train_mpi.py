@@ -65,6 +65,8 @@ def test_two_ranks_train_as_one_process_with_the_global_batch(toolchain, binarie
     train(toolchain, 1, binaries["one"], *common, "--checkpoint", one)
     res = train(toolchain, 2, binaries["two"], *common, "--checkpoint", two)
     assert "on 2 rank(s)" in res.stdout and len(epoch_losses(res.stdout)) == 3, res.stdout
+    # where the time went: allreduce waits, other MPI calls, compute
+    assert re.search(r"time on the slowest rank: [\d.]+ s waiting for allreduces \([\d.]+%\)", res.stdout)
     train(toolchain, 2, binaries["fp16"], *common, "--checkpoint", half)
     a, _ = checkpoint.load(one)
     b, hb = checkpoint.load(two)

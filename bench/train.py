@@ -242,7 +242,8 @@ def _samples_per_s(cmd: list[str]) -> float:
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {res.stderr.strip()}")
-    last = res.stdout.strip().splitlines()[-1]  # "trained S step(s) of B samples in T s: X samples/s ..."
+    # "trained S step(s) of B samples in T s: X samples/s ..." (over ranks, a line of times follows)
+    last = [ln for ln in res.stdout.splitlines() if ln.startswith("trained ")][-1]
     return float(last.split(": ")[1].split(" samples/s")[0])
 
 
@@ -320,6 +321,40 @@ def compression(runs: int, folder: Path) -> dict:
             "ratio": statistics.median(ratios)}  # fmt: skip
 
 
+def prediction(runs: int, folder: Path) -> dict:
+    """The data-parallel step predictor (``flowc inspect --train --ranks``) against the measured
+    step of the wide MLP (batch 16 a rank) on 1 and 2 ranks, and its figure for 128 ranks over an
+    InfiniBand-like network (alpha 1.5 us, 24 GB/s), with and without a progress thread."""
+    from codegen import data_parallel, partition, pipeline
+    from codegen.backends.c.toolchain import find_mpiexec, mpiexec_command
+    from codegen.exports import export_trainer
+
+    g, train, _ = wide_mlp(BATCH // 2)
+    c = pipeline.run(g, pipeline.Options(trainer=train.node.name, allreduce="float32"), until="plan")
+    program = c.program[0]
+
+    def predicted(ranks, alpha=partition.ALPHA, beta=partition.BETA, overlap=False):
+        args = (program.graph, program.steps, ranks, alpha, beta, partition.step_seconds)
+        return data_parallel.predict_step(*args, overlap=overlap)
+
+    exe = export_trainer(g, folder / "p", train=train, name="net", mpi=True) / "net"
+    rng = np.random.default_rng(1)
+    n = 40 * BATCH
+    np.savez(folder / "data.npz", x=rng.random((n, WIDE[0]), np.float32), y=rng.integers(0, 10, n))
+    args = ["train", "--data", str(folder / "data.npz"), "--epochs", "2"]
+    mpiexec = find_mpiexec()
+    steps = {1: [], 2: []}
+    for i in range(runs):
+        for r in (1, 2) if i % 2 == 0 else (2, 1):
+            steps[r].append(BATCH // 2 * r / _samples_per_s([*mpiexec_command(mpiexec, r), str(exe), *args]))
+    return {
+        "measured": {r: statistics.median(v) for r, v in steps.items()},
+        "predicted": {r: predicted(r).seconds for r in (1, 2)},
+        "128": predicted(128, 1.5e-6, 24e9),
+        "128 overlap": predicted(128, 1.5e-6, 24e9, overlap=True),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -367,6 +402,14 @@ def main() -> int:
                 r = data_parallel(name, args.ranks_runs, Path(tmp) / name.replace(" ", "_"))
                 print(f"| {name} | {r['one']:.0f} | {r['two']:.0f} | {r['ratio']:.2f} |", flush=True)
     if args.compress_runs > 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            r = prediction(args.compress_runs, Path(tmp))
+        m, p = r["measured"], r["predicted"]
+        print(f"\ndata-parallel step predictor, wide MLP, batch {BATCH // 2} a rank: 1 rank predicted "
+              f"{p[1] * 1e3:.1f} ms, measured {m[1] * 1e3:.1f} ms ({p[1] / m[1]:.2f}x); 2 ranks predicted "
+              f"{p[2] * 1e3:.1f} ms, measured {m[2] * 1e3:.1f} ms ({p[2] / m[2]:.2f}x); 128 ranks over alpha "
+              f"1.5 us, 24 GB/s: efficiency {100 * r['128'].efficiency:.0f}% (allreduce in MPI calls only), "
+              f"{100 * r['128 overlap'].efficiency:.0f}% (with a progress thread)")  # fmt: skip
         with tempfile.TemporaryDirectory() as tmp:
             r = compression(args.compress_runs, Path(tmp))
         print(f"\ngradient compression, wide MLP ({'-'.join(map(str, WIDE))}, 10.5M parameters), 2 ranks of "

@@ -347,6 +347,10 @@ def check_ranks(args) -> None:
 
 def cmd_inspect(args) -> int:
     """What ``flowc compile`` with the same options builds, stage by stage (codegen.pipeline)."""
+    # --train --ranks R: the training binary as mpiexec -n R runs it (data parallel), predicted
+    dp_ranks, args.ranks = (args.ranks, None) if args.train is not None else (None, args.ranks)
+    if dp_ranks is not None and dp_ranks < 1:
+        raise FlowcError(f"--ranks must be at least 1, got {dp_ranks}")
     check_ranks(args)
     if args.ranks is not None:
         partition.check_rank_count(args.ranks)
@@ -360,6 +364,10 @@ def cmd_inspect(args) -> int:
         )  # fmt: skip
     if args.train is not None:
         options = options.with_(trainer=args.train)
+        if dp_ranks is not None:
+            options = options.with_(
+                allreduce=args.compress or "float32", alpha=args.alpha_us * 1e-6, beta=args.beta_gbps * 1e9
+            )
     shown = [s.name for s in pipeline.stages(options)][:-1]  # inspect builds nothing
     if args.stage is not None and args.stage not in shown:
         raise FlowcError(f"--stage {args.stage!r} is not a stage; stages: {', '.join(shown)}")
@@ -381,7 +389,7 @@ def cmd_inspect(args) -> int:
     if c.partition is not None:
         return inspect_ranks(args, graph, c)
     if options.trainer is not None:
-        return inspect_trainer(args, graph, c)
+        return inspect_trainer(args, graph, c, dp_ranks)
     where = f"target {args.target} on {options.target.arch if options.backend == 'c' else args.arch}"
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {where}")
     ops = Counter(n.op for n in graph.nodes)
@@ -472,8 +480,11 @@ def without_code(missing: list[str], target: str) -> UnsupportedError:
     return UnsupportedError(f"{ops} without {target} code: {', '.join(missing)}")
 
 
-def inspect_trainer(args, graph: Graph, c: pipeline.Compilation) -> int:
-    """A training binary's two models (codegen/training.py): each one's stages and memory plan."""
+def inspect_trainer(args, graph: Graph, c: pipeline.Compilation, dp_ranks: int | None = None) -> int:
+    """A training binary's two models (codegen/training.py): each one's stages and memory plan;
+    with ``dp_ranks``, the data-parallel step over that many ranks, predicted."""
+    from . import data_parallel
+
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; trains {args.train!r}")
     for label, part, program in zip(pipeline.Parts.LABELS, c.parts, c.program):
         if part is None:
@@ -482,6 +493,18 @@ def inspect_trainer(args, graph: Graph, c: pipeline.Compilation) -> int:
         stages = " -> ".join(f"{name} ({len(g.nodes)})" for name, g in part.graphs())
         print(f"{label} '{part.options.name}': stages: {stages}")
         print(f"  state {program.state_bytes} B, {len(program.steps)} steps; {program.describe()}")
+    if dp_ranks is not None:
+        program, o = c.program[0], c.options
+        buckets = sum(1 for n in program.steps if n.op == "allreduce_start")
+        rates = f"{schedule.RUN_FLOPS / 1e9:.0f} GFLOP/s, {schedule.RUN_BANDWIDTH / 1e9:.0f} GB/s"
+        print(f"data parallel (mpiexec -n {dp_ranks}): {buckets} allreduce bucket(s) of at most "
+              f"{o.bucket_bytes} B; ring allreduce over alpha {o.alpha * 1e6:.3g} us, beta "
+              f"{o.beta / 1e9:.3g} GB/s; compute at {rates} a rank (the cost model's)")  # fmt: skip
+        for r in sorted({1, dp_ranks}):
+            pr = data_parallel.predict_step(
+                program.graph, program.steps, r, o.alpha, o.beta, partition.step_seconds
+            )
+            print(f"  {pr.describe()}")
     return 0
 
 

@@ -18,6 +18,8 @@ float32 rounding, for losses that average over the batch (the gd.train losses' d
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from graphdef.builder import Tensor, apply, default_graph_scope
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
@@ -119,3 +121,72 @@ def overlap(order, graph: Graph) -> list:
 def wire_bytes(graph: Graph) -> int:
     """Bytes each rank's fusion buffers hold (what a step sends, per allreduce)."""
     return sum(n.outputs[0].nbytes for n in graph.nodes if n.op == "allreduce_start")
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One data-parallel training step on ``ranks`` ranks, by the cost model: ``compute`` the
+    step's own work (each rank its batch), ``allreduce`` the buckets' transfer time, ``exposed``
+    the part of it backward did not hide; ``seconds`` the step."""
+
+    ranks: int
+    seconds: float
+    compute: float
+    allreduce: float
+    exposed: float
+
+    @property
+    def efficiency(self) -> float:
+        """The step's compute over its time: the samples/s of R ranks over R times one rank's."""
+        return self.compute / self.seconds if self.seconds else 1.0
+
+    def describe(self) -> str:
+        return (
+            f"{self.ranks} ranks: step {self.seconds * 1e3:.2f} ms = compute {self.compute * 1e3:.2f} ms + "
+            f"allreduce waits {self.exposed * 1e3:.2f} ms (of {self.allreduce * 1e3:.2f} ms of transfers), "
+            f"efficiency {100 * self.efficiency:.0f}%"
+        )
+
+
+def ring_seconds(nbytes: int, ranks: int, alpha: float, beta: float) -> float:
+    """A ring allreduce of ``nbytes`` over ``ranks``: 2 (R - 1) messages of nbytes / R each
+    (reduce-scatter, then allgather), every rank sending and receiving at once."""
+    if ranks < 2:
+        return 0.0
+    return 2 * (ranks - 1) * (alpha + nbytes / ranks / beta)
+
+
+def predict_step(
+    graph: Graph, order, ranks: int, alpha: float, beta: float, time_of, overlap: bool = False
+) -> StepPrediction:
+    """Simulate one step of the data-parallel training graph in its run order ``order``: the
+    compute in order (``time_of(graph, node)``), the buckets one after the other on the network
+    (a ring allreduce each: ``ring_seconds``, plus the sums' arithmetic), a wait blocking until
+    its bucket's sum is done. ``overlap``: a bucket's sum goes on from its start, while backward
+    runs (an MPI progress thread or offload); else (MPICH's and Open MPI's default progress,
+    inside MPI calls only) from its wait."""
+    from .schedule import RUN_BANDWIDTH
+
+    clock = compute = network = transfers = 0.0
+    posted: dict[int, float] = {}
+    for n in order:
+        if n.op == "allreduce_start":
+            nbytes = n.outputs[0].nbytes
+            clock += 2 * nbytes / RUN_BANDWIDTH  # packing the bucket: part of the step's work
+            compute += 2 * nbytes / RUN_BANDWIDTH
+            # the transfers, and summing (R - 1) / R of the bucket's elements on each rank
+            summing = 3 * nbytes * (ranks - 1) / ranks / RUN_BANDWIDTH
+            posted[n.attrs["bucket"]] = (clock, ring_seconds(nbytes, ranks, alpha, beta) + summing)
+        elif n.op == "allreduce_wait":
+            start, seconds = posted.get(n.attrs["bucket"], (clock, 0.0))
+            network = max(network, start if overlap else clock) + seconds
+            transfers += seconds
+            clock = max(clock, network)
+            unpack = 2 * sum(t.nbytes for t in n.outputs) / RUN_BANDWIDTH
+            clock += unpack
+            compute += unpack
+        else:
+            t = time_of(graph, n)
+            clock += t
+            compute += t
+    return StepPrediction(ranks, clock, compute, transfers, clock - compute)

@@ -4,6 +4,9 @@ fused graph computes what the original does."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import numpy as np
 import pytest
 
@@ -91,3 +94,41 @@ def test_other_gradient_dtypes_and_compressions_are_refused():
     g, _ = training_graph()
     with pytest.raises(FlowcError, match="unknown allreduce compression 'bf16'"):
         data_parallel.fuse(passes.select_outputs(g, ["train"]), "bf16")
+
+
+def test_the_step_predictor_adds_the_exposed_allreduces():
+    """data_parallel.predict_step: on one rank the step is its compute; on more, each bucket's
+    ring allreduce (2 (R - 1) messages of a 1/R share) and its sums, exposed from the bucket's
+    wait (default progress) or from its start (overlap: hidden behind backward up to the wait);
+    more ranks, longer transfers."""
+    g, _ = training_graph()
+    fused = data_parallel.fuse(passes.select_outputs(g, ["train"]), "float32", 4096)
+    order = data_parallel.overlap(schedule.schedule(fused), fused)
+    cost = lambda graph, n: 1e-3 if schedule.is_step(n) else 0.0  # noqa: E731 - 1 ms a step
+    one = data_parallel.predict_step(fused, order, 1, 1e-6, 1e9, cost)
+    assert one.exposed == 0 and one.efficiency == 1.0 and one.seconds == pytest.approx(one.compute)
+    two = data_parallel.predict_step(fused, order, 2, 1e-6, 1e9, cost)
+    late = [n for n in order if n.op != "allreduce_wait"] + [n for n in order if n.op == "allreduce_wait"]
+    hidden = data_parallel.predict_step(fused, late, 2, 1e-6, 1e9, cost, overlap=True)  # waits after backward
+    many = data_parallel.predict_step(fused, order, 128, 1e-6, 1e9, cost)
+    buckets = [n for n in order if n.op == "allreduce_start"]
+    ring = sum(data_parallel.ring_seconds(n.outputs[0].nbytes, 2, 1e-6, 1e9) for n in buckets)
+    assert two.allreduce >= ring and two.exposed == pytest.approx(two.allreduce)  # nothing hides it
+    assert hidden.exposed < two.exposed and hidden.seconds < two.seconds
+    assert many.allreduce > two.allreduce and many.efficiency < two.efficiency < 1.0
+    assert "2 ranks: step " in two.describe() and "efficiency" in two.describe()
+
+
+def test_inspect_train_ranks_predicts_the_data_parallel_step(tmp_path):
+    """flowc inspect --train --ranks R: the buckets, the transfer model and the predicted step
+    on 1 and R ranks."""
+    from codegen import cli
+
+    g, _ = training_graph()
+    gd.save(g, tmp_path / "dp.flowc")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cli.main(["inspect", str(tmp_path / "dp.flowc"), "--train", "--ranks", "8"]) == 0
+    text = buf.getvalue()
+    assert "data parallel (mpiexec -n 8): " in text and "allreduce bucket(s)" in text, text
+    assert "  1 ranks: step " in text and "  8 ranks: step " in text, text

@@ -8,7 +8,7 @@
     flowc quantize MODEL.onnx --calibrate DATA.npz -o OUT.onnx [--percentile P]
     flowc inspect MODEL [--arch ARCH] [--target c] [--threads N] [--stage STAGE] [--svg FILE]
                   [--ranks N [--placement P] [--compress C] [--max-ram BYTES] [--microbatches K]
-                   [--alpha-us US] [--beta-gbps GB/S]]
+                   [--alpha-us US] [--beta-gbps GB/S]] [--gflops G] [--mem-gbps M]
     (both take --shape NAME=D0xD1x.. and --value NAME=V0,V1,..|FILE.npy for ONNX inputs)
 
 --ranks N splits the graph over N MPI ranks (codegen/partition.py) into one program that
@@ -355,7 +355,13 @@ def cmd_inspect(args) -> int:
     if args.ranks is not None:
         partition.check_rank_count(args.ranks)
     target = Target(args.arch, args.portable, args.threads)
-    options = pipeline.Options(target=target, backend=args.target)
+    for flag, value in (("--gflops", args.gflops), ("--mem-gbps", args.mem_gbps)):
+        if value is not None and not value > 0:
+            raise FlowcError(f"{flag} expects a positive rate, got {value}")
+    options = pipeline.Options(
+        target=target, backend=args.target, run_flops=args.gflops and args.gflops * 1e9,
+        run_bandwidth=args.mem_gbps and args.mem_gbps * 1e9,
+    )  # fmt: skip
     if args.ranks is not None:
         options = options.with_(
             ranks=args.ranks, placement=args.placement, compress=args.compress,
@@ -387,9 +393,11 @@ def cmd_inspect(args) -> int:
         print(c.describe(args.stage))
         return 0
     if c.partition is not None:
-        return inspect_ranks(args, graph, c)
+        with schedule.run_rates(options.run_flops, options.run_bandwidth):
+            return inspect_ranks(args, graph, c)
     if options.trainer is not None:
-        return inspect_trainer(args, graph, c, dp_ranks)
+        with schedule.run_rates(options.run_flops, options.run_bandwidth):
+            return inspect_trainer(args, graph, c, dp_ranks)
     where = f"target {args.target} on {options.target.arch if options.backend == 'c' else args.arch}"
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; {where}")
     ops = Counter(n.op for n in graph.nodes)
@@ -496,10 +504,11 @@ def inspect_trainer(args, graph: Graph, c: pipeline.Compilation, dp_ranks: int |
     if dp_ranks is not None:
         program, o = c.program[0], c.options
         buckets = sum(1 for n in program.steps if n.op == "allreduce_start")
-        rates = f"{schedule.RUN_FLOPS / 1e9:.0f} GFLOP/s, {schedule.RUN_BANDWIDTH / 1e9:.0f} GB/s"
+        flops, bandwidth = schedule.current_rates()
+        rates = f"{flops / 1e9:.0f} GFLOP/s, {bandwidth / 1e9:.0f} GB/s"
         print(f"data parallel (mpiexec -n {dp_ranks}): {buckets} allreduce bucket(s) of at most "
               f"{o.bucket_bytes} B; ring allreduce over alpha {o.alpha * 1e6:.3g} us, beta "
-              f"{o.beta / 1e9:.3g} GB/s; compute at {rates} a rank (the cost model's)")  # fmt: skip
+              f"{o.beta / 1e9:.3g} GB/s; compute at {rates} a rank (--gflops, --mem-gbps)")  # fmt: skip
         for r in sorted({1, dp_ranks}):
             pr = data_parallel.predict_step(
                 program.graph, program.steps, r, o.alpha, o.beta, partition.step_seconds
@@ -603,6 +612,8 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--microbatches", type=int, default=1, help="with --ranks: also predict K microbatches")
     i.add_argument("--alpha-us", type=float, default=partition.ALPHA * 1e6, help="transfer latency (us)")
     i.add_argument("--beta-gbps", type=float, default=partition.BETA / 1e9, help="transfer bandwidth (GB/s)")
+    i.add_argument("--gflops", type=float, help="the cost model's compute rate, one core (GFLOP/s)")
+    i.add_argument("--mem-gbps", type=float, help="the cost model's memory rate, one core (GB/s)")
     i.set_defaults(func=cmd_inspect)
     for p in (c, i):
         p.add_argument("--ranks", type=int, help="split the graph over N MPI ranks (mpiexec -n N)")

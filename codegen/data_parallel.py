@@ -165,8 +165,9 @@ def predict_step(
     its bucket's sum is done. ``overlap``: a bucket's sum goes on from its start, while backward
     runs (an MPI progress thread or offload); else (MPICH's and Open MPI's default progress,
     inside MPI calls only) from its wait."""
-    from .schedule import RUN_BANDWIDTH
+    from .schedule import current_rates
 
+    _, RUN_BANDWIDTH = current_rates()  # noqa: N806 - the cost model's memory rate
     clock = compute = network = transfers = 0.0
     posted: dict[int, float] = {}
     for n in order:

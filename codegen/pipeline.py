@@ -91,6 +91,8 @@ class Options:
     beta: float = partition.BETA
     allreduce: str | None = None
     bucket_bytes: int = data_parallel.BUCKET_BYTES
+    run_flops: float | None = None  # the cost model's one-core rates (None: schedule.RUN_FLOPS, ...)
+    run_bandwidth: float | None = None
     freeze: bool = True
     sm: tuple[int, ...] = (80, 90)
     precision: str = "fp32"
@@ -396,6 +398,11 @@ def run(
         gd.verify(graph)
     if until == "build":
         prefetch(options)
+    with schedule.run_rates(options.run_flops, options.run_bandwidth):
+        return _run_stages(c, graph, options, until, trace, check)
+
+
+def _run_stages(c: Compilation, graph: Graph, options: Options, until: str, trace, check) -> Compilation:
     value = graph
     for stage in stages(options):
         for observer in list(_observers):

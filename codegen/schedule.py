@@ -7,6 +7,8 @@ aliases (reshape and friends) take no time and no memory of their own.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import heapq
 from dataclasses import dataclass
 
@@ -23,6 +25,24 @@ BANDWIDTH = 20e9
 # its 9.4 MB of weights are read once for only 49 rows: the two add up, they do not overlap.
 RUN_FLOPS = 150e9
 RUN_BANDWIDTH = 10e9
+# the rates run_seconds uses: RUN_FLOPS and RUN_BANDWIDTH unless a compilation gives its own
+# (pipeline.Options.run_flops / run_bandwidth: --gflops, --mem-gbps)
+_RATES: contextvars.ContextVar = contextvars.ContextVar("run_rates", default=(RUN_FLOPS, RUN_BANDWIDTH))
+
+
+@contextlib.contextmanager
+def run_rates(flops: float | None = None, bandwidth: float | None = None):
+    """Within: run_seconds at ``flops`` FLOP/s and ``bandwidth`` B/s (None: the defaults)."""
+    token = _RATES.set((flops or RUN_FLOPS, bandwidth or RUN_BANDWIDTH))
+    try:
+        yield
+    finally:
+        _RATES.reset(token)
+
+
+def current_rates() -> tuple[float, float]:
+    """(FLOP/s, B/s) run_seconds uses now."""
+    return _RATES.get()
 
 
 @dataclass(frozen=True)
@@ -38,8 +58,10 @@ class Cost:
     @property
     def run_seconds(self) -> float:
         """This machine's time for the step: compute time plus memory time (RUN_FLOPS,
-        RUN_BANDWIDTH), what the partition balances ranks with and predicts from."""
-        return self.flops / RUN_FLOPS + self.bytes / RUN_BANDWIDTH
+        RUN_BANDWIDTH, or a compilation's own: run_rates), what the partition balances ranks
+        with and predicts from."""
+        flops, bandwidth = _RATES.get()
+        return self.flops / flops + self.bytes / bandwidth
 
 
 def is_step(node: Node) -> bool:

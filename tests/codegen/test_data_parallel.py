@@ -132,3 +132,13 @@ def test_inspect_train_ranks_predicts_the_data_parallel_step(tmp_path):
     text = buf.getvalue()
     assert "data parallel (mpiexec -n 8): " in text and "allreduce bucket(s)" in text, text
     assert "  1 ranks: step " in text and "  8 ranks: step " in text, text
+
+    def step_ms(*extra) -> float:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli.main(["inspect", str(tmp_path / "dp.flowc"), "--train", "--ranks", "2", *extra]) == 0
+        line = [ln for ln in out.getvalue().splitlines() if ln.startswith("  1 ranks: step ")][0]
+        return float(line.split("step ")[1].split(" ms")[0])
+
+    # the cost model's rates are options: half the compute and memory rates, twice the step
+    assert step_ms("--gflops", "75", "--mem-gbps", "5") == pytest.approx(2 * step_ms(), rel=0.02)

@@ -230,3 +230,32 @@ def test_the_bucket_size_is_an_option(toolchain, binaries, data_file, tmp_path):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     with pytest.raises(Exception, match="--bucket"):
         export_trainer(graph, tmp_path / "bad", name="digits", mpi=True, bucket="2", cc=toolchain.mpicc)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
+def test_a_signal_to_the_launcher_writes_a_checkpoint(toolchain, binaries, data_file, tmp_path, sig):
+    """scancel, a time limit or `kill` reach mpiexec: Hydra (MPICH) forwards SIGTERM and SIGUSR1 to
+    the ranks, which finish the step, write the checkpoint and exit 128 + the signal. Open MPI's
+    mpiexec forwards SIGUSR1 alone (its SIGTERM ends the job at once: the README says to send
+    SIGUSR1)."""
+    import signal
+    import time
+
+    if sig == "SIGTERM" and toolchain.flavor == "openmpi":
+        pytest.skip("Open MPI's mpiexec ends the ranks on SIGTERM without a handler's grace")
+    ck = tmp_path / "ck.npz"
+    cmd = [*toolchain.launch(2), str(binaries["two"]), "train", "--data", str(data_file),
+           "--epochs", "1000000", "--checkpoint", str(ck), "--every", "1000"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(300):  # training runs: the first checkpoint is written
+        if ck.exists():
+            break
+        time.sleep(0.1)
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=60)
+    number = getattr(signal, sig).value
+    assert proc.returncode == 128 + number, (proc.returncode, out[-300:], err)
+    step = int(out.split(f"interrupted by {sig} at step ")[1].split(":")[0])
+    _, header = checkpoint.load(ck)
+    assert header["step"] == step
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -158,9 +158,15 @@ def test_readme_example_builds_with_plain_cc_from_the_folder_alone(digits, tmp_p
     for cmd in commands:
         res = subprocess.run(cmd, shell=True, cwd=copy, env=env, capture_output=True, text=True)
         assert res.returncode == 0, (cmd, res.stderr)
-    res = subprocess.run([str(copy / "your_program")], capture_output=True, text=True)
     want = gd.Session(g).run({"x": np.zeros((1, 64), np.float32)}, ["probs"])[0]
+    res = subprocess.run([str(copy / "your_program")], capture_output=True, text=True)
     assert res.returncode == 0 and abs(float(res.stdout) - float(want.ravel()[0])) < 1e-5, res
+    if shutil.which("clang") and commands[1].startswith("cc "):  # the same lines with clang for cc
+        for cmd in ("clang " + c[3:] for c in commands[1:]):
+            res = subprocess.run(cmd, shell=True, cwd=copy, env=env, capture_output=True, text=True)
+            assert res.returncode == 0, (cmd, res.stderr)
+        res = subprocess.run([str(copy / "your_program")], capture_output=True, text=True)
+        assert res.returncode == 0 and abs(float(res.stdout) - float(want.ravel()[0])) < 1e-5, res
     kernels = sorted(p.name for p in (copy / "runtime" / "kernels").iterdir())
     assert "qconv.h" not in kernels and "sgemm.h" in kernels and len(kernels) < 15, kernels
     if shutil.which("cmake"):

@@ -667,3 +667,30 @@ def test_a_recurrent_model_past_64_kib_of_code_runs_on_cortex_m4(tmp_path):
     assert fp["code"] > 64 * 1024 and 0 < fp["stack"] < 16 * 1024, fp
     objdump = [Target("cortex-m4").tool("objdump"), "-d", str(tmp_path / "out" / "build" / "firmware.elf")]
     assert "<STACK_SIZE+0x" in subprocess.run(objdump, capture_output=True, text=True).stdout
+
+
+@pytest.mark.cross
+def test_the_microcontroller_readme_example_builds_with_arm_none_eabi_gcc(tmp_path):
+    """The cortex-m4 folder's README.txt: its example program compiled by its own commands
+    (make lib, then arm-none-eabi-gcc with the folder's core flags), linked with build/lib<name>.a
+    into a firmware as its last line says (newlib's nosys specs stand in for the user's start-up
+    code), from the folder alone."""
+    need("cortex-m4", run=False)
+    g = _sample("digits").build()
+    folder = codegen.export(g, tmp_path / "m4", name="net", arch="cortex-m4")
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("build"))
+    text = (copy / "README.txt").read_text()
+    example = text.split("a complete example):\n", 1)[1].split("\nBuilt with the library", 1)[0]
+    (copy / "your_program.c").write_text("\n".join(ln[4:] for ln in example.splitlines()) + "\n")
+    lines = [ln.strip() for ln in text.split("are yours):\n", 1)[1].splitlines() if ln.strip()]
+    commands, link = lines[:-1], lines[-1]
+    assert link.startswith("(then link your_program.o and build/libnet.a into your firmware"), link
+    env = {"PATH": os.environ["PATH"]}
+    for cmd in commands:
+        res = subprocess.run(cmd, shell=True, cwd=copy, env=env, capture_output=True, text=True)
+        assert res.returncode == 0, (cmd, res.stderr)
+    flags = commands[1].split(" -I.")[0].split()[1:]  # the compile line's core and FPU flags
+    link = ["arm-none-eabi-gcc", *flags, "--specs=nosys.specs", "your_program.o", "build/libnet.a", "-lm"]
+    res = subprocess.run([*link, "-o", "fw.elf"], cwd=copy, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

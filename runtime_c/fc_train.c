@@ -426,12 +426,14 @@ static int train(trainer *t) {
         stop = interrupted;
 #ifdef FC_MPI
         if (t->size > 1) { /* the mean loss, and whether any rank was interrupted */
-            float both[2];
-            both[0] = loss;
-            both[1] = (float)stop;
-            fc_mpi_allreduce_sum_f32((fc_mpi *)t->mpi, both, 2, "the loss");
-            loss = both[0] / (float)t->size;
-            if (!stop && both[1] > 0.0f) stop = SIGTERM; /* another rank was told to stop */
+            float sums[3];
+            sums[0] = loss;
+            sums[1] = stop ? 1.0f : 0.0f; /* the ranks told to stop, and their signals' sum */
+            sums[2] = (float)stop;
+            fc_mpi_allreduce_sum_f32((fc_mpi *)t->mpi, sums, 3, "the loss");
+            loss = sums[0] / (float)t->size;
+            if (!stop && sums[1] > 0.0f) /* another rank was told to stop: by its signal (or the mean of theirs) */
+                stop = (int)(sums[2] / sums[1] + 0.5f);
         }
 #endif
         alarm(0); /* the step ended on every rank: no watchdog, no grace, while the checkpoint is written */

@@ -4,7 +4,7 @@
                   [--precision fp32|tf32|bf16|fp16]] [--threads N] [--no-build]
                   [--max-ram BYTES] [--max-flash BYTES]
                   [--ranks N [--placement auto|annotated|pipeline|greedy] [--compress fp16|bf16]]
-                  [--train [OP] [--no-mpi] [--compress fp16] [--bucket BYTES]]
+                  [--train [OP] [--no-mpi] [--compress fp16] [--bucket BYTES] [--accumulate]]
     flowc quantize MODEL.onnx --calibrate DATA.npz -o OUT.onnx [--percentile P]
     flowc inspect MODEL [--arch ARCH] [--target c] [--threads N] [--stage STAGE] [--svg FILE]
                   [--ranks N [--placement P] [--compress C] [--max-ram BYTES] [--microbatches K]
@@ -115,7 +115,7 @@ def cmd_compile(args) -> int:
         build_binary=not args.no_build, ranks=args.ranks, placement=args.placement, compress=args.compress,
         max_ram=args.max_ram, max_flash=args.max_flash, trainer=args.train, precision=args.precision,
         mpi=False if args.no_mpi else None, sm=parse_sm(args.sm) if args.target == "cuda" else (80, 90),
-        weights=args.weights, bucket=args.bucket,
+        weights=args.weights, bucket=args.bucket, accumulate=args.accumulate,
     )  # fmt: skip
     outdir.check(args.output)  # and an output folder flowc may not replace
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
@@ -565,6 +565,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--no-mpi", action="store_true", help="with --train: build without MPI (one process)")
     c.add_argument(
         "--bucket", metavar="BYTES", help="with --train: the gradient allreduce bucket (default 256K)"
+    )
+    c.add_argument(
+        "--accumulate", action="store_true", help="with --train: accumulating steps (train --accumulate K)"
     )
     c.set_defaults(func=cmd_compile)
     r = sub.add_parser("run", help="compile for --arch and run once on .npy inputs (QEMU for other arches)")

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from graphdef.builder import Tensor, apply, default_graph_scope
 from graphdef.errors import FlowcError
-from graphdef.ir import Graph
+from graphdef.ir import Graph, Node
 
 from .passes import Rebuild
 
@@ -191,3 +193,62 @@ def predict_step(
             clock += t
             compute += t
     return StepPrediction(ranks, clock, compute, transfers, clock - compute)
+
+
+ACCUMULATE = "fc_accumulate"  # the accumulation's state variables: <ACCUMULATE>/apply, /scale, /<k>
+
+
+def accumulate(graph: Graph, train: str) -> Graph:
+    """The training step ``graph`` (train op ``train``) made to accumulate gradients over K calls
+    (``flowc compile --train --accumulate``; the driver's ``--accumulate K`` picks K at run time).
+    Two state variables steer it: ``apply`` (1 on the K-th call, else 0) and ``scale`` (1 / K),
+    written by the driver before each call. Each gradient g becomes (acc + g) x scale before its
+    cross-rank mean, and acc := (apply ? 0 : acc + g); every other assignment (the optimizer's
+    update, its slots, global_step) stores its new value only when ``apply`` is set (a select, so
+    the value stored is the one the plain step computes). With apply = scale = 1 (their initial
+    values) it is the plain step. K calls on batches of B equal one step on their K x B samples,
+    to float32 rounding, for losses that average over the batch."""
+    from graphdef import builder
+    from graphdef.ops import elementwise as E
+    from graphdef.ops import state as S
+    from graphdef.ops.shape import identity
+
+    means = [n for n in graph.nodes if n.op == "cross_rank_mean"]
+    if not means:
+        raise FlowcError(f"--accumulate: the train op '{train}' computes no gradient (as gd.train's do)")
+    rb = Rebuild(graph)
+    with default_graph_scope(rb.new):
+        apply_v = builder.variable(f"{ACCUMULATE}/apply", np.float32(1.0), trainable=False)
+        scale = builder.variable(f"{ACCUMULATE}/scale", np.float32(1.0), trainable=False)
+        on = E.greater(apply_v, builder.constant(np.float32(0.5)))
+        # the driver writes them: state variables (an assignment of their own keeps them from
+        # being frozen into constants)
+        kept = [S.assign(v, identity(v)).ref.node for v in (apply_v, scale)]
+    updates: list[str] = []
+    train_node = graph.resolve(train).node
+    for node in graph.nodes:
+        if node.op == "cross_rank_mean":
+            (g,) = rb.inputs(node)
+            with rb.building(node):
+                zeros = np.zeros(g.shape, g.dtype)
+                acc = builder.variable(f"{ACCUMULATE}/{len(updates)}", zeros, trainable=False)
+                total = E.add(acc, g)
+                zero = builder.constant(np.zeros((), g.dtype))
+                updates.append(S.assign(acc, E.where(on, zero, total)).ref.node)
+                mean = builder.apply("cross_rank_mean", [E.mul(total, scale)], None, **node.attrs)
+            rb.bind(node, [mean.ref])
+        elif node.op in ("assign", "assign_add", "assign_sub"):
+            var, value = rb.inputs(node)
+            with rb.building(node):
+                unchanged = var if node.op == "assign" else builder.constant(np.zeros((), value.dtype))
+                out = builder.apply(node.op, [var, E.where(on, value, unchanged)], None, **node.attrs)
+            rb.bind(node, [out.ref])
+        elif node.name == train_node:
+            inputs = [rb.refs[r] for r in node.inputs]
+            copy = Node(node.name, node.op, tuple(inputs), node.attrs, node.outputs, node.device,
+                        rb.controls(node) + tuple(updates) + tuple(kept))  # fmt: skip
+            rb.new.add(copy)
+            rb.bind(node, [copy.ref(i) for i in range(len(node.outputs))])
+        else:
+            rb.keep(node)
+    return rb.finish()

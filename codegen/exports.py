@@ -42,6 +42,7 @@ def project_options(
     precision: str = "fp32",
     weights: str = "auto",
     bucket=None,
+    accumulate: bool = False,
 ) -> pipeline.Options:
     """The pipeline options of a project folder (``write``), every choice checked in one line
     before any work: the backend (``target``: "c" or "cuda"), the name, the arch, the limits
@@ -90,6 +91,8 @@ def project_options(
             raise FlowcError("--compress sends the gradients between MPI ranks: it needs a build with MPI")
         allreduce, compress = ((compress or "float32") if mpi else None), None
     bucket_bytes = data_parallel.BUCKET_BYTES if bucket is None else parse_bytes(bucket, "bucket")
+    if accumulate and (trainer is None or target != "c"):
+        raise FlowcError("--accumulate builds a C training binary that accumulates gradients: give --train")
     if bucket is not None and (trainer is None or bucket_bytes < 4):
         raise FlowcError(
             "--bucket sizes the gradient allreduces of a data-parallel training binary (--train): "
@@ -99,7 +102,7 @@ def project_options(
         target=tgt, outputs=outputs, planner=planner, cc=cc, flags=tuple(flags), name=name,
         product=None if build_binary and trainer is None else product, ranks=ranks, placement=placement,
         compress=compress, max_ram=limits["max_ram"], max_flash=limits["max_flash"], allreduce=allreduce,
-        trainer=trainer, weights=WEIGHTS[weights], bucket_bytes=bucket_bytes,
+        trainer=trainer, weights=WEIGHTS[weights], bucket_bytes=bucket_bytes, accumulate=accumulate,
     )  # fmt: skip
 
 
@@ -227,6 +230,7 @@ def export_trainer(
     target: str = "c",
     sm=(80, 90),
     bucket=None,
+    accumulate: bool = False,
 ) -> Path:
     """Write and build the training binary of ``graph``'s train op ``train`` (a name or
     Tensor) in ``out_dir`` (codegen/backends/c/trainer.py): ``out_dir/name train --data ...``
@@ -237,11 +241,13 @@ def export_trainer(
     ``mpi``: build with MPI's compiler (data parallel under ``mpiexec``); None: when one is
     found. ``compress``: "fp16" sends the gradients as float16 (default float32). Both models
     go through the pipeline's stages (``Options.trainer``: ``flowc inspect --train`` shows
-    them). ``bucket``: the allreduce bucket's bytes (project_options). The folder appears
+    them). ``bucket``: the allreduce bucket's bytes (project_options); ``accumulate``: a step
+    that accumulates gradients (the binary's ``train --accumulate K``). The folder appears
     complete or not at all."""
     options = project_options(
         name=name, trainer=train, mpi=mpi, compress=compress, threads=threads, portable=portable,
         build_binary=build_binary, cc=cc, flags=flags, planner=planner, target=target, sm=sm, bucket=bucket,
+        accumulate=accumulate,
     )  # fmt: skip
     return write(graph, out_dir, options, cache=False)
 

@@ -91,6 +91,7 @@ class Options:
     beta: float = partition.BETA
     allreduce: str | None = None
     bucket_bytes: int = data_parallel.BUCKET_BYTES
+    accumulate: bool = False  # the training step accumulates gradients (the driver's --accumulate K)
     run_flops: float | None = None  # the cost model's one-core rates (None: schedule.RUN_FLOPS, ...)
     run_bandwidth: float | None = None
     freeze: bool = True
@@ -149,6 +150,8 @@ def part_options(options: Options) -> tuple[Options, Options]:
 
 def _split(graph: Graph, c: Compilation) -> Parts:
     step, infer = training.split(graph, c.options.trainer)
+    if c.options.accumulate:
+        step = data_parallel.accumulate(step, c.options.trainer)
     c.parts = [
         Compilation(g, o) if g is not None else None for g, o in zip((step, infer), part_options(c.options))
     ]

@@ -40,7 +40,8 @@ typedef struct {
     const char *files[MAX_FILES], *names[MAX_FILES]; /* names[k]: NULL for an .npz, else the .npy's input */
     int nfiles;
     const char *checkpoint, *resume;
-    long epochs, global_batch, seed, every, timeout;
+    long epochs, global_batch, seed, every, timeout, accumulate;
+    float *acc_apply, *acc_scale; /* the step's accumulation controls in the state (--accumulate) */
     int resume_auto; /* --resume auto: --checkpoint's file when it exists */
     /* the dataset, the steps and the buffers */
     fc_npz sets[MAX_FILES];
@@ -145,7 +146,7 @@ static int parse_long(const char *text, long lo, long *out) {
 }
 
 #define USAGE "usage: %s train --data FILE.npz [--epochs E] [--batch B] [--seed S] [--checkpoint FILE.npz [--every N]] " \
-              "[--resume FILE.npz|auto] [--timeout S]"
+              "[--resume FILE.npz|auto] [--timeout S] [--accumulate K]"
 
 /* --data FILE.npz, or --data NAME=FILE.npy naming one of the step's inputs */
 static int data_arg(trainer *t, const char *spec) {
@@ -194,6 +195,9 @@ static int parse_args(trainer *t, int argc, char **argv) {
         } else if (strcmp(a, "--resume") == 0) {
             t->resume = argv[++i];
             t->resume_auto = strcmp(t->resume, "auto") == 0;
+        } else if (strcmp(a, "--accumulate") == 0) {
+            if (!parse_long(argv[++i], 1, &t->accumulate) || t->accumulate > 1000000L)
+                return die(t, 2, "--accumulate expects a positive count of batches a step");
         } else if (strcmp(a, "--timeout") == 0) {
             if (!parse_long(argv[++i], 1, &t->timeout) || t->timeout > 86400L * 365)
                 return die(t, 2, "--timeout expects a positive count of seconds");
@@ -267,12 +271,13 @@ static int open_dataset(trainer *t) {
 
 /* The global batch, the steps of an epoch and of the whole run, and the checkpoint's path. */
 static int plan(trainer *t) {
-    long batch = t->m->batch;
+    long batch = t->m->batch * t->accumulate;
     int j;
     if (t->global_batch && t->global_batch != batch * t->size) {
-        snprintf(t->msg, sizeof t->msg, "--batch %ld: the step takes %ld samples on each of %d rank(s), a global batch "
-                 "of %ld (compile the step for a batch of %ld / ranks)", t->global_batch, batch, t->size,
-                 batch * t->size, t->global_batch);
+        snprintf(t->msg, sizeof t->msg, "--batch %ld: the step takes %ld samples on each of %d rank(s)%s, a global "
+                 "batch of %ld (compile the step for a batch of %ld / ranks, or --accumulate)", t->global_batch,
+                 t->m->batch, t->size, t->accumulate > 1 ? " times --accumulate" : "", batch * t->size,
+                 t->global_batch);
         return die(t, 2, t->msg);
     }
     t->global_batch = batch * t->size;
@@ -365,6 +370,21 @@ static int save(trainer *t, long step) {
     return 0;
 }
 
+/* The step's accumulation controls (data_parallel.accumulate: the state variables
+ * fc_accumulate/apply and /scale), needed for --accumulate K above 1; 0, or the exit status. */
+static int find_accumulation(trainer *t) {
+    int v;
+    for (v = 0; v < t->m->num_vars; ++v) {
+        float *at = (float *)((unsigned char *)t->state + t->m->vars[v].offset);
+        if (strcmp(t->m->vars[v].name, "fc_accumulate/apply") == 0) t->acc_apply = at;
+        if (strcmp(t->m->vars[v].name, "fc_accumulate/scale") == 0) t->acc_scale = at;
+    }
+    if (!t->acc_apply || !t->acc_scale || t->m->open) t->acc_apply = t->acc_scale = NULL;
+    if (t->accumulate > 1 && !t->acc_apply)
+        return die(t, 2, "--accumulate: this binary's step applies every batch (compile it with --train --accumulate)");
+    return 0;
+}
+
 /* The lines the handlers write, and SIGALRM's handler: the watchdog of --timeout (armed around the
  * start's collectives and each step) and the grace after a stop signal. */
 static void watch(trainer *t) {
@@ -404,24 +424,33 @@ static int train(trainer *t) {
 
     t_start = t_epoch = fc_now_us();
     for (step = t->first; step < t->total; ++step) {
-        long epoch = step / t->steps_per_epoch, at = step % t->steps_per_epoch;
+        long epoch = step / t->steps_per_epoch, at = step % t->steps_per_epoch, micro;
         float loss = 0.0f;
         int status, stop;
         if (step == t->first || at == 0) fc_train_order(t->perm, t->n, (uint64_t)t->seed, epoch);
-        for (k = 0; k < m->num_inputs; ++k) { /* this rank's slice of the global batch */
-            const long *idx = t->perm + at * t->global_batch + (long)t->rank * m->batch;
-            size_t row = m->inputs[k].row_bytes;
-            unsigned char *dst = (unsigned char *)t->batch[k];
-            long s;
-            for (s = 0; s < m->batch; ++s) memcpy(dst + (size_t)s * row, t->cols[k].base + (size_t)idx[s] * row, row);
-        }
         t_step = fc_now_us();
         if (t->timeout && !interrupted) alarm((unsigned)t->timeout);
-        status = m->run(t->batch, &loss, t->arena, t->state, t->pool, t->mpi, t->ctx);
-        if (status != 0) {
-            snprintf(t->msg, sizeof t->msg, "step %ld: %s_run failed: %s", step, m->step,
-                     m->error ? m->error(t->ctx) : m->status_string(status));
-            return die(t, 3, t->msg);
+        for (micro = 0; micro < t->accumulate; ++micro) { /* one call, or K accumulating ones */
+            float part = 0.0f;
+            for (k = 0; k < m->num_inputs; ++k) { /* this rank's slice of the global batch */
+                const long *idx = t->perm + at * t->global_batch + (micro * t->size + t->rank) * m->batch;
+                size_t row = m->inputs[k].row_bytes;
+                unsigned char *dst = (unsigned char *)t->batch[k];
+                long s;
+                for (s = 0; s < m->batch; ++s)
+                    memcpy(dst + (size_t)s * row, t->cols[k].base + (size_t)idx[s] * row, row);
+            }
+            if (t->acc_apply) { /* the K-th call applies the update with the mean of the K gradients */
+                *t->acc_apply = micro + 1 == t->accumulate ? 1.0f : 0.0f;
+                *t->acc_scale = 1.0f / (float)t->accumulate;
+            }
+            status = m->run(t->batch, &part, t->arena, t->state, t->pool, t->mpi, t->ctx);
+            if (status != 0) {
+                snprintf(t->msg, sizeof t->msg, "step %ld: %s_run failed: %s", step, m->step,
+                         m->error ? m->error(t->ctx) : m->status_string(status));
+                return die(t, 3, t->msg);
+            }
+            loss += part / (float)t->accumulate;
         }
         stop = interrupted;
 #ifdef FC_MPI
@@ -542,14 +571,14 @@ static int run_steps(trainer *t) {
 static int agree_plan(trainer *t, fc_mpi *ctx) {
     static const char *what[] = {"the dataset's samples (--data)", "--epochs", "--seed", "--every",
                                  "--checkpoint (given or not)", "--resume (given or not)", "--timeout",
-                                 "the step's batch (the binary)", "the step's state (the binary)"};
+                                 "the step's batch (the binary)", "the step's state (the binary)", "--accumulate"};
     enum { N = sizeof what / sizeof what[0] };
     double v[2 * N];
     long mine[N];
     int k;
     mine[0] = t->n, mine[1] = t->epochs, mine[2] = t->seed, mine[3] = t->every;
     mine[4] = t->checkpoint != NULL, mine[5] = t->resume != NULL || t->resume_auto, mine[6] = t->timeout;
-    mine[7] = t->m->batch, mine[8] = (long)t->m->state_bytes;
+    mine[7] = t->m->batch, mine[8] = (long)t->m->state_bytes, mine[9] = t->accumulate;
     for (k = 0; k < N; ++k) v[2 * k] = (double)mine[k], v[2 * k + 1] = -(double)mine[k];
     fc_mpi_allreduce_max_f64(ctx, v, 2 * N, "the ranks' options");
     for (k = 0; k < N; ++k) {
@@ -587,6 +616,7 @@ int fc_train_main(const fc_train_model *m, int argc, char **argv) {
     memset(&t, 0, sizeof t);
     t.m = m;
     t.epochs = 1;
+    t.accumulate = 1;
     t.n = -1;
     t.steps_per_epoch = 1;
     t.ck_step = -1;
@@ -613,8 +643,9 @@ int fc_train_main(const fc_train_model *m, int argc, char **argv) {
     t.batch = (void **)calloc((size_t)m->num_inputs, sizeof *t.batch);
     if (!t.cols || !t.batch)
         code = die(&t, 3, "out of memory");
-    else if ((code = parse_args(&t, argc, argv)) == 0 && (code = open_dataset(&t)) == 0 && (code = plan(&t)) == 0)
-        code = set_up(&t);
+    else if ((code = parse_args(&t, argc, argv)) == 0 && (code = open_dataset(&t)) == 0 && (code = plan(&t)) == 0 &&
+             (code = set_up(&t)) == 0)
+        code = find_accumulation(&t);
     watch(&t);
 #ifdef FC_MPI
     if (t.timeout) alarm((unsigned)t.timeout); /* (--timeout when the command line was read) */

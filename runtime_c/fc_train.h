@@ -2,6 +2,7 @@
  *
  *   NAME train --data FILE.npz | --data NAME=FILE.npy ... [--epochs E] [--batch B] [--seed S]
  *              [--checkpoint FILE.npz [--every N]] [--resume FILE.npz|auto] [--timeout S]
+ *              [--accumulate K]
  *   mpiexec -n R NAME train ...      (built with FC_MPI defined: each rank its slice of every batch)
  *
  * The generated train.c (templates/train/train.c.j2) describes the model's training step in one
@@ -23,6 +24,12 @@
  * --epochs, --seed, --every, --checkpoint, --resume, --timeout, the binary's batch and state: an
  * MPMD launch giving ranks different values is refused). Without MPI, a run under mpiexec with
  * more than one process is refused.
+ *
+ * --accumulate K (a step built with --train --accumulate: codegen/data_parallel.py accumulate):
+ * each step is K calls on K batches of the step's size on each rank, the gradients summed and the
+ * update applied on the K-th, so that one binary trains with the same global batch (batch x R x K)
+ * at any rank count R; the driver steers the calls through two state variables
+ * (fc_accumulate/apply and /scale).
  *
  * --timeout S: a watchdog for a rank that makes no progress (a peer crashed, hung or stopped):
  * when the start's collectives or one step take longer than S seconds, the rank ends the job

@@ -265,3 +265,26 @@ def test_a_signal_to_the_launcher_writes_a_checkpoint(toolchain, binaries, data_
     _, header = checkpoint.load(ck)
     assert header["step"] == step
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_accumulation_serves_any_rank_count_with_one_global_batch(toolchain, binaries, data_file, tmp_path):
+    """A step built with --accumulate (batch 8) under --accumulate K: 1 rank x K 4, 2 ranks x K 2,
+    4 ranks x K 1 all train with the global batch of 32, as one process with a step of 32 does
+    (to float32 rounding), checkpoints and step counts alike; a step built without it refuses
+    --accumulate 2 in one line."""
+    exe = export_trainer(digits.training_graph(8), tmp_path / "acc", name="digits", mpi=True, accumulate=True,
+                         cc=toolchain.mpicc) / "digits"  # fmt: skip
+    common = ("--data", data_file, "--epochs", 2, "--seed", 3, "--batch", GLOBAL)
+    train(toolchain, 1, binaries["one"], *common, "--checkpoint", tmp_path / "one.npz")
+    want, header = checkpoint.load(tmp_path / "one.npz")
+    for ranks, k in ((1, 4), (2, 2), (4, 1)):
+        ck = tmp_path / f"r{ranks}.npz"
+        res = train(toolchain, ranks, exe, *common, "--accumulate", k, "--checkpoint", ck)
+        assert f"of {GLOBAL} samples" in res.stdout, res.stdout[-300:]
+        got, h = checkpoint.load(ck)
+        assert h["step"] == header["step"] == 2 * 640 // GLOBAL
+        for name in want:
+            what = f"{ranks} ranks x {k}: {name}"
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=2e-6, err_msg=what)
+    res = train(toolchain, 2, binaries["two"], "--data", data_file, "--accumulate", 2, ok=False)
+    assert res.returncode == 2 and "compile it with --train --accumulate" in res.stderr, res.stderr

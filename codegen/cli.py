@@ -4,11 +4,12 @@
                   [--precision fp32|tf32|bf16|fp16]] [--threads N] [--no-build]
                   [--max-ram BYTES] [--max-flash BYTES]
                   [--ranks N [--placement auto|annotated|pipeline|greedy] [--compress fp16|bf16]]
-                  [--train [OP] [--no-mpi] [--compress fp16] [--bucket BYTES] [--accumulate]]
+                  [--train [OP] [--no-mpi] [--compress fp16] [--bucket BYTES] [--accumulate] [--ranks N]]
     flowc quantize MODEL.onnx --calibrate DATA.npz -o OUT.onnx [--percentile P]
     flowc inspect MODEL [--arch ARCH] [--target c] [--threads N] [--stage STAGE] [--svg FILE]
                   [--ranks N [--placement P] [--compress C] [--max-ram BYTES] [--microbatches K]
                    [--alpha-us US] [--beta-gbps GB/S]] [--gflops G] [--mem-gbps M]
+                  [--train [OP] [--ranks R (data parallel) | --stages N (pipeline parallel)]]
     (both take --shape NAME=D0xD1x.. and --value NAME=V0,V1,..|FILE.npy for ONNX inputs)
 
 --ranks N splits the graph over N MPI ranks (codegen/partition.py) into one program that
@@ -35,7 +36,10 @@ training binary (codegen/backends/c/trainer.py): ``OUT/NAME train --data train.n
 --checkpoint ck.npz`` trains, ``mpiexec -n R OUT/NAME train ...`` data-parallel (built with
 MPI's compiler when one is found; --no-mpi: without), and ``OUT/NAME --checkpoint ck.npz --in
 ... --out-dir ...`` runs the graph's other outputs with the trained variables. --compress fp16
-sends the gradients between ranks as float16. With --target cuda both models run on one GPU
+sends the gradients between ranks as float16. --train --ranks N builds a pipeline-parallel
+training binary instead (codegen/pipeline_parallel.py): the step cut into N stages, one a rank,
+``mpiexec -n N OUT/NAME train --microbatches K [--schedule 1f1b|gpipe] ...``; ``flowc inspect
+--train --stages N`` shows the cut. With --target cuda both models run on one GPU
 (one process), the variables kept there and copied to the host for each checkpoint.
 """
 
@@ -269,6 +273,18 @@ def summary(out: Path, options: pipeline.Options, seconds: float) -> str:
     and how to run it."""
     m = json.loads((out / "metadata.json").read_text())
     name, built = options.name, options.product != "none"
+    if options.trainer is not None and "pipeline" in m["trainer"]:
+        t = m["trainer"]
+        p = t["pipeline"]
+        return "\n".join(
+            [
+                f"flowc: wrote {out}{f', binary {out / name}' if built else ''} in {seconds:.1f} s; pipeline-parallel "
+                f"training over {p['stages']} ranks, microbatches of {t['batch_per_microbatch']}, state "
+                f"{t['state_bytes']} B",
+                f"  train: mpiexec -n {p['stages']} {out / name} train --data FILE.npz (arrays "
+                f"{' '.join(f'{n}=...' for n in t['inputs'])}) --microbatches K --epochs E --checkpoint ck.npz",
+            ]
+        )
     if options.trainer is not None:
         t = m["trainer"]
         run = f"mpiexec -n R {out / name}" if t["mpi"] else str(out / name)
@@ -332,8 +348,10 @@ def check_ranks(args) -> None:
     if args.ranks is not None and args.ranks < 1:
         raise FlowcError(f"--ranks must be at least 1, got {args.ranks}")
     if getattr(args, "train", None) is not None:
-        if args.ranks is not None or args.arch != "host":
-            raise FlowcError("--train builds a training binary for this machine: no --ranks, no --arch")
+        if args.arch != "host":
+            raise FlowcError("--train builds a training binary for this machine: no --arch")
+        if args.placement != "auto":
+            raise FlowcError("--train --ranks N cuts the training step into N stages by the cost model: no --placement")
         if args.compress not in (None, "fp16"):
             raise FlowcError(
                 f"--train --compress: the gradients go as fp16 or as they are, not {args.compress}"
@@ -349,6 +367,8 @@ def cmd_inspect(args) -> int:
     """What ``flowc compile`` with the same options builds, stage by stage (codegen.pipeline)."""
     # --train --ranks R: the training binary as mpiexec -n R runs it (data parallel), predicted
     dp_ranks, args.ranks = (args.ranks, None) if args.train is not None else (None, args.ranks)
+    if args.stages is not None and (args.train is None or dp_ranks is not None or args.stages < 1):
+        raise FlowcError("--stages N shows a pipeline-parallel training binary: give --train, not --ranks")
     if dp_ranks is not None and dp_ranks < 1:
         raise FlowcError(f"--ranks must be at least 1, got {dp_ranks}")
     check_ranks(args)
@@ -369,7 +389,7 @@ def cmd_inspect(args) -> int:
             alpha=args.alpha_us * 1e-6, beta=args.beta_gbps * 1e9,
         )  # fmt: skip
     if args.train is not None:
-        options = options.with_(trainer=args.train)
+        options = options.with_(trainer=args.train, ranks=args.stages)
         if dp_ranks is not None:
             options = options.with_(
                 allreduce=args.compress or "float32", alpha=args.alpha_us * 1e-6, beta=args.beta_gbps * 1e9
@@ -494,7 +514,9 @@ def inspect_trainer(args, graph: Graph, c: pipeline.Compilation, dp_ranks: int |
     from . import data_parallel
 
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; trains {args.train!r}")
-    for label, part, program in zip(pipeline.Parts.LABELS, c.parts, c.program):
+    if c.plan is not None:
+        print(c.plan.describe())
+    for label, part, program in zip(c.results["split"].labels(), c.parts, c.program):
         if part is None:
             print(f"{label}: none (the graph has no other outputs)")
             continue
@@ -613,6 +635,7 @@ def parser() -> argparse.ArgumentParser:
     )
     i.add_argument("--max-ram", metavar="BYTES", help="with --ranks: each rank's arena at most this")
     i.add_argument("--microbatches", type=int, default=1, help="with --ranks: also predict K microbatches")
+    i.add_argument("--stages", type=int, help="with --train: the pipeline-parallel binary of N stages")
     i.add_argument("--alpha-us", type=float, default=partition.ALPHA * 1e6, help="transfer latency (us)")
     i.add_argument("--beta-gbps", type=float, default=partition.BETA / 1e9, help="transfer bandwidth (GB/s)")
     i.add_argument("--gflops", type=float, help="the cost model's compute rate, one core (GFLOP/s)")

@@ -84,12 +84,20 @@ def project_options(
             trainer=_train_op(trainer),
         )  # fmt: skip
     trainer = _train_op(trainer)
+    if trainer is not None and ranks is not None:  # pipeline parallel: MPI, one thread a stage
+        if mpi is False or compress is not None or accumulate or bucket is not None or threads != 1:
+            raise FlowcError(
+                "--train --ranks N builds a pipeline-parallel training binary: with MPI, one thread a rank, "
+                "no --compress, --bucket or --accumulate (its microbatches accumulate: "
+                "train --microbatches K)"
+            )
+        mpi = True
     cc, mpi = toolchain.choose_cc(cc, tgt, mpi, trainer is not None, ranks, build_binary)
     allreduce = None
     if trainer is not None:
         if compress is not None and not mpi:
             raise FlowcError("--compress sends the gradients between MPI ranks: it needs a build with MPI")
-        allreduce, compress = ((compress or "float32") if mpi else None), None
+        allreduce, compress = ((compress or "float32") if mpi and ranks is None else None), None
     bucket_bytes = data_parallel.BUCKET_BYTES if bucket is None else parse_bytes(bucket, "bucket")
     if accumulate and (trainer is None or target != "c"):
         raise FlowcError("--accumulate builds a C training binary that accumulates gradients: give --train")
@@ -231,6 +239,7 @@ def export_trainer(
     sm=(80, 90),
     bucket=None,
     accumulate: bool = False,
+    ranks: int | None = None,
 ) -> Path:
     """Write and build the training binary of ``graph``'s train op ``train`` (a name or
     Tensor) in ``out_dir`` (codegen/backends/c/trainer.py): ``out_dir/name train --data ...``
@@ -242,12 +251,13 @@ def export_trainer(
     found. ``compress``: "fp16" sends the gradients as float16 (default float32). Both models
     go through the pipeline's stages (``Options.trainer``: ``flowc inspect --train`` shows
     them). ``bucket``: the allreduce bucket's bytes (project_options); ``accumulate``: a step
-    that accumulates gradients (the binary's ``train --accumulate K``). The folder appears
-    complete or not at all."""
+    that accumulates gradients (the binary's ``train --accumulate K``). ``ranks``: a
+    pipeline-parallel binary over that many ranks (codegen/pipeline_parallel.py; ``mpiexec -n
+    ranks NAME train --microbatches K ...``). The folder appears complete or not at all."""
     options = project_options(
         name=name, trainer=train, mpi=mpi, compress=compress, threads=threads, portable=portable,
         build_binary=build_binary, cc=cc, flags=flags, planner=planner, target=target, sm=sm, bucket=bucket,
-        accumulate=accumulate,
+        accumulate=accumulate, ranks=ranks,
     )  # fmt: skip
     return write(graph, out_dir, options, cache=False)
 

@@ -41,7 +41,18 @@ import graphdef as gd
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
 
-from . import backends, data_parallel, limits, partition, passes, program, schedule, storage, training
+from . import (
+    backends,
+    data_parallel,
+    limits,
+    partition,
+    passes,
+    pipeline_parallel,
+    program,
+    schedule,
+    storage,
+    training,
+)
 from .target import Target
 
 PLACEMENTS = ("auto", *partition.ALGORITHMS)
@@ -128,16 +139,28 @@ class Parts(tuple):
 
     LABELS = ("training step", "inference model")
 
+    def labels(self) -> tuple[str, ...]:
+        return self.LABELS
+
     def describe(self) -> str:
         return "\n".join(
             f"{label}: {v.summary() if isinstance(v, Graph) else v.describe()}"
-            for label, v in zip(self.LABELS, self)
+            for label, v in zip(self.labels(), self)
             if v is not None
         )
 
     @property
     def graphs(self) -> list[Graph]:
         return [v for v in self if isinstance(v, Graph)]
+
+
+class StageParts(Parts):
+    """A pipeline-parallel training binary's models (codegen/pipeline_parallel.py): the forward,
+    backward and update of each stage, then the inference model (or None)."""
+
+    def labels(self) -> tuple[str, ...]:
+        kinds = pipeline_parallel.KINDS
+        return (*(f"{kinds[i % 3]} of stage {i // 3}" for i in range(len(self) - 1)), "inference model")
 
 
 def part_options(options: Options) -> tuple[Options, Options]:
@@ -150,6 +173,13 @@ def part_options(options: Options) -> tuple[Options, Options]:
 
 def _split(graph: Graph, c: Compilation) -> Parts:
     step, infer = training.split(graph, c.options.trainer)
+    if c.options.ranks is not None:  # pipeline parallel: each stage's functions, each a model
+        c.plan = plan = pipeline_parallel.split(step, c.options.trainer, c.options.ranks)
+        one, infer_options = part_options(c.options.with_(ranks=None))
+        opts = [one.with_(name=f"{c.options.name}_{f.label}") for f in plan.functions] + [infer_options]
+        graphs = [f.graph for f in plan.functions] + [infer]
+        c.parts = [Compilation(g, o) if g is not None else None for g, o in zip(graphs, opts)]
+        return StageParts(graphs)
     if c.options.accumulate:
         step = data_parallel.accumulate(step, c.options.trainer)
     c.parts = [
@@ -237,6 +267,8 @@ def _plan(value, c: Compilation):
 
 def _render(value, c: Compilation):
     if isinstance(value, Parts):
+        if c.plan is not None:
+            return c.backend.render_trainer(list(value), c.options, plan=c.plan)
         return c.backend.render_trainer(list(value), c.options)
     if isinstance(value, PerRank):
         return c.backend.render_ranks(list(value), c.results["partition"], c.output_names, c.options)
@@ -323,6 +355,7 @@ class Compilation:
     results: dict[str, object] = field(default_factory=dict)
     folder: Path | None = None
     parts: list | None = None  # a training binary's: each model's own Compilation (None: none)
+    plan: object = None  # a pipeline-parallel training binary's stages (pipeline_parallel.Plan)
 
     @property
     def backend(self):

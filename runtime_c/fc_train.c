@@ -23,6 +23,7 @@
 #include <mpi.h>
 
 #include "fc_mpi.h"
+#include "fc_pipeline.h"
 #endif
 
 #define MAX_FILES 64
@@ -41,6 +42,9 @@ typedef struct {
     int nfiles;
     const char *checkpoint, *resume;
     long epochs, global_batch, seed, every, timeout, accumulate;
+    long microbatches; /* a pipeline's (0: none given) */
+    int schedule;      /* a pipeline's: FC_PIPE_1F1B or FC_PIPE_GPIPE */
+    void *pipe;        /* this rank's pipeline (fc_pipe), or NULL */
     float *acc_apply, *acc_scale; /* the step's accumulation controls in the state (--accumulate) */
     int resume_auto; /* --resume auto: --checkpoint's file when it exists */
     /* the dataset, the steps and the buffers */
@@ -146,7 +150,7 @@ static int parse_long(const char *text, long lo, long *out) {
 }
 
 #define USAGE "usage: %s train --data FILE.npz [--epochs E] [--batch B] [--seed S] [--checkpoint FILE.npz [--every N]] " \
-              "[--resume FILE.npz|auto] [--timeout S] [--accumulate K]"
+              "[--resume FILE.npz|auto] [--timeout S] [--accumulate K] [--microbatches K --schedule 1f1b|gpipe]"
 
 /* --data FILE.npz, or --data NAME=FILE.npy naming one of the step's inputs */
 static int data_arg(trainer *t, const char *spec) {
@@ -198,6 +202,20 @@ static int parse_args(trainer *t, int argc, char **argv) {
         } else if (strcmp(a, "--accumulate") == 0) {
             if (!parse_long(argv[++i], 1, &t->accumulate) || t->accumulate > 1000000L)
                 return die(t, 2, "--accumulate expects a positive count of batches a step");
+        } else if (strcmp(a, "--microbatches") == 0 || strcmp(a, "--schedule") == 0) {
+            if (!t->m->pipeline) {
+                snprintf(t->msg, sizeof t->msg, "%s: this binary's step is not pipeline parallel (compile it with --train "
+                         "--ranks N)", a);
+                return die(t, 2, t->msg);
+            }
+            if (a[2] == 'm' && (!parse_long(argv[++i], 1, &t->microbatches) || t->microbatches > 65536L))
+                return die(t, 2, "--microbatches expects a count from 1 to 65536");
+            if (a[2] == 's') {
+                const char *v = argv[++i];
+                if (strcmp(v, "1f1b") != 0 && strcmp(v, "gpipe") != 0)
+                    return die(t, 2, "--schedule expects 1f1b or gpipe");
+                t->schedule = strcmp(v, "gpipe") == 0;
+            }
         } else if (strcmp(a, "--timeout") == 0) {
             if (!parse_long(argv[++i], 1, &t->timeout) || t->timeout > 86400L * 365)
                 return die(t, 2, "--timeout expects a positive count of seconds");
@@ -212,6 +230,12 @@ static int parse_args(trainer *t, int argc, char **argv) {
         return die(t, 2, t->msg);
     }
     if (t->every && !t->checkpoint) return die(t, 2, "--every N writes checkpoints: give --checkpoint FILE.npz");
+    if (t->m->pipeline && t->accumulate > 1)
+        return die(t, 2, "--accumulate: a pipeline-parallel step accumulates its microbatches: give --microbatches K");
+#ifdef FC_MPI
+    if (t->m->pipeline && !t->microbatches) t->microbatches = 4L * t->m->pipeline->stages;
+#endif
+    if (t->m->pipeline) t->accumulate = t->microbatches; /* the samples of a step: K microbatches */
     if (t->resume_auto && !t->checkpoint)
         return die(t, 2, "--resume auto resumes from --checkpoint's file when it exists: give --checkpoint FILE.npz");
     return 0;
@@ -272,15 +296,21 @@ static int open_dataset(trainer *t) {
 /* The global batch, the steps of an epoch and of the whole run, and the checkpoint's path. */
 static int plan(trainer *t) {
     long batch = t->m->batch * t->accumulate;
-    int j;
-    if (t->global_batch && t->global_batch != batch * t->size) {
+    int j, ranks = t->m->pipeline ? 1 : t->size; /* a pipeline's ranks share each batch */
+    if (t->m->pipeline && t->global_batch && t->global_batch != batch) {
+        snprintf(t->msg, sizeof t->msg, "--batch %ld: a step is %ld microbatches of %ld samples (the binary's), %ld in "
+                 "all (give --microbatches %ld for %ld samples a step)", t->global_batch, t->microbatches, t->m->batch,
+                 batch, t->global_batch / t->m->batch, t->global_batch / t->m->batch * t->m->batch);
+        return die(t, 2, t->msg);
+    }
+    if (t->global_batch && t->global_batch != batch * ranks) {
         snprintf(t->msg, sizeof t->msg, "--batch %ld: the step takes %ld samples on each of %d rank(s)%s, a global "
                  "batch of %ld (compile the step for a batch of %ld / ranks, or --accumulate)", t->global_batch,
                  t->m->batch, t->size, t->accumulate > 1 ? " times --accumulate" : "", batch * t->size,
                  t->global_batch);
         return die(t, 2, t->msg);
     }
-    t->global_batch = batch * t->size;
+    t->global_batch = batch * ranks;
     t->steps_per_epoch = t->n / t->global_batch;
     if (t->steps_per_epoch < 1) {
         snprintf(t->msg, sizeof t->msg, "the dataset has %ld samples, fewer than one global batch (%ld)", t->n,
@@ -325,7 +355,7 @@ static int set_up(trainer *t) {
         posix_memalign(&t->state, m->align, m->state_bytes) != 0)
         return die(t, 3, "out of memory");
     for (k = 0; k < m->num_inputs; ++k)
-        if (posix_memalign(&t->batch[k], 64, m->inputs[k].row_bytes * (size_t)m->batch + 64) != 0)
+        if (posix_memalign(&t->batch[k], 64, m->inputs[k].row_bytes * (size_t)m->batch * (m->pipeline ? (size_t)t->accumulate : 1) + 64) != 0)
             return die(t, 3, "out of memory");
     if (m->open) { /* the initial values are the context's */
         t->ctx_open = 1;
@@ -354,6 +384,9 @@ static int set_up(trainer *t) {
 }
 
 static int save(trainer *t, long step) {
+#ifdef FC_MPI
+    if (t->pipe) fc_pipe_gather((fc_pipe *)t->pipe, t->state); /* every stage's variables on rank 0 */
+#endif
     if (t->m->state_read && t->m->state_read(t->ctx, t->state) != 0) {
         snprintf(t->msg, sizeof t->msg, "cannot read the variables for the checkpoint: %s", t->m->error(t->ctx));
         return die(t, 3, t->msg);
@@ -380,7 +413,7 @@ static int find_accumulation(trainer *t) {
         if (strcmp(t->m->vars[v].name, "fc_accumulate/scale") == 0) t->acc_scale = at;
     }
     if (!t->acc_apply || !t->acc_scale || t->m->open) t->acc_apply = t->acc_scale = NULL;
-    if (t->accumulate > 1 && !t->acc_apply)
+    if (t->accumulate > 1 && !t->acc_apply && !t->m->pipeline)
         return die(t, 2, "--accumulate: this binary's step applies every batch (compile it with --train --accumulate)");
     return 0;
 }
@@ -430,7 +463,20 @@ static int train(trainer *t) {
         if (step == t->first || at == 0) fc_train_order(t->perm, t->n, (uint64_t)t->seed, epoch);
         t_step = fc_now_us();
         if (t->timeout && !interrupted) alarm((unsigned)t->timeout);
-        for (micro = 0; micro < t->accumulate; ++micro) { /* one call, or K accumulating ones */
+#ifdef FC_MPI
+        if (t->pipe) { /* the whole global batch on every rank, its microbatches through the stages */
+            for (k = 0; k < m->num_inputs; ++k) {
+                const long *idx = t->perm + at * t->global_batch;
+                size_t row = m->inputs[k].row_bytes;
+                unsigned char *dst = (unsigned char *)t->batch[k];
+                long s;
+                for (s = 0; s < t->global_batch; ++s)
+                    memcpy(dst + (size_t)s * row, t->cols[k].base + (size_t)idx[s] * row, row);
+            }
+            fc_pipe_step((fc_pipe *)t->pipe, t->batch, &loss, t->state);
+        }
+#endif
+        for (micro = 0; micro < t->accumulate && !t->pipe; ++micro) { /* one call, or K accumulating ones */
             float part = 0.0f;
             for (k = 0; k < m->num_inputs; ++k) { /* this rank's slice of the global batch */
                 const long *idx = t->perm + at * t->global_batch + (micro * t->size + t->rank) * m->batch;
@@ -516,12 +562,25 @@ static int train(trainer *t) {
 #ifdef FC_MPI
         /* where the time went: waiting for the allreduces, posting them and the other MPI calls, the
          * rest computing (each the largest over the ranks) */
-        double times[3] = {0.0, 0.0, 0.0};
+        double times[3] = {0.0, 0.0, 0.0}, stages[2 * 64];
+        int s;
         if (t->size > 1) {
             times[0] = ((fc_mpi *)t->mpi)->wait_us * 1e-6;
             times[1] = ((fc_mpi *)t->mpi)->comm_us * 1e-6;
             times[2] = sec;
             fc_mpi_allreduce_max_f64((fc_mpi *)t->mpi, times, 3, "the ranks' times");
+        }
+        if (t->pipe) { /* each stage's computing and waiting for its peers (a stage's own slot of the max) */
+            int n = t->size < 64 ? t->size : 64;
+            for (s = 0; s < 2 * n; ++s) stages[s] = 0.0;
+            if (t->rank < 64) fc_pipe_times((const fc_pipe *)t->pipe, &stages[2 * t->rank + 1], &stages[2 * t->rank]);
+            fc_mpi_allreduce_max_f64((fc_mpi *)t->mpi, stages, 2 * n, "the stages' times");
+            if (t->rank0) {
+                printf("pipeline of %d stages, %ld microbatches of %ld (%s): per stage, seconds computing / waiting for "
+                       "peers:", t->size, t->microbatches, m->batch, t->schedule ? "GPipe" : "1F1B");
+                for (s = 0; s < n; ++s) printf(" %.3f / %.3f", stages[2 * s], stages[2 * s + 1]);
+                printf("\n");
+            }
         }
 #endif
         if (t->rank0) {
@@ -530,7 +589,7 @@ static int train(trainer *t) {
                    sec > 0 ? (double)((t->total - t->first) * t->global_batch) / sec : 0.0, t->size,
                    t->checkpoint ? "; checkpoint " : "", t->checkpoint ? t->checkpoint : "");
 #ifdef FC_MPI
-            if (t->size > 1 && times[2] > 0)
+            if (t->size > 1 && times[2] > 0 && !t->pipe)
                 printf("time on the slowest rank: %.3f s waiting for allreduces (%.1f%%), %.3f s in other MPI calls "
                        "(%.1f%%), the rest computing\n", times[0], 100.0 * times[0] / times[2], times[1],
                        100.0 * times[1] / times[2]);
@@ -561,6 +620,11 @@ static int run_steps(trainer *t) {
         t->pool_started = 1;
     }
     if (m->state_write && m->state_write(t->ctx, t->state) != 0) return die(t, 3, m->error(t->ctx));
+#ifdef FC_MPI
+    if (m->pipeline && fc_pipe_open((fc_pipe **)&t->pipe, m->pipeline, (fc_mpi *)t->mpi, t->microbatches, t->schedule,
+                                    t->msg, sizeof t->msg) != 0)
+        return die_here(t, 3, t->msg);
+#endif
     return train(t);
 }
 
@@ -571,14 +635,15 @@ static int run_steps(trainer *t) {
 static int agree_plan(trainer *t, fc_mpi *ctx) {
     static const char *what[] = {"the dataset's samples (--data)", "--epochs", "--seed", "--every",
                                  "--checkpoint (given or not)", "--resume (given or not)", "--timeout",
-                                 "the step's batch (the binary)", "the step's state (the binary)", "--accumulate"};
+                                 "the step's batch (the binary)", "the step's state (the binary)",
+                                 "--accumulate (or --microbatches)", "--schedule"};
     enum { N = sizeof what / sizeof what[0] };
     double v[2 * N];
     long mine[N];
     int k;
     mine[0] = t->n, mine[1] = t->epochs, mine[2] = t->seed, mine[3] = t->every;
     mine[4] = t->checkpoint != NULL, mine[5] = t->resume != NULL || t->resume_auto, mine[6] = t->timeout;
-    mine[7] = t->m->batch, mine[8] = (long)t->m->state_bytes, mine[9] = t->accumulate;
+    mine[7] = t->m->batch, mine[8] = (long)t->m->state_bytes, mine[9] = t->accumulate, mine[10] = t->schedule;
     for (k = 0; k < N; ++k) v[2 * k] = (double)mine[k], v[2 * k + 1] = -(double)mine[k];
     fc_mpi_allreduce_max_f64(ctx, v, 2 * N, "the ranks' options");
     for (k = 0; k < N; ++k) {
@@ -605,6 +670,9 @@ static void release(trainer *t) {
     if (t->pool_started) t->m->pool_stop(t->pool);
     free(t->pool);
     if (t->ctx_open) t->m->close(t->ctx);
+#ifdef FC_MPI
+    fc_pipe_close((fc_pipe *)t->pipe);
+#endif
 }
 
 int fc_train_main(const fc_train_model *m, int argc, char **argv) {
@@ -625,7 +693,7 @@ int fc_train_main(const fc_train_model *m, int argc, char **argv) {
     snprintf(t.prefix, sizeof t.prefix, "%s train: error: ", m->name);
 #ifdef FC_MPI
     if (MPI_Init(&argc, &argv) != MPI_SUCCESS) return die(&t, 3, "MPI_Init failed");
-    if (fc_mpi_init(&ctx, NULL, 0, m->name) != 0) {
+    if (fc_mpi_init(&ctx, NULL, m->pipeline ? m->pipeline->stages : 0, m->name) != 0) {
         MPI_Finalize();
         return 3;
     }

@@ -2,7 +2,7 @@
  *
  *   NAME train --data FILE.npz | --data NAME=FILE.npy ... [--epochs E] [--batch B] [--seed S]
  *              [--checkpoint FILE.npz [--every N]] [--resume FILE.npz|auto] [--timeout S]
- *              [--accumulate K]
+ *              [--accumulate K] [--microbatches K] [--schedule 1f1b|gpipe]
  *   mpiexec -n R NAME train ...      (built with FC_MPI defined: each rank its slice of every batch)
  *
  * The generated train.c (templates/train/train.c.j2) describes the model's training step in one
@@ -30,6 +30,11 @@
  * update applied on the K-th, so that one binary trains with the same global batch (batch x R x K)
  * at any rank count R; the driver steers the calls through two state variables
  * (fc_accumulate/apply and /scale).
+ *
+ * A pipeline-parallel binary (--train --ranks N; mpi/fc_pipeline.h) runs on exactly N ranks, each its
+ * stage, every rank reading the same global batch of K microbatches (--microbatches K, default 4 x N;
+ * --schedule 1f1b (default) or gpipe); before each checkpoint the stages' variables are gathered on
+ * rank 0, which writes it; a checkpoint is the same as one process's.
  *
  * --timeout S: a watchdog for a rank that makes no progress (a peer crashed, hung or stopped):
  * when the start's collectives or one step take longer than S seconds, the rank ends the job
@@ -103,6 +108,9 @@ typedef struct {
     void (*close)(void *ctx);
     int (*state_read)(void *ctx, void *state);
     int (*state_write)(void *ctx, const void *state);
+    /* A pipeline-parallel step (flowc compile --train --ranks N: mpi/fc_pipeline.h), else NULL: run is
+     * unused, batch is one microbatch's samples, and the state holds every stage's variables. */
+    const struct fc_pipe_model *pipeline;
 } fc_train_model;
 
 /* NAME train ...: argv[0] is "train", the options follow. The exit status of the program. */

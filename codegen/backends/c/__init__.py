@@ -109,15 +109,29 @@ def render_ranks(programs, partition, output_names, options) -> Sources:
     )
 
 
-def render_trainer(programs, options) -> Sources:
+def render_trainer(programs, options, plan=None) -> Sources:
     """A training binary (trainer.py): the training step's and the inference model's Programs
     (the latter None when the graph has no other outputs), rendered by ``emit`` and driven by
-    the training driver; data parallel over MPI ranks when ``options.allreduce`` is set."""
+    the training driver; data parallel over MPI ranks when ``options.allreduce`` is set.
+    ``plan``: a pipeline-parallel one (codegen/pipeline_parallel.py): ``programs`` are its
+    functions' and then the inference model's."""
     from . import trainer
 
-    step, infer = programs
     isa, target, mpi = build_isa(options), options.target, options.allreduce is not None
     int8 = build_int8(options)
+    if plan is not None:
+        *fns, infer = programs
+        fn_src = [
+            emit.emit(p, f"{options.name}_{f.label}", weights_mode(options), target, isa, int8=int8)
+            for p, f in zip(fns, plan.functions)
+        ]  # fmt: skip
+        infer_src = (
+            None
+            if infer is None
+            else emit.emit(infer, options.name, weights_mode(options), target, isa, int8=int8)
+        )
+        return trainer.render_pipeline(plan, fn_src, fns, infer_src, options.name, target)
+    step, infer = programs
     step_src = emit.emit(
         step, f"{options.name}_train", weights_mode(options), target, isa, rank=0 if mpi else None, int8=int8
     )

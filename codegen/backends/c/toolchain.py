@@ -125,10 +125,18 @@ MPI_LAYER = Path(__file__).resolve().parents[3] / "mpi"
 
 def copy_mpi(dest: Path) -> None:
     """The MPI communication layer (mpi/fc_mpi.c, .h, and fc_allreduce.h, the float16 sum of
-    gradient buckets) and the SPMD program's main (fc_spmd_main.c, .h) into dest/mpi, for a
-    multi-rank or data-parallel build."""
+    gradient buckets), the SPMD program's main (fc_spmd_main.c, .h) and the pipeline-parallel
+    training step (fc_pipeline.c, .h) into dest/mpi, for a multi-rank or data-parallel build."""
     (dest / "mpi").mkdir(parents=True, exist_ok=True)
-    for name in ("fc_mpi.c", "fc_mpi.h", "fc_allreduce.h", "fc_spmd_main.c", "fc_spmd_main.h"):
+    for name in (
+        "fc_mpi.c",
+        "fc_mpi.h",
+        "fc_allreduce.h",
+        "fc_spmd_main.c",
+        "fc_spmd_main.h",
+        "fc_pipeline.c",
+        "fc_pipeline.h",
+    ):
         shutil.copyfile(MPI_LAYER / name, dest / "mpi" / name)
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from graphdef import checkpoint
 from graphdef.errors import FlowcError
 from graphdef.ir import Graph
@@ -27,6 +29,7 @@ from ...storage import ALIGN
 from .emit import DRIVER_C
 
 MPI_C = "mpi/fc_mpi.c"
+PIPELINE_C = "mpi/fc_pipeline.c"  # the driver's pipeline-parallel steps (linked into every MPI build)
 TRAINER_C = "runtime/fc_train.c"
 MPI_FLAGS = ("-Impi", "-DFC_MPI")
 _MASK = (1 << 64) - 1
@@ -111,7 +114,7 @@ def render(
             if fname.startswith(src.context["name"]):
                 out.files[fname] = content
     c_files = list(dict.fromkeys([*(infer_src.c_files if infer_src else []), *step_src.c_files]))
-    c_files += ["train.c", TRAINER_C] + ([MPI_C] if mpi else [])
+    c_files += ["train.c", TRAINER_C] + ([MPI_C, PIPELINE_C] if mpi else [])
     state = step_src.metadata["state"]
     specs = {v["name"]: (tuple(v["shape"]), v["dtype"]) for v in state}
     step = step_src.context
@@ -190,5 +193,171 @@ def render(
     }
     if infer_src is None:
         out.metadata.update(inputs=[], outputs=[])
+    out.files["metadata.json"] = json.dumps(out.metadata, indent=1) + "\n"
+    return out
+
+
+_PORTS = {"batch": "FC_PIPE_BATCH", "var": "FC_PIPE_VAR", "value": "FC_PIPE_VALUE", "grad": "FC_PIPE_GRAD",
+          "loss": "FC_PIPE_LOSS"}  # fmt: skip
+
+
+def render_pipeline(
+    plan, fn_src: list[Sources], fn_programs, infer_src: Sources | None, name: str, target
+) -> Sources:
+    """A pipeline-parallel training binary (codegen/pipeline_parallel.py): every stage's
+    functions (``fn_src``, in ``plan.functions``' order) and the inference model, with a train.c
+    that describes them to mpi/fc_pipeline.c and the training driver."""
+    from ...pipeline_parallel import MAX_VALUES
+
+    if target.threads > 1:
+        raise FlowcError("--train --ranks: one thread a stage (each rank runs its stage on one core)")
+    if len(plan.values) > MAX_VALUES:
+        raise FlowcError(f"--train --ranks: {len(plan.values)} values cross the stages; at most {MAX_VALUES}")
+    env = environment()
+    out = Sources(api=infer_src.api if infer_src else fn_src[0].api)
+    for src in [*fn_src, infer_src]:
+        if src is None:
+            continue
+        for fname, content in src.files.items():
+            if fname.startswith(src.context["name"]):
+                out.files[fname] = content
+    c_files = list(
+        dict.fromkeys([*(infer_src.c_files if infer_src else []), *(f for s in fn_src for f in s.c_files)])
+    )
+    c_files += ["train.c", TRAINER_C, MPI_C, PIPELINE_C]
+    step = plan.step
+    inputs = [n for n in step.nodes if n.op == "placeholder"]
+    batches = {n.outputs[0].shape[0] if n.outputs[0].shape else None for n in inputs}
+    if not inputs or None in batches or len(batches) != 1:
+        shapes = ", ".join(f"{n.name} {list(n.outputs[0].shape)}" for n in inputs) or "none"
+        raise FlowcError(
+            "--train: every input of the training step takes a batch on its first axis, of one size; "
+            f"got {shapes}"
+        )
+    input_index = {n.name: k for k, n in enumerate(inputs)}
+    # the state: each stage's update model's, one after the other
+    base, states, offset = [], [], 0
+    for s in range(plan.stages):
+        src = fn_src[3 * s + 2]
+        base.append(offset)
+        states.append({v["name"]: v for v in src.metadata["state"]})
+        offset += -(-src.metadata["state_bytes"] // ALIGN) * ALIGN
+    base.append(offset)
+    svars, specs, replicas = [], {}, []
+    for s in range(plan.stages):
+        for v in fn_src[3 * s + 2].context["state_vars"]:
+            raw = next(k for k, m in states[s].items() if m["offset"] == v["offset"])
+            if plan.owner.get(raw) == -1 and s > 0:
+                continue
+            svars.append({**v, "offset": base[s] + v["offset"]})
+            m = states[s][raw]
+            specs[raw] = (tuple(m["shape"]), m["dtype"])
+            if plan.owner.get(raw) == -1:
+                nbytes = int(np.prod(m["shape"], dtype=np.int64)) * np.dtype(m["dtype"]).itemsize
+                replicas.append([nbytes, *(states[t][raw]["offset"] for t in range(plan.stages))])
+    g_step = next(
+        (v["offset"] for v in svars if v["name"] == c_string("global_step") and v["dtype"] == "int64"), -1
+    )
+    fns = []
+    for f, src, prog in zip(plan.functions, fn_src, fn_programs):
+        ctx = src.context
+        in_label = [label for label, _, _ in prog.inputs]
+        out_label = [label for label, _, _ in prog.outputs]
+
+        def port(p, state=states[f.stage]):
+            if p.kind == "batch":
+                return _PORTS[p.kind], input_index[p.key]
+            if p.kind == "var":
+                return _PORTS[p.kind], state[p.key]["offset"]
+            return _PORTS[p.kind], 0 if p.key is None else p.key
+
+        ins = [port(f.inputs[f.input_names.index(label)]) for label in in_label]
+        outs = [port(f.outputs[f.output_names.index(label)]) for label in out_label]
+        call = src.api.run.call(
+            {"input": lambda p: f"in[{p.index}]", "output": lambda p: f"out[{p.index}]", "arena": "arena",
+             "state": "state", "pool": "NULL", "mpi": "NULL"}
+        )  # fmt: skip
+        fns.append({"name": ctx["name"], "NAME": ctx["NAME"], "call": call, "ins": ins, "outs": outs})
+    depths = label_depths(step)
+    t = {
+        "name": name,
+        "version": VERSION,
+        "stages": plan.stages,
+        "fns": fns,
+        "align": ALIGN,
+        "batch": inputs[0].outputs[0].shape[0],
+        "inputs": [
+            {
+                "name": c_string(n.name),
+                "dtype": n.outputs[0].dtype,
+                "rank": n.outputs[0].rank,
+                "shape": list(n.outputs[0].shape),
+                "row_bytes": n.outputs[0].nbytes // n.outputs[0].shape[0],
+                "depth": depths.get(n.name, 0),
+            }
+            for n in inputs
+        ],  # fmt: skip
+        "input_names": c_string(", ".join(n.name for n in inputs)),
+        "vars": svars,
+        "hash": checkpoint.spec_hash(specs),
+        "global_step": g_step,
+        "state_bytes": base[-1],
+        "state_base": base,
+        "replicas": replicas,
+        "values": [
+            {
+                "name": c_string(str(v.ref)),
+                "bytes": v.type.nbytes,
+                "stage": v.stage,
+                "backward": int(v.kind == "backward"),
+                "readers": sum(1 << s for s in v.readers),
+                "backward_readers": sum(1 << s for s, kinds in v.readers.items() if "backward" in kinds),
+            }
+            for v in plan.values
+        ],  # fmt: skip
+        "grads": [{"bytes": g.type.nbytes, "stage": g.stage} for g in plan.grads],
+        "loss_stage": plan.loss_stage,
+    }
+    if any(g.type.dtype != "float32" for g in plan.grads):
+        raise FlowcError("--train --ranks: pipeline training sums float32 gradients")
+    out.files["train.c"] = env.get_template("train/pipeline.c.j2").render(t=t)
+    if infer_src is not None:
+        m = {**infer_src.context, "trainer": True, "mpi": True}
+        out.files["main.c"] = env.get_template("build/main.c.j2").render(m=m)
+    else:
+        m = {**fn_src[0].context, "name": name, "trainer": True, "mpi": True}
+        out.files["main.c"] = env.get_template("train/main.c.j2").render(t=t)
+    out.files["Makefile"] = env.get_template("build/Makefile.j2").render(
+        m={**m, "mpi": True, "mpi_flags": " ".join(MPI_FLAGS)}, sources=c_files, driver=DRIVER_C
+    )
+    out.c_files = c_files
+    state_meta = [
+        {**states[s][k], "offset": base[s] + states[s][k]["offset"], "stage": s}
+        for s in range(plan.stages)
+        for k in states[s]
+        if not (plan.owner.get(k) == -1 and s > 0)
+    ]  # fmt: skip
+    base_meta = infer_src.metadata if infer_src is not None else {"inputs": [], "outputs": []}
+    out.metadata = {
+        **base_meta,
+        "name": name,
+        "trainer": {
+            "mpi": True,
+            "pipeline": {
+                "stages": plan.stages,
+                "functions": [f["name"] for f in fns],
+                "costs_s": [list(c) for c in plan.costs],
+                "cut": [list(c) for c in plan.cut],
+                "values": len(plan.values),
+                "bytes_per_microbatch": sum(v.type.nbytes for v in plan.values),
+            },
+            "batch_per_microbatch": t["batch"],
+            "inputs": [n.name for n in inputs],
+            "state": state_meta,
+            "state_bytes": base[-1],
+            "arena_bytes": max(s.metadata["arena_bytes"] for s in fn_src),
+            "hash": t["hash"],
+        },
+    }
     out.files["metadata.json"] = json.dumps(out.metadata, indent=1) + "\n"
     return out

@@ -12,6 +12,10 @@ dataset with a global batch of 32: one rank with the step compiled for 32 sample
 ranks (``mpiexec -n 2``) each with a step of 16, the gradients averaged by the step's allreduce;
 runs of a few epochs alternated, samples/s (the binary's own figure) compared pair by pair.
 
+Pipeline parallel (with ``--ranks-runs``): the transformer's training binary as one process
+with a step of 128 samples against a pipeline over 2 ranks (``export_trainer(..., ranks=2)``:
+2 stages, 8 microbatches of 16, 1F1B and GPipe), samples/s pair by pair.
+
 Models: the digits MLP (64-32-10, SGD), LeNet-5 on 28x28 (SGD with momentum), and a small
 transformer encoder (2 pre-norm blocks of width 64, 2 heads, 16 tokens, GELU MLP, mean-pooled
 classifier; AdamW). Both sides start from the same weights and see the same batch; the
@@ -275,6 +279,57 @@ def data_parallel(name: str, runs: int, folder: Path) -> dict:
     return {"one": statistics.median(one), "two": statistics.median(two), "ratio": statistics.median(ratios)}
 
 
+PIPE_BATCH, PIPE_MICRO = 128, 8  # pipeline training: a global batch of 8 microbatches of 16
+
+
+def pipeline_parallel(runs: int, folder: Path) -> dict:
+    """The transformer's training binary as one process (a step of PIPE_BATCH samples) against a
+    pipeline over 2 ranks (``export_trainer(..., ranks=2)``: 2 stages, PIPE_MICRO microbatches of
+    PIPE_BATCH / PIPE_MICRO, 1F1B and GPipe), runs alternated, samples/s compared pair by pair;
+    and the largest difference of their final variables (float32 rounding)."""
+    from codegen.backends.c.toolchain import find_mpiexec, mpiexec_command
+    from codegen.exports import export_trainer
+    from graphdef import checkpoint
+
+    mpiexec = find_mpiexec()
+    micro = PIPE_BATCH // PIPE_MICRO
+    g1, t1, feeds, _, _ = transformer(np.random.default_rng(0), batch=PIPE_BATCH)
+    one = export_trainer(g1, folder / "one", train=t1, name="net", mpi=False) / "net"
+    g2, t2, _, _, _ = transformer(np.random.default_rng(0), batch=micro)
+    two = export_trainer(g2, folder / "two", train=t2, name="net", ranks=2) / "net"
+    rng = np.random.default_rng(0)
+    data = {k: rng.integers(0, 10, (DP_SAMPLES, *a.shape[1:])) if a.dtype.kind == "i"
+            else rng.random((DP_SAMPLES, *a.shape[1:]), np.float32) for k, a in feeds.items()}  # fmt: skip
+    np.savez(folder / "data.npz", **data)
+    args = ["train", "--data", str(folder / "data.npz"), "--epochs", "4"]
+    pipe = [*mpiexec_command(mpiexec, 2), str(two), *args, "--microbatches", str(PIPE_MICRO)]
+    got: dict[str, list[float]] = {"one": [], "1f1b": [], "gpipe": [], "r1f1b": [], "rgpipe": []}
+    for i in range(runs):
+        a = _samples_per_s([str(one), *args])
+        for s in ("1f1b", "gpipe") if i % 2 == 0 else ("gpipe", "1f1b"):
+            got[s].append(_samples_per_s([*pipe, "--schedule", s]))
+            got[f"r{s}"].append(got[s][-1] / a)
+        got["one"].append(a)
+    # one epoch of each: the epoch's mean loss and the variables. The key projections' biases are
+    # left out: their gradient is zero but for rounding (softmax ignores a shift of all scores),
+    # which AdamW scales up to whole steps of either sign.
+    outs = []
+    for cmd, ck in (([str(one)], "one.npz"), (pipe[: pipe.index("train")], "two.npz")):
+        cmd = [*cmd, *args[:3], "--epochs", "1", "--checkpoint", str(folder / ck)]
+        cmd += ["--microbatches", str(PIPE_MICRO)] if ck == "two.npz" else []
+        res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        outs.append(float(res.stdout.split("mean loss ")[1].split(",")[0]))
+    a, _ = checkpoint.load(folder / "one.npz")
+    b, _ = checkpoint.load(folder / "two.npz")
+    rel = {
+        k: float(np.abs(a[k] - b[k]).max() / (np.abs(a[k]).max() + 1e-12))
+        for k in a
+        if a[k].dtype.kind == "f"
+    }
+    diff = max(v for k, v in rel.items() if not k.startswith("qkvb"))
+    return {k: statistics.median(v) for k, v in got.items()} | {"diff": diff, "loss": abs(outs[0] - outs[1])}
+
+
 WIDE = (1024, 2048, 2048, 1024, 10)  # 10.5M parameters: about ResNet-18's 11.2M
 
 
@@ -410,6 +465,17 @@ def main() -> int:
                     continue
                 r = data_parallel(name, args.ranks_runs, Path(tmp) / name.replace(" ", "_"))
                 print(f"| {name} | {r['one']:.0f} | {r['two']:.0f} | {r['ratio']:.2f} |", flush=True)
+        if not args.only or args.only in "transformer":
+            with tempfile.TemporaryDirectory() as tmp:
+                r = pipeline_parallel(args.ranks_runs, Path(tmp))
+            print(
+                f"\npipeline-parallel training, transformer, global batch {PIPE_BATCH}: one process (a step "
+                f"of {PIPE_BATCH}) {r['one']:.0f} samples/s; 2 ranks (2 stages, {PIPE_MICRO} microbatches of "
+                f"{PIPE_BATCH // PIPE_MICRO}): 1F1B {r['1f1b']:.0f} samples/s ({r['r1f1b']:.2f}x, paired), "
+                f"GPipe {r['gpipe']:.0f} samples/s ({r['rgpipe']:.2f}x); after an epoch (25 steps) the mean "
+                f"loss differs by {r['loss']:.1e} and the variables by {r['diff']:.1e} (relative; the key "
+                "biases, whose gradient is rounding only, left out)"
+            )
     if args.compress_runs > 0:
         with tempfile.TemporaryDirectory() as tmp:
             r = prediction(args.compress_runs, Path(tmp))

@@ -278,11 +278,12 @@ def summary(out: Path, options: pipeline.Options, seconds: float) -> str:
         p = t["pipeline"]
         return "\n".join(
             [
-                f"flowc: wrote {out}{f', binary {out / name}' if built else ''} in {seconds:.1f} s; pipeline-parallel "
-                f"training over {p['stages']} ranks, microbatches of {t['batch_per_microbatch']}, state "
-                f"{t['state_bytes']} B",
+                f"flowc: wrote {out}{f', binary {out / name}' if built else ''} in {seconds:.1f} s; "
+                f"pipeline-parallel training over {p['stages']} ranks, microbatches of "
+                f"{t['batch_per_microbatch']}, state {t['state_bytes']} B",
                 f"  train: mpiexec -n {p['stages']} {out / name} train --data FILE.npz (arrays "
-                f"{' '.join(f'{n}=...' for n in t['inputs'])}) --microbatches K --epochs E --checkpoint ck.npz",
+                f"{' '.join(f'{n}=...' for n in t['inputs'])}) --microbatches K --epochs E "
+                "--checkpoint ck.npz",
             ]
         )
     if options.trainer is not None:
@@ -351,7 +352,9 @@ def check_ranks(args) -> None:
         if args.arch != "host":
             raise FlowcError("--train builds a training binary for this machine: no --arch")
         if args.placement != "auto":
-            raise FlowcError("--train --ranks N cuts the training step into N stages by the cost model: no --placement")
+            raise FlowcError(
+                "--train --ranks N cuts the training step into N stages by the cost model: no --placement"
+            )
         if args.compress not in (None, "fp16"):
             raise FlowcError(
                 f"--train --compress: the gradients go as fp16 or as they are, not {args.compress}"

@@ -323,10 +323,9 @@ def split(step: Graph, train: str, stages: int) -> Plan:
                         f"--train --ranks: the update step '{n}' reads '{r.node}', a value of one microbatch "
                         f"(only gradients reach the updates in pipeline training)"
                     )
-    for n in forward | backward:
-        node = nodes[n]
-        if node.op == "variable" and n in assigned and owner[n] != -1:
-            users = {place[c] for c in consumers[n] if c in place}
+    for n in assigned:
+        if owner[n] != -1:
+            users = {place[c] for c in consumers[n] if c in forward or c in backward}
             if users - {owner[n]}:
                 raise FlowcError(
                     f"--train --ranks: the variable '{n}' is read on stages "

@@ -419,6 +419,62 @@ def prediction(runs: int, folder: Path) -> dict:
     }
 
 
+def resnet50_prediction(batch: int = 32) -> dict | None:
+    """The data-parallel predictor on torchvision's ResNet-50 (imported from ONNX, its weights
+    trainable, cross-entropy and SGD with momentum; batch 32 a rank) at 128 ranks over an
+    InfiniBand-like network (alpha 1.5 us, 24 GB/s; a ring allreduce a bucket): the step's
+    efficiency with this machine's one-core rates, and with the rates of a GPU-class rank
+    (15 TFLOP/s, 900 GB/s), for DDP's 25 MB buckets and 4 MB ones, the sums in MPI calls only
+    or on a progress thread. None without torchvision."""
+    import zoo
+
+    from codegen import data_parallel, partition, pipeline, schedule
+
+    got = zoo.torchvision("resnet50")
+    if got is None:
+        return None
+    module, example, _ = got
+    with tempfile.TemporaryDirectory() as tmp:
+        g = gd.load_onnx(
+            zoo.export(module, example.repeat(batch, 1, 1, 1), Path(tmp) / "r50.onnx"), trainable=True
+        )
+    out = {"params": sum(a.size for a in g.variables.values() if a.dtype == np.float32)}
+    with g:
+        labels = gd.placeholder("labels", (batch,), "int64")
+        loss = gd.train.softmax_cross_entropy(gd.builder.Tensor(g, g.outputs[0]), labels, name="loss")
+        gd.train.SGD(0.1, momentum=0.9).minimize(loss, name="train")
+    for bucket in (25 << 20, 4 << 20):
+        options = pipeline.Options(trainer="train", allreduce="float32", bucket_bytes=bucket)
+        program = pipeline.run(g, options, until="plan").program[0]
+        for rates, label in (((None, None), "core"), ((15e12, 900e9), "gpu")):
+            with schedule.run_rates(*rates):
+                for overlap in (False, True):
+                    args = (program.graph, program.steps, 128, 1.5e-6, 24e9, partition.step_seconds)
+                    out[(bucket, label, overlap)] = data_parallel.predict_step(*args, overlap=overlap)
+    return out
+
+
+def print_resnet50(r: dict) -> None:
+    """resnet50_prediction's figures for batches 32 and 64 a rank, as a table."""
+    if r[32] is None:
+        print("\nResNet-50 at 128 ranks: skipped (no torchvision)")
+        return
+    print(f"\npredicted data-parallel training of torchvision ResNet-50 ({r[32]['params'] / 1e6:.1f}M "
+          "parameters, SGD with momentum) on 128 ranks over alpha 1.5 us, 24 GB/s (a ring allreduce a "
+          "bucket; the step's compute by the cost model at the rank's rates):")  # fmt: skip
+    print("| rank's rates | batch a rank | bucket | step (ms) | allreduce waits (ms) | efficiency "
+          "| with a progress thread |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for label, rates in (("core", "this machine's core"), ("gpu", "GPU-class: 15 TFLOP/s, 900 GB/s")):
+        for batch in (32, 64):
+            for bucket in (25 << 20, 4 << 20):
+                a, b = r[batch][(bucket, label, False)], r[batch][(bucket, label, True)]
+                ms = f"{a.seconds * 1e3:.1f}"
+                cells = [rates, batch, f"{bucket >> 20} MB", ms, f"{a.exposed * 1e3:.1f}",
+                         f"{100 * a.efficiency:.0f}%", f"{100 * b.efficiency:.0f}%"]  # fmt: skip
+                print("| " + " | ".join(map(str, cells)) + " |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -486,6 +542,7 @@ def main() -> int:
               f"one-rank step {r['calibrated'] * 1e3:.1f} ms ({r['calibrated'] / m[2]:.2f}x); 128 ranks over "
               f"alpha 1.5 us, 24 GB/s: efficiency {100 * r['128'].efficiency:.0f}% (allreduce in MPI calls "
               f"only), {100 * r['128 overlap'].efficiency:.0f}% (with a progress thread)")  # fmt: skip
+        print_resnet50({b: resnet50_prediction(b) for b in (32, 64)})
         with tempfile.TemporaryDirectory() as tmp:
             r = compression(args.compress_runs, Path(tmp))
         print(f"\ngradient compression, wide MLP ({'-'.join(map(str, WIDE))}, 10.5M parameters), 2 ranks of "

@@ -387,16 +387,65 @@ def project_model(name: str, folder: Path) -> dict | None:
     print(f"({time.perf_counter() - t0:.0f} s for this model: export, import, partitions, simulations)")
     if stop:
         used = stop - rows[-1]["empty_ranks"]
-        print(f"stopped at {stop} ranks: the pipeline placement used {used}, left the others empty "
-              f"(contiguous stages of {nodes} nodes; no stage is cheaper than its costliest node)")
+        print(
+            f"stopped at {stop} ranks: the pipeline placement used {used}, left the others empty "
+            f"(contiguous stages of {nodes} nodes; no stage is cheaper than its costliest node)"
+        )
     return {"model": what, "computing_nodes": nodes, "alpha_us": IB_ALPHA_US, "beta_GBps": IB_BETA_GBPS,
             "rows": rows, "stopped_at": stop}  # fmt: skip
 
 
+# ----------------------------------------------------------------------------- tensor parallel
+TENSOR_WIDTH, TENSOR_BATCH = 2048, 64
+
+
+def tensor_parallel(rounds: int, reps: int, folder: Path) -> dict:
+    """``--placement tensor`` on 2 ranks against the same MPI program on one rank: an MLP of
+    three TENSOR_WIDTH-wide layers (bias, ReLU) at a batch of TENSOR_BATCH, each product split
+    by columns (each rank holds half of the weights); interleaved rounds of ``--bench reps``,
+    the median step; the outputs equal to 1e-5."""
+    import graphdef as gd
+
+    rng = np.random.default_rng(0)
+    w = TENSOR_WIDTH
+    with gd.Graph("wide") as g:
+        h = gd.placeholder("input", (TENSOR_BATCH, w))
+        for _ in range(3):
+            weights = (rng.standard_normal((w, w)) / np.sqrt(w)).astype(np.float32)
+            h = gd.relu(
+                gd.matmul(h, gd.constant(weights)) + gd.constant(rng.standard_normal(w).astype(np.float32))
+            )
+        g.set_outputs(gd.identity(h, name="output"))
+    x_path = folder / "x.npy"
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(x_path, rng.standard_normal((TENSOR_BATCH, w)).astype(np.float32))
+    exes = {
+        1: flowc_export(g, folder / "one", name="model", ranks=1) / "model",
+        2: flowc_export(g, folder / "two", name="model", ranks=2, placement="tensor") / "model",
+    }  # fmt: skip
+    runs: dict[int, list[float]] = {1: [], 2: []}
+    for i in range(rounds):
+        for n in (1, 2) if i % 2 == 0 else (2, 1):
+            runs[n].append(run_binary(exes[n], n, x_path, folder / f"out{n}", 1, reps)["median_us"])
+    a, b = np.load(folder / "out1" / "output.npy"), np.load(folder / "out2" / "output.npy")
+    meta = json.loads((folder / "two" / "metadata.json").read_text())
+    return {
+        "one_us": statistics.median(runs[1]),
+        "two_us": statistics.median(runs[2]),
+        "speedup": statistics.median(x / y for x, y in zip(runs[1], runs[2])),
+        "max_abs_diff": float(np.abs(a - b).max()),
+        "weights_per_rank": [r["weight_bytes"] for r in meta["per_rank"]],
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["resnet18", "bert4"],
-                    help="measured models: resnetNN (torchvision), bertN (N layers; default resnet18 bert4)")
+    ap.add_argument(
+        "--models",
+        nargs="+",
+        default=["resnet18", "bert4"],
+        help="measured models: resnetNN (torchvision), bertN (N layers; default resnet18 bert4)",
+    )
     ap.add_argument("--microbatches", type=int, default=8, help="K microbatches a step (default 8)")
     ap.add_argument("--bench", type=int, default=20, help="steps a binary run times (default 20)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of all binaries (default 5)")
@@ -428,6 +477,13 @@ def main(argv=None) -> int:
         for name in args.models:
             r = bench_model(name, args, Path(tmp) / name, alpha_us * 1e-6, beta_gbps * 1e9, source)
             report["models"] += [r] if r else []
+        if not args.only_project:
+            r = tensor_parallel(args.rounds, args.bench, Path(tmp) / "tensor")
+            report["tensor"] = r
+            print(f"\ntensor parallelism (--placement tensor), an MLP of three {TENSOR_WIDTH}-wide layers at "
+                  f"batch {TENSOR_BATCH}, each product split by columns: 1 rank {r['one_us'] / 1e3:.2f} ms, "
+                  f"2 ranks {r['two_us'] / 1e3:.2f} ms, {r['speedup']:.2f}x (paired rounds); outputs within "
+                  f"{r['max_abs_diff']:.1e}; weights a rank {r['weights_per_rank']}")  # fmt: skip
         for name in args.project:
             r = project_model(name, Path(tmp) / f"projection-{name}")
             report["projection"] += [r] if r else []

@@ -3,7 +3,7 @@
     flowc compile MODEL -o OUT --name NAME [--arch ARCH] [--target c|cuda [--sm 80,90]
                   [--precision fp32|tf32|bf16|fp16]] [--threads N] [--no-build]
                   [--max-ram BYTES] [--max-flash BYTES]
-                  [--ranks N [--placement auto|annotated|pipeline|greedy] [--compress fp16|bf16]]
+                  [--ranks N [--placement auto|annotated|pipeline|greedy|tensor] [--compress fp16|bf16]]
                   [--train [OP] [--no-mpi] [--compress fp16] [--bucket BYTES] [--accumulate] [--ranks N]]
     flowc quantize MODEL.onnx --calibrate DATA.npz -o OUT.onnx [--percentile P]
     flowc inspect MODEL [--arch ARCH] [--target c] [--threads N] [--stage STAGE] [--svg FILE]

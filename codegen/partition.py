@@ -22,7 +22,10 @@ Placement algorithms, chosen by name (``ALGORITHMS``):
   bytes under ``max_ram`` when given;
 - ``greedy``: the whitepaper's 3.2.1 placement: simulate the graph in topological order and
   put each node on the rank where it would finish earliest, counting the transfer of its
-  inputs (alpha-beta model) and the rank's busy time.
+  inputs (alpha-beta model) and the rank's busy time;
+- ``tensor``: tensor parallelism (``tensor_split``, a pass before the backend's lowering):
+  each large product with a constant matrix split by columns over all ranks, the rest on
+  rank 0.
 Placeholders go with their first consumer (or their annotation), constants with every
 consumer (copied). Variables are state: each must be read and assigned on one rank.
 
@@ -118,7 +121,11 @@ def check_ranks(graph: Graph, ranks, algorithm: str = "pipeline") -> None:
     """
     check_rank_count(ranks)
     steps = sum(1 for n in graph.nodes if not _is_source(n))
-    named = [r for r in map(annotated_rank, graph.nodes) if r is not None] if algorithm == "annotated" else []
+    named = (
+        [r for r in map(annotated_rank, graph.nodes) if r is not None]
+        if algorithm in ("annotated", "tensor")
+        else []
+    )
     usable = max([steps, *(r + 1 for r in named)])
     if ranks > usable:
         s = "" if steps == 1 else "s"
@@ -305,10 +312,120 @@ def greedy(graph: Graph, ranks: int, alpha: float = ALPHA, beta: float = BETA, *
     return _settle_sources(graph, place)
 
 
+def _epilogue(graph: Graph, node: Node, n: int) -> Node | None:
+    """The elementwise step after a product that can be split with it by columns: ``node``'s
+    only reader, a ``fused`` (or single elementwise) step of the product's shape whose other
+    inputs are constants that are scalars or rows of ``n`` (a bias)."""
+    readers = graph.consumers()[node.name]
+    if len(readers) != 1:
+        return None
+    e = graph.node(readers[0])
+    if (
+        get_op(e.op).kind != "elementwise"
+        or len(e.outputs) != 1
+        or e.outputs[0].shape != node.outputs[0].shape
+    ):
+        return None
+    for r in e.inputs:
+        if r.node == node.name:
+            continue
+        src = graph.node(r.node)
+        t = graph.type_of(r)
+        if src.op != "constant" or (t.size != 1 and (t.shape[-1:] != (n,) or t.size != n)):
+            return None
+    return e
+
+
+COLUMN_BLOCK = 32  # the tensor split's column granularity: the widest packed GEMM panel (AVX-512, 2 x 16)
+
+
+def tensor_split(graph: Graph, ranks: int, alpha: float = ALPHA, beta: float = BETA) -> Graph:
+    """Tensor parallelism (``--placement tensor``): every product of a value and a constant
+    matrix (``matmul``, X[..., K] @ W[K, N]) whose work the cost model says is worth more than
+    its transfers is split by columns over the ranks: rank r computes X @ W[:, cols_r] (and the
+    elementwise step after it, a bias and an activation, on its columns), the slices are joined
+    on rank 0 (Megatron's column split; its row split, which ends in an allreduce, is left to
+    the rank that joins). Every other node is annotated to rank 0 (unless the graph places it),
+    so that the ``annotated`` placement sends X to every rank and the slices back. A split pays
+    when (1 - 1/R) of the product's time exceeds the transfers: X to R - 1 ranks and their
+    slices back (alpha-beta)."""
+    from graphdef import builder
+    from graphdef.ops.shape import concat
+
+    from .passes import Rebuild
+
+    rb = Rebuild(graph)
+    done: set[str] = set()
+    for node in graph.nodes:
+        if node.name in done:
+            continue
+        w = graph.node(node.inputs[1].node) if node.op == "matmul" and len(node.inputs) == 2 else None
+        if w is None or w.op != "constant" or len(w.outputs[0].shape) != 2 or node.device:
+            src = node if node.device or _is_source(node) else Node(
+                node.name, node.op, node.inputs, node.attrs, node.outputs, "rank:0", node.control_inputs
+            )  # fmt: skip
+            if src is node:
+                rb.keep(node)
+            else:
+                rb.keep(src)
+            continue
+        k, n = w.outputs[0].shape
+        epi = _epilogue(graph, node, n)
+        seconds = step_seconds(graph, node) + (step_seconds(graph, epi) if epi else 0.0)
+        x_bytes, y_bytes = graph.type_of(node.inputs[0]).nbytes, node.outputs[0].nbytes
+        cost = (ranks - 1) * transfer_seconds(x_bytes, alpha, beta) + transfer_seconds(
+            y_bytes // ranks, alpha, beta
+        )
+        if n < ranks or seconds * (1 - 1 / ranks) <= cost:
+            rb.keep(
+                Node(node.name, node.op, node.inputs, node.attrs, node.outputs, "rank:0", node.control_inputs)
+            )
+            continue
+        x = rb.inputs(node)[0]
+        weights = graph.constants[w.name]
+        parts = []
+        blocks = (
+            np.array_split(np.arange(-(-n // COLUMN_BLOCK)), ranks) if n >= ranks * COLUMN_BLOCK else None
+        )
+        for r in range(ranks):
+            if blocks is None:  # narrower than a block a rank: columns as even as they go
+                cols = np.array_split(np.arange(n), ranks)[r]
+                lo, hi = int(cols[0]), int(cols[-1]) + 1
+            else:  # whole blocks of the packed GEMM's panel width: no rank pads a panel of its own
+                lo, hi = int(blocks[r][0]) * COLUMN_BLOCK, min(n, (int(blocks[r][-1]) + 1) * COLUMN_BLOCK)
+            with (
+                builder.default_graph_scope(rb.new),
+                builder.source_scope(node.name),
+                builder.device(f"rank:{r}"),
+            ):
+                y = builder.apply("matmul", [x, builder.constant(np.ascontiguousarray(weights[:, lo:hi]))])
+                if epi is not None:
+                    ins = []
+                    for ref in epi.inputs:
+                        if ref == node.ref():
+                            ins.append(y)
+                            continue
+                        c = graph.constants[ref.node]
+                        ins.append(
+                            builder.constant(c if c.size == 1 else np.ascontiguousarray(c[..., lo:hi]))
+                        )
+                    y = builder.apply(epi.op, ins, None, **epi.attrs)
+            parts.append(y)
+        with builder.default_graph_scope(rb.new), builder.source_scope(node.name), builder.device("rank:0"):
+            joined = concat(parts, axis=-1)
+        last = epi if epi is not None else node
+        rb.bind(last, [joined.ref])
+        done.add(last.name)
+        if epi is not None:
+            rb.bind(node, [joined.ref])  # nothing else reads it
+    return rb.finish()
+
+
 ALGORITHMS: dict[str, Callable[..., dict[str, int]]] = {
     "annotated": annotated,
     "pipeline": pipeline,
     "greedy": greedy,
+    "tensor": annotated,  # after tensor_split: its annotations decide
 }
 COMPRESSIONS = ("fp16", "bf16")
 

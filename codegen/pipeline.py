@@ -215,6 +215,16 @@ def _partition(graph: Graph, c: Compilation):
     return partition.split(graph, o.ranks, algorithm, order, o.compress, o.max_ram, o.alpha, o.beta)
 
 
+def _tensor(graph: Graph, c: Compilation) -> Graph:
+    """``--placement tensor``: the large products split by columns over the ranks
+    (partition.tensor_split), before the backend lowers them."""
+    o = c.options
+    if o.ranks is None or placement(graph, o) != "tensor":
+        return graph
+    partition.check_rank_count(o.ranks)
+    return partition.tensor_split(graph, o.ranks, o.alpha, o.beta)
+
+
 def _ranks_mean(graph: Graph, c: Compilation) -> Graph:
     """One process: the gradients' cross-rank means are the gradients themselves."""
     return graph if c.options.allreduce is not None else data_parallel.single_process(graph)
@@ -297,7 +307,7 @@ def stages(options: Options) -> list[Stage]:
         for name, fn in passes.pipeline(backend.LEGALIZE, options.fold_limit, options.freeze)
     ]
     out += [
-        Stage("lower", lambda g, c: _allreduce(c.backend.lower(g, c.options), c)),
+        Stage("lower", lambda g, c: _allreduce(c.backend.lower(_tensor(g, c), c.options), c)),
         Stage("partition", _partition),
         Stage("schedule", _schedule),
         Stage("storage", _storage),

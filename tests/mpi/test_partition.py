@@ -355,3 +355,49 @@ def test_idle_ranks_are_named(algorithm):
     assert note.endswith("--ranks 1 does the same work")
     assert ("gd.device('rank:N')" in note) == (algorithm == "annotated"), note
     assert partition.split(g, 3, "pipeline").idle_note() == ""
+
+
+def wide(width: int = 512, batch: int = 32, small: int = 8) -> gd.Graph:
+    """Two wide layers (bias, ReLU: split by the tensor placement) and a narrow head (not worth
+    its transfers)."""
+    rng = np.random.default_rng(4)
+    with gd.Graph("wide") as g:
+        h = gd.placeholder("x", (batch, width))
+        for i in range(2):
+            w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+            h = gd.relu(gd.matmul(h, w) + rng.standard_normal(width).astype(np.float32), name=f"h{i}")
+        head = (rng.standard_normal((width, small)) / np.sqrt(width)).astype(np.float32)
+        gd.identity(gd.matmul(h, head), name="y")
+    return passes.select_outputs(g)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_tensor_placement_splits_wide_products_by_columns(ranks):
+    """--placement tensor: the wide products (with their bias and ReLU) split by columns, each
+    rank holding its share of their weights; the narrow head stays on rank 0 (its split would
+    cost more in transfers than it saves); the ranks' run equals the interpreter's."""
+    g = wide()
+    c = pipeline.run(g, pipeline.Options(ranks=ranks, placement="tensor"), until="plan")
+    part = c.partition
+    assert part.algorithm == "tensor" and not part.idle
+    width = 512
+    shares = [len(a) for a in np.array_split(np.arange(width), ranks)]
+    one = pipeline.run(g, pipeline.Options(), until="plan").program.weight_bytes
+    assert sum(p.weight_bytes for p in c.program) <= 1.05 * one  # no weight is on two ranks
+    for r, p in enumerate(c.program[1:], 1):
+        assert 0.9 * one * shares[r] / width <= p.weight_bytes <= 1.05 * one * shares[r] / width, r
+    heads = [
+        n for r, rg in enumerate(part.graphs) for n in rg.nodes if n.op != "constant" and "matmul_2" in n.name
+    ]
+    assert heads and all(n in part.graphs[0].nodes for n in heads)
+    feeds = feeds_for(g)
+    got, want = partition.simulate(part, feeds), expected(g, feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5, err_msg=k)
+
+
+def test_tensor_placement_leaves_small_products_whole():
+    """The cost model keeps every product of a narrow MLP on one rank: the others are idle,
+    and the partition says so."""
+    part = pipeline.run(mlp(), pipeline.Options(ranks=2, placement="tensor"), until="partition").partition
+    assert part.idle == [1] and "rank 1" in part.idle_note()

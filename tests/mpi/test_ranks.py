@@ -179,6 +179,25 @@ def test_onnx_models_identical_to_one_process(toolchain, onnx_models, tmp_path, 
     check_identical(got, one_process(graph, feeds), f"{name} on {ranks} ranks ({placement})")
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_tensor_placement_identical_to_one_process(toolchain, tmp_path, ranks):
+    """--placement tensor: two 512-wide layers (bias, ReLU) split by columns over the ranks and
+    joined on rank 0: every output element is computed as one process computes it."""
+    rng = np.random.default_rng(4)
+    with gd.Graph("wide") as g:
+        h = gd.placeholder("x", (32, 512))
+        for _ in range(2):
+            w = (rng.standard_normal((512, 512)) / np.sqrt(512)).astype(np.float32)
+            h = gd.relu(gd.matmul(h, w) + rng.standard_normal(512).astype(np.float32))
+        g.set_outputs(gd.identity(h, name="y"))
+    exe = build(toolchain, g, tmp_path / "out", ranks, placement="tensor")
+    meta = json.loads((exe.parent / "metadata.json").read_text())
+    assert meta["partition"]["placement"] == "tensor" and not meta["partition"]["idle_ranks"]
+    feeds = {"x": rng.standard_normal((32, 512)).astype(np.float32)}
+    got = cwd_run(toolchain, exe, ranks, feeds, tmp_path)
+    check_identical(got, one_process(g, feeds), f"wide MLP on {ranks} ranks (tensor)")
+
+
 @pytest.mark.parametrize("compress, rtol", [("fp16", 2e-3), ("bf16", 2e-2)])
 def test_compression_within_tolerance(toolchain, models, tmp_path, compress, rtol):
     graph, feeds = models["mlp"]

@@ -86,9 +86,16 @@ FC_INLINE void fc_sum_f16(void *in, void *inout, int *len, MPI_Datatype *type) {
 }
 
 /* Post the float16 sum of buf: the operation is freed at once (MPI completes the pending
- * reduction with it). */
+ * reduction with it), or, for a hierarchical reduction (whose later steps fc_mpi_wait posts), kept
+ * until then. */
 FC_INLINE int fc_iallreduce_f16(fc_mpi *m, fc_f16 *buf, long count, MPI_Request *req, const char *what) {
+    static MPI_Op kept = MPI_OP_NULL;
     MPI_Op op;
+    if (m->node != MPI_COMM_NULL) {
+        if (kept == MPI_OP_NULL && MPI_Op_create(fc_sum_f16, 1, &kept) != MPI_SUCCESS)
+            fc_mpi_abort(m, "MPI_Op_create of the float16 sum failed");
+        return fc_mpi_iallreduce(m, buf, count, MPI_UINT16_T, kept, req, what);
+    }
     if (MPI_Op_create(fc_sum_f16, 1, &op) != MPI_SUCCESS) fc_mpi_abort(m, "MPI_Op_create of the float16 sum failed");
     fc_mpi_iallreduce(m, buf, count, MPI_UINT16_T, op, req, what);
     if (MPI_Op_free(&op) != MPI_SUCCESS) fc_mpi_abort(m, "MPI_Op_free of the float16 sum failed");

@@ -274,6 +274,9 @@ int fc_mpi_init(fc_mpi *m, const void *comm_handle, int expected_size, const cha
     m->model = model ? model : "flowc";
     m->wait_us = 0.0;
     m->comm_us = 0.0;
+    m->node = m->leaders = MPI_COMM_NULL;
+    m->nodes = 1;
+    m->n_pending = 0;
     if (MPI_Initialized(&flag) != MPI_SUCCESS || !flag || MPI_Finalized(&finalized) != MPI_SUCCESS ||
         finalized) {
         l.n = 0;
@@ -348,9 +351,12 @@ void fc_mpi_free(fc_mpi *m) {
     int err, finalized = 0;
     if (m->comm == MPI_COMM_NULL) return;
     if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) { /* freed with MPI already */
-        m->comm = MPI_COMM_NULL;
+        m->comm = m->node = m->leaders = MPI_COMM_NULL;
         return;
     }
+    if (m->node != MPI_COMM_NULL && (err = MPI_Comm_free(&m->node)) != MPI_SUCCESS) fail(m, err, "MPI_Comm_free", 0, 0, 0, 0);
+    if (m->leaders != MPI_COMM_NULL && (err = MPI_Comm_free(&m->leaders)) != MPI_SUCCESS)
+        fail(m, err, "MPI_Comm_free", 0, 0, 0, 0);
     if ((err = MPI_Comm_free(&m->comm)) != MPI_SUCCESS) fail(m, err, "MPI_Comm_free", 0, 0, 0, 0);
     m->comm = MPI_COMM_NULL;
 }
@@ -378,8 +384,19 @@ int fc_mpi_irecv(fc_mpi *m, void *buf, long nbytes, int peer, int tag, MPI_Reque
 
 int fc_mpi_wait(fc_mpi *m, MPI_Request *req, const char *tensor) {
     double t0 = MPI_Wtime();
-    int err = MPI_Wait(req, MPI_STATUS_IGNORE);
+    int err = MPI_Wait(req, MPI_STATUS_IGNORE), k;
     if (err != MPI_SUCCESS) fail(m, err, "MPI_Wait", OF_TENSOR, tensor, 0, 0);
+    for (k = 0; k < m->n_pending; ++k) { /* a hierarchical reduction: its sum over the nodes, then on the node */
+        if (m->pending[k].req != req) continue;
+        if (m->leaders != MPI_COMM_NULL &&
+            (err = MPI_Allreduce(MPI_IN_PLACE, m->pending[k].buf, m->pending[k].count, m->pending[k].type,
+                                 m->pending[k].op, m->leaders)) != MPI_SUCCESS)
+            fail(m, err, "MPI_Allreduce (between nodes)", OF_WHAT, tensor, 0, 0);
+        if ((err = MPI_Bcast(m->pending[k].buf, m->pending[k].count, m->pending[k].type, 0, m->node)) != MPI_SUCCESS)
+            fail(m, err, "MPI_Bcast (on the node)", OF_WHAT, tensor, 0, 0);
+        m->pending[k] = m->pending[--m->n_pending];
+        break;
+    }
     m->wait_us += (MPI_Wtime() - t0) * 1e6;
     return 0;
 }
@@ -426,10 +443,50 @@ int fc_mpi_iallreduce(fc_mpi *m, void *buf, long count, MPI_Datatype type, MPI_O
     double t0 = MPI_Wtime();
     int err;
     check_count(m, count, " elements", "MPI_Iallreduce", OF_WHAT, what, 0, 0);
-    err = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, type, op, m->comm, req);
-    if (err != MPI_SUCCESS) fail(m, err, "MPI_Iallreduce", OF_WHAT, what, 0, 0);
+    if (m->node != MPI_COMM_NULL) { /* hierarchical: the node's sum on its first rank first */
+        int first = m->leaders != MPI_COMM_NULL;
+        if (m->n_pending == FC_MPI_PENDING) fc_mpi_abort(m, "more hierarchical reductions in flight than FC_MPI_PENDING");
+        err = MPI_Ireduce(first ? MPI_IN_PLACE : buf, first ? buf : NULL, (int)count, type, op, 0, m->node, req);
+        if (err != MPI_SUCCESS) fail(m, err, "MPI_Ireduce (on the node)", OF_WHAT, what, 0, 0);
+        m->pending[m->n_pending].req = req;
+        m->pending[m->n_pending].buf = buf;
+        m->pending[m->n_pending].count = (int)count;
+        m->pending[m->n_pending].type = type;
+        m->pending[m->n_pending].op = op;
+        ++m->n_pending;
+    } else {
+        err = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, type, op, m->comm, req);
+        if (err != MPI_SUCCESS) fail(m, err, "MPI_Iallreduce", OF_WHAT, what, 0, 0);
+    }
     m->comm_us += (MPI_Wtime() - t0) * 1e6;
     return 0;
+}
+
+int fc_mpi_hierarchy(fc_mpi *m, int node_ranks) {
+    int err, node_rank = 0, node_size = 1, firsts = 0, mine;
+    MPI_Comm node = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
+    if (node_ranks > 0)
+        err = MPI_Comm_split(m->comm, m->rank / node_ranks, m->rank, &node);
+    else
+        err = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &node);
+    if (err != MPI_SUCCESS) fail(m, err, "MPI_Comm_split (the nodes)", 0, 0, 0, 0);
+    if ((err = MPI_Comm_rank(node, &node_rank)) != MPI_SUCCESS) fail(m, err, "MPI_Comm_rank", 0, 0, 0, 0);
+    if ((err = MPI_Comm_size(node, &node_size)) != MPI_SUCCESS) fail(m, err, "MPI_Comm_size", 0, 0, 0, 0);
+    if ((err = MPI_Comm_split(m->comm, node_rank == 0 ? 0 : MPI_UNDEFINED, m->rank, &leaders)) != MPI_SUCCESS)
+        fail(m, err, "MPI_Comm_split (the nodes' first ranks)", 0, 0, 0, 0);
+    mine = node_rank == 0;
+    if ((err = MPI_Allreduce(&mine, &firsts, 1, MPI_INT, MPI_SUM, m->comm)) != MPI_SUCCESS)
+        fail(m, err, "MPI_Allreduce (the nodes)", 0, 0, 0, 0);
+    m->nodes = firsts;
+    if (firsts > 1 && firsts < m->size) {
+        if (leaders != MPI_COMM_NULL) MPI_Comm_set_errhandler(leaders, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+        m->node = node, m->leaders = leaders;
+        return firsts;
+    }
+    MPI_Comm_free(&node); /* one node, or a rank a node: the flat reductions are the same */
+    if (leaders != MPI_COMM_NULL) MPI_Comm_free(&leaders);
+    return firsts;
 }
 
 int fc_mpi_allreduce_max_f64(fc_mpi *m, double *buf, long count, const char *what) {

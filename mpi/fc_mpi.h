@@ -34,12 +34,26 @@
 extern "C" {
 #endif
 
+#define FC_MPI_PENDING 64 /* hierarchical reductions in flight at once */
+
 typedef struct fc_mpi {
     MPI_Comm comm;     /* a duplicate of the communicator given to fc_mpi_init (MPI_Comm_dup), errors return */
     int rank, size;
     const char *model; /* the model's name, for messages */
     double wait_us;    /* microseconds spent in fc_mpi_wait / fc_mpi_waitall since init (or reset) */
     double comm_us;    /* microseconds spent in the other calls (posting sends/receives, collectives) */
+    /* the hierarchical allreduce (fc_mpi_hierarchy): this node's ranks and, on each node's first
+     * rank, the nodes' first ranks; MPI_COMM_NULL while the reductions are flat */
+    MPI_Comm node, leaders;
+    int nodes;
+    int n_pending; /* the reductions posted on the node, completed by fc_mpi_wait */
+    struct {
+        MPI_Request *req;
+        void *buf;
+        int count;
+        MPI_Datatype type;
+        MPI_Op op;
+    } pending[FC_MPI_PENDING];
 } fc_mpi;
 
 /* comm_handle: a pointer to an MPI_Comm (e.g. the address mpi4py's MPI._addressof(comm) gives), or
@@ -66,6 +80,13 @@ int fc_mpi_iallreduce(fc_mpi *m, void *buf, long count, MPI_Datatype type, MPI_O
 int fc_mpi_allreduce_max_f64(fc_mpi *m, double *buf, long count, const char *what);  /* in place, MPI_MAX */
 int fc_mpi_bcast(fc_mpi *m, void *buf, long nbytes, int root, const char *tensor);
 int fc_mpi_barrier(fc_mpi *m);
+/* Make fc_mpi_iallreduce hierarchical: each node's ranks reduce to the node's first rank, those
+ * ranks allreduce among the nodes, and each broadcasts the sum on its node (fc_mpi_wait runs the
+ * last two), so that only one rank a node sends over the network. A node is the ranks that share
+ * memory (MPI_Comm_split_type) or, with node_ranks > 0, each run of node_ranks consecutive ranks.
+ * Collective. Returns the number of nodes; with one node, or one rank on every node, the
+ * reductions stay flat. The sums add the same values in another order than the flat ones. */
+int fc_mpi_hierarchy(fc_mpi *m, int node_ranks);
 double fc_mpi_now_us(void); /* MPI_Wtime in microseconds */
 void fc_mpi_abort(fc_mpi *m, const char *message); /* print "net: rank R: <message>" and MPI_Abort */
 

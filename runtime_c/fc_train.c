@@ -44,6 +44,8 @@ typedef struct {
     long epochs, global_batch, seed, every, timeout, accumulate;
     long microbatches; /* a pipeline's (0: none given) */
     int schedule;      /* a pipeline's: FC_PIPE_1F1B or FC_PIPE_GPIPE */
+    int hierarchical;  /* --allreduce hierarchical */
+    long node_ranks;   /* --node-ranks N (0: the ranks that share memory) */
     void *pipe;        /* this rank's pipeline (fc_pipe), or NULL */
     float *acc_apply, *acc_scale; /* the step's accumulation controls in the state (--accumulate) */
     int resume_auto; /* --resume auto: --checkpoint's file when it exists */
@@ -150,7 +152,8 @@ static int parse_long(const char *text, long lo, long *out) {
 }
 
 #define USAGE "usage: %s train --data FILE.npz [--epochs E] [--batch B] [--seed S] [--checkpoint FILE.npz [--every N]] " \
-              "[--resume FILE.npz|auto] [--timeout S] [--accumulate K] [--microbatches K --schedule 1f1b|gpipe]"
+              "[--resume FILE.npz|auto] [--timeout S] [--accumulate K] [--allreduce flat|hierarchical [--node-ranks N]] " \
+              "[--microbatches K --schedule 1f1b|gpipe]"
 
 /* --data FILE.npz, or --data NAME=FILE.npy naming one of the step's inputs */
 static int data_arg(trainer *t, const char *spec) {
@@ -216,6 +219,14 @@ static int parse_args(trainer *t, int argc, char **argv) {
                     return die(t, 2, "--schedule expects 1f1b or gpipe");
                 t->schedule = strcmp(v, "gpipe") == 0;
             }
+        } else if (strcmp(a, "--allreduce") == 0) {
+            const char *v = argv[++i];
+            if (strcmp(v, "flat") != 0 && strcmp(v, "hierarchical") != 0)
+                return die(t, 2, "--allreduce expects flat or hierarchical");
+            t->hierarchical = strcmp(v, "hierarchical") == 0;
+        } else if (strcmp(a, "--node-ranks") == 0) {
+            if (!parse_long(argv[++i], 1, &t->node_ranks) || t->node_ranks > 1000000L)
+                return die(t, 2, "--node-ranks expects a positive count of ranks a node");
         } else if (strcmp(a, "--timeout") == 0) {
             if (!parse_long(argv[++i], 1, &t->timeout) || t->timeout > 86400L * 365)
                 return die(t, 2, "--timeout expects a positive count of seconds");
@@ -230,6 +241,8 @@ static int parse_args(trainer *t, int argc, char **argv) {
         return die(t, 2, t->msg);
     }
     if (t->every && !t->checkpoint) return die(t, 2, "--every N writes checkpoints: give --checkpoint FILE.npz");
+    if (t->node_ranks && !t->hierarchical) return die(t, 2, "--node-ranks N groups the ranks of --allreduce hierarchical");
+    if (t->hierarchical && t->m->pipeline) return die(t, 2, "--allreduce: a pipeline-parallel step has no allreduce");
     if (t->m->pipeline && t->accumulate > 1)
         return die(t, 2, "--accumulate: a pipeline-parallel step accumulates its microbatches: give --microbatches K");
 #ifdef FC_MPI
@@ -636,7 +649,7 @@ static int agree_plan(trainer *t, fc_mpi *ctx) {
     static const char *what[] = {"the dataset's samples (--data)", "--epochs", "--seed", "--every",
                                  "--checkpoint (given or not)", "--resume (given or not)", "--timeout",
                                  "the step's batch (the binary)", "the step's state (the binary)",
-                                 "--accumulate (or --microbatches)", "--schedule"};
+                                 "--accumulate (or --microbatches)", "--schedule", "--allreduce", "--node-ranks"};
     enum { N = sizeof what / sizeof what[0] };
     double v[2 * N];
     long mine[N];
@@ -644,6 +657,7 @@ static int agree_plan(trainer *t, fc_mpi *ctx) {
     mine[0] = t->n, mine[1] = t->epochs, mine[2] = t->seed, mine[3] = t->every;
     mine[4] = t->checkpoint != NULL, mine[5] = t->resume != NULL || t->resume_auto, mine[6] = t->timeout;
     mine[7] = t->m->batch, mine[8] = (long)t->m->state_bytes, mine[9] = t->accumulate, mine[10] = t->schedule;
+    mine[11] = t->hierarchical, mine[12] = t->node_ranks;
     for (k = 0; k < N; ++k) v[2 * k] = (double)mine[k], v[2 * k + 1] = -(double)mine[k];
     fc_mpi_allreduce_max_f64(ctx, v, 2 * N, "the ranks' options");
     for (k = 0; k < N; ++k) {
@@ -723,6 +737,14 @@ int fc_train_main(const fc_train_model *m, int argc, char **argv) {
         if (!code && v > 0) code = (int)v;
     }
     if (!code && t.size > 1) code = agree_plan(&t, &ctx);
+    if (!code && t.hierarchical) { /* the nodes: one rank each in the allreduces between them */
+        int nodes = fc_mpi_hierarchy(&ctx, (int)t.node_ranks);
+        if (t.rank0) {
+            printf("--allreduce hierarchical: %d node(s) of %d rank(s)%s\n", nodes, t.size,
+                   ctx.node == MPI_COMM_NULL ? " (one node, or a rank a node: the reductions stay flat)" : "");
+            fflush(stdout);
+        }
+    }
     /* one start for all: rank 0's variables (and slots, and step), and its checkpoint's step */
     if (!code) fc_mpi_bcast(&ctx, t.state, (long)m->state_bytes, 0, "the variables");
     if (!code) fc_mpi_bcast(&ctx, &t.ck_step, (long)sizeof t.ck_step, 0, "the checkpoint's step");

@@ -152,3 +152,30 @@ def test_a_split_model_on_two_nodes(toolchain, nodes, tmp_path):
     written = [k for k in "ab" if (nodes["root"] / k / "res" / "y.npy").exists()]
     assert written == ["b"], written  # the last stage's rank, on node b
     np.testing.assert_allclose(np.load(nodes["root"] / "b" / "res" / "y.npy"), want, rtol=1e-5, atol=1e-6)
+
+
+def test_hierarchical_allreduce_over_two_nodes(toolchain, nodes, tmp_path):
+    """4 ranks on 2 "nodes" (2 each): --allreduce hierarchical finds the nodes (the ranks that
+    share memory) and trains as the flat allreduce does on one machine, to float32 rounding."""
+    exe = export_trainer(digits.training_graph(8), tmp_path / "t", name="digits", mpi=True,
+                         cc=toolchain.mpicc) / "digits"  # fmt: skip
+    x, y, _, _ = digits.load_data()
+    for k in "ab":
+        np.savez(nodes["root"] / k / "data.npz", x=x[:640], labels=y[:640])
+    args = ["train", "--data", "data.npz", "--epochs", "2", "--seed", "5", "--checkpoint", "ck.npz"]
+    cmd = list(nodes["mpiexec"])
+    cmd[cmd.index("-n") + 1], cmd[cmd.index("-ppn") + 1] = "4", "2"
+    cmd += [str(exe), *args, "--allreduce", "hierarchical"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=nodes["root"] / "a")
+    assert res.returncode == 0, res.stderr
+    assert "--allreduce hierarchical: 2 node(s) of 4 rank(s)" in res.stdout, res.stdout
+    local = tmp_path / "local"
+    local.mkdir()
+    np.savez(local / "data.npz", x=x[:640], labels=y[:640])
+    ref = subprocess.run([*toolchain.launch(4), str(exe), *args], capture_output=True, text=True, cwd=local,
+                         timeout=180)  # fmt: skip
+    assert ref.returncode == 0, ref.stderr
+    a, b = np.load(nodes["root"] / "a" / "ck.npz"), np.load(local / "ck.npz")
+    for name in a.files:
+        if name != "__flowc__":
+            np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -288,3 +288,25 @@ def test_accumulation_serves_any_rank_count_with_one_global_batch(toolchain, bin
             np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=2e-6, err_msg=what)
     res = train(toolchain, 2, binaries["two"], "--data", data_file, "--accumulate", 2, ok=False)
     assert res.returncode == 2 and "compile it with --train --accumulate" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("compress", [None, "fp16"])
+def test_hierarchical_allreduce_equals_the_flat_one(toolchain, data_file, tmp_path, compress):
+    """--allreduce hierarchical (4 ranks as 2 nodes of 2: --node-ranks 2): each node's sum on its
+    first rank, those ranks' sum, the result broadcast on each node; the training equals the flat
+    allreduce's to float32 (float16) rounding. With one node it stays flat and says so."""
+    exe = export_trainer(digits.training_graph(8), tmp_path / "b", name="digits", mpi=True, compress=compress,
+                         cc=toolchain.mpicc) / "digits"  # fmt: skip
+    common = ("--data", data_file, "--epochs", 2, "--seed", 3)
+    train(toolchain, 4, exe, *common, "--checkpoint", tmp_path / "flat.npz")
+    hier = ("--allreduce", "hierarchical", "--node-ranks", 2)
+    res = train(toolchain, 4, exe, *common, "--checkpoint", tmp_path / "hier.npz", *hier)
+    assert "--allreduce hierarchical: 2 node(s) of 4 rank(s)" in res.stdout, res.stdout
+    a, _ = checkpoint.load(tmp_path / "flat.npz")
+    b, _ = checkpoint.load(tmp_path / "hier.npz")
+    for name in a:
+        np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-3 if compress else 1e-6, err_msg=name)
+    res = train(toolchain, 2, exe, *common, "--allreduce", "hierarchical")
+    assert "1 node(s) of 2 rank(s) (one node, or a rank a node: the reductions stay flat)" in res.stdout
+    res = train(toolchain, 2, exe, *common, "--node-ranks", 2, ok=False)
+    assert res.returncode == 2 and "--node-ranks N groups the ranks of --allreduce hierarchical" in res.stderr

@@ -24,6 +24,8 @@
 
 #include "fc_mpi.h"
 #include "fc_pipeline.h"
+#include <pthread.h>
+#include <time.h>
 #endif
 
 #define MAX_FILES 64
@@ -46,6 +48,7 @@ typedef struct {
     int schedule;      /* a pipeline's: FC_PIPE_1F1B or FC_PIPE_GPIPE */
     int hierarchical;  /* --allreduce hierarchical */
     long node_ranks;   /* --node-ranks N (0: the ranks that share memory) */
+    long progress_us;  /* --progress US: a thread drives MPI every US microseconds (0: none) */
     void *pipe;        /* this rank's pipeline (fc_pipe), or NULL */
     float *acc_apply, *acc_scale; /* the step's accumulation controls in the state (--accumulate) */
     int resume_auto; /* --resume auto: --checkpoint's file when it exists */
@@ -153,7 +156,7 @@ static int parse_long(const char *text, long lo, long *out) {
 
 #define USAGE "usage: %s train --data FILE.npz [--epochs E] [--batch B] [--seed S] [--checkpoint FILE.npz [--every N]] " \
               "[--resume FILE.npz|auto] [--timeout S] [--accumulate K] [--allreduce flat|hierarchical [--node-ranks N]] " \
-              "[--microbatches K --schedule 1f1b|gpipe]"
+              "[--progress US] [--microbatches K --schedule 1f1b|gpipe]"
 
 /* --data FILE.npz, or --data NAME=FILE.npy naming one of the step's inputs */
 static int data_arg(trainer *t, const char *spec) {
@@ -224,6 +227,9 @@ static int parse_args(trainer *t, int argc, char **argv) {
             if (strcmp(v, "flat") != 0 && strcmp(v, "hierarchical") != 0)
                 return die(t, 2, "--allreduce expects flat or hierarchical");
             t->hierarchical = strcmp(v, "hierarchical") == 0;
+        } else if (strcmp(a, "--progress") == 0) {
+            if (!parse_long(argv[++i], 0, &t->progress_us) || t->progress_us > 1000000L)
+                return die(t, 2, "--progress expects microseconds between a progress thread's polls (0: none)");
         } else if (strcmp(a, "--node-ranks") == 0) {
             if (!parse_long(argv[++i], 1, &t->node_ranks) || t->node_ranks > 1000000L)
                 return die(t, 2, "--node-ranks expects a positive count of ranks a node");
@@ -689,6 +695,36 @@ static void release(trainer *t) {
 #endif
 }
 
+#ifdef FC_MPI
+/* --progress US: a thread that enters MPI every US microseconds (a probe on a communicator of its
+ * own), so that a posted allreduce goes on while the step computes (MPICH and Open MPI progress
+ * a nonblocking collective only inside MPI calls). It takes a core's share: for ranks with a spare
+ * core (or hyperthread). */
+static volatile sig_atomic_t progress_stop = 0;
+
+static void *progress_loop(void *arg) {
+    const trainer *t = (const trainer *)arg;
+    MPI_Comm comm = ((fc_mpi *)t->mpi)->comm;
+    struct timespec pause;
+    int flag;
+    pause.tv_sec = t->progress_us / 1000000L;
+    pause.tv_nsec = (t->progress_us % 1000000L) * 1000L;
+    while (!progress_stop) {
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
+/* Whether argv asks for --progress above 0 (read before MPI_Init_thread). */
+static int wants_progress(int argc, char **argv) {
+    int i;
+    for (i = 1; i + 1 < argc; ++i)
+        if (strcmp(argv[i], "--progress") == 0 && atol(argv[i + 1]) > 0) return 1;
+    return 0;
+}
+#endif
+
 int fc_train_main(const fc_train_model *m, int argc, char **argv) {
     trainer t;
     int code;
@@ -706,7 +742,10 @@ int fc_train_main(const fc_train_model *m, int argc, char **argv) {
     t.rank0 = 1;
     snprintf(t.prefix, sizeof t.prefix, "%s train: error: ", m->name);
 #ifdef FC_MPI
-    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) return die(&t, 3, "MPI_Init failed");
+    int threaded = wants_progress(argc, argv), provided = MPI_THREAD_SINGLE, progress_started = 0;
+    pthread_t progress_thread;
+    if ((threaded ? MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) : MPI_Init(&argc, &argv)) != MPI_SUCCESS)
+        return die(&t, 3, "MPI_Init failed");
     if (fc_mpi_init(&ctx, NULL, m->pipeline ? m->pipeline->stages : 0, m->name) != 0) {
         MPI_Finalize();
         return 3;
@@ -750,7 +789,26 @@ int fc_train_main(const fc_train_model *m, int argc, char **argv) {
     if (!code) fc_mpi_bcast(&ctx, &t.ck_step, (long)sizeof t.ck_step, 0, "the checkpoint's step");
     alarm(0);
 #endif
+#ifdef FC_MPI
+    if (!code && t.progress_us > 0) {
+        if (provided < MPI_THREAD_MULTIPLE) {
+            snprintf(t.msg, sizeof t.msg, "--progress: this MPI does not run MPI calls from two threads at once "
+                     "(MPI_THREAD_MULTIPLE)");
+            code = die_here(&t, 2, t.msg);
+        } else if (pthread_create(&progress_thread, NULL, progress_loop, &t) != 0) {
+            code = die_here(&t, 3, "--progress: cannot start the progress thread");
+        } else {
+            progress_started = 1;
+        }
+    }
+#endif
     if (!code) code = run_steps(&t);
+#ifdef FC_MPI
+    if (progress_started) {
+        progress_stop = 1;
+        pthread_join(progress_thread, NULL);
+    }
+#endif
     release(&t);
 #ifdef FC_MPI
     fc_mpi_free(&ctx);

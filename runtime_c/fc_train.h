@@ -2,7 +2,8 @@
  *
  *   NAME train --data FILE.npz | --data NAME=FILE.npy ... [--epochs E] [--batch B] [--seed S]
  *              [--checkpoint FILE.npz [--every N]] [--resume FILE.npz|auto] [--timeout S]
- *              [--accumulate K] [--microbatches K] [--schedule 1f1b|gpipe]
+ *              [--accumulate K] [--allreduce flat|hierarchical [--node-ranks N]] [--progress US]
+ *              [--microbatches K] [--schedule 1f1b|gpipe]
  *   mpiexec -n R NAME train ...      (built with FC_MPI defined: each rank its slice of every batch)
  *
  * The generated train.c (templates/train/train.c.j2) describes the model's training step in one
@@ -35,6 +36,11 @@
  * stage, every rank reading the same global batch of K microbatches (--microbatches K, default 4 x N;
  * --schedule 1f1b (default) or gpipe); before each checkpoint the stages' variables are gathered on
  * rank 0, which writes it; a checkpoint is the same as one process's.
+ *
+ * --allreduce hierarchical: each gradient bucket summed on its node's first rank, between those
+ * ranks, then broadcast on the node (fc_mpi_hierarchy; nodes: the ranks sharing memory, or runs of
+ * --node-ranks N). --progress US: a thread enters MPI every US microseconds while the steps compute
+ * (MPI_THREAD_MULTIPLE), so that posted sums go on.
  *
  * --timeout S: a watchdog for a rank that makes no progress (a peer crashed, hung or stopped):
  * when the start's collectives or one step take longer than S seconds, the rank ends the job

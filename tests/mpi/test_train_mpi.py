@@ -310,3 +310,15 @@ def test_hierarchical_allreduce_equals_the_flat_one(toolchain, data_file, tmp_pa
     assert "1 node(s) of 2 rank(s) (one node, or a rank a node: the reductions stay flat)" in res.stdout
     res = train(toolchain, 2, exe, *common, "--node-ranks", 2, ok=False)
     assert res.returncode == 2 and "--node-ranks N groups the ranks of --allreduce hierarchical" in res.stderr
+
+
+def test_a_progress_thread_changes_no_result(toolchain, binaries, data_file, tmp_path):
+    """--progress US: a thread probing MPI every US microseconds (MPI_THREAD_MULTIPLE) while the
+    steps compute; the sums are the same, so the checkpoint is bitwise the one without it."""
+    common = ("--data", data_file, "--epochs", 2, "--seed", 4, "--batch", GLOBAL)
+    train(toolchain, 2, binaries["two"], *common, "--checkpoint", tmp_path / "a.npz")
+    train(toolchain, 2, binaries["two"], *common, "--checkpoint", tmp_path / "b.npz", "--progress", 100)
+    a, _ = checkpoint.load(tmp_path / "a.npz")
+    b, _ = checkpoint.load(tmp_path / "b.npz")
+    for name in a:
+        np.testing.assert_array_equal(b[name], a[name], err_msg=name)

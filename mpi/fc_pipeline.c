@@ -9,7 +9,7 @@
 struct fc_pipe {
     const fc_pipe_model *m;
     fc_mpi *mpi;
-    int rank, schedule, started;
+    int rank, schedule;
     long K;
     void *arena;
     unsigned char **buf;  /* per value: its slots on this rank (NULL: none here) */
@@ -204,17 +204,9 @@ static void backward(fc_pipe *p, long mb, void *const *batch, void *state) {
 
 void fc_pipe_step(fc_pipe *p, void *const *batch, float *loss, void *state) {
     const fc_pipe_model *m = p->m;
-    unsigned char *base = (unsigned char *)state;
     long K = p->K, mb, warm;
-    int v, g, r;
+    int v, g;
     float mean = 0.0f;
-    if (!p->started) { /* the replicated variables: stage 0's copy is the one a checkpoint set */
-        for (r = 0; r < m->n_replicas; ++r) {
-            const size_t *rep = &m->replicas[(size_t)r * (size_t)(m->stages + 1)];
-            memcpy(base + m->state_base[p->rank] + rep[1 + p->rank], base + m->state_base[0] + rep[1], rep[0]);
-        }
-        p->started = 1;
-    }
     for (v = 0; v < m->n_values; ++v) { /* every receive of the step, in microbatch order */
         const fc_pipe_value *val = &m->values[v];
         if (val->stage == p->rank || !((val->readers >> p->rank) & 1ULL)) continue;
@@ -281,4 +273,35 @@ void fc_pipe_gather(fc_pipe *p, void *state) {
 void fc_pipe_times(const fc_pipe *p, double *wait_s, double *compute_s) {
     *wait_s = p->wait_us * 1e-6;
     *compute_s = p->compute_us * 1e-6;
+}
+
+int fc_pipe_state_init(const fc_pipe_model *m, int (*const *init)(void *state), void *state) {
+    int s, rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (s = 0; s < m->stages; ++s)
+        if ((rank == 0 || rank == s) && init[s]((unsigned char *)state + m->state_base[s]) != 0) return -1;
+    return 0;
+}
+
+void fc_pipe_scatter(const fc_pipe_model *m, fc_mpi *mpi, void *state, long global_step) {
+    unsigned char *base = (unsigned char *)state;
+    int s, r;
+    if (mpi->rank == 0) /* the replicated variables: stage 0's copy is the one a checkpoint set */
+        for (r = 0; r < m->n_replicas; ++r) {
+            const size_t *rep = &m->replicas[(size_t)r * (size_t)(m->stages + 1)];
+            for (s = 1; s < m->stages; ++s)
+                memcpy(base + m->state_base[s] + rep[1 + s], base + m->state_base[0] + rep[1], rep[0]);
+        }
+    for (s = 1; s < m->stages; ++s) {
+        MPI_Request req;
+        long bytes = (long)(m->state_base[s + 1] - m->state_base[s]);
+        if (mpi->rank == 0) {
+            fc_mpi_isend(mpi, base + m->state_base[s], bytes, s, 32001, &req, "a stage's variables");
+            fc_mpi_wait(mpi, &req, "a stage's variables");
+        } else if (mpi->rank == s) {
+            fc_mpi_irecv(mpi, base + m->state_base[s], bytes, 0, 32001, &req, "a stage's variables");
+            fc_mpi_wait(mpi, &req, "a stage's variables");
+        }
+    }
+    if (global_step >= 0) fc_mpi_bcast(mpi, base + global_step, 8, 0, "global_step");
 }

@@ -83,9 +83,17 @@ int fc_pipe_open(fc_pipe **p, const fc_pipe_model *m, fc_mpi *mpi, long microbat
                  size_t len);
 /* One step on batch[k], K x batch samples of input k (the same on every rank): updates this rank's
  * stage in state (the whole model's variables, laid out by state_base) and sets *loss, the mean of
- * the microbatches' losses, on every rank. The first call copies stage 0's replicated variables to
- * this rank's stage (a start from a checkpoint sets only those). */
+ * the microbatches' losses, on every rank. */
 void fc_pipe_step(fc_pipe *p, void *const *batch, float *loss, void *state);
+/* The start (collective, before the first step): rank 0's state (initial, or read from a
+ * checkpoint) to each stage's rank, each rank receiving its stage's variables only (with the
+ * replicated ones, of which a checkpoint sets stage 0's copy), and the 8 bytes at global_step
+ * (>= 0: stage 0's global step, which the driver reads on every rank). A rank touches no other
+ * stage's memory: its state buffer's other pages are never made resident. */
+void fc_pipe_scatter(const fc_pipe_model *m, fc_mpi *mpi, void *state, long global_step);
+/* Write the initial variables of this rank's stage (rank 0: of every stage) with init, each
+ * stage's update model's state_init; 0, or -1. */
+int fc_pipe_state_init(const fc_pipe_model *m, int (*const *init)(void *state), void *state);
 /* Every stage's variables to rank 0's state (collective: before rank 0 writes a checkpoint). */
 void fc_pipe_gather(fc_pipe *p, void *state);
 /* Seconds this rank spent waiting for values from other stages, and computing (since open). */

@@ -785,7 +785,10 @@ int fc_train_main(const fc_train_model *m, int argc, char **argv) {
         }
     }
     /* one start for all: rank 0's variables (and slots, and step), and its checkpoint's step */
-    if (!code) fc_mpi_bcast(&ctx, t.state, (long)m->state_bytes, 0, "the variables");
+    if (!code && m->pipeline) /* a pipeline: each rank its stage's variables only */
+        fc_pipe_scatter(m->pipeline, &ctx, t.state, m->global_step);
+    else if (!code)
+        fc_mpi_bcast(&ctx, t.state, (long)m->state_bytes, 0, "the variables");
     if (!code) fc_mpi_bcast(&ctx, &t.ck_step, (long)sizeof t.ck_step, 0, "the checkpoint's step");
     alarm(0);
 #endif

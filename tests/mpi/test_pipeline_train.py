@@ -229,3 +229,38 @@ def test_pipeline_training_is_clean_under_the_sanitizers(toolchain, datasets, tm
         assert res.returncode == 0 and "ERROR" not in res.stderr and "runtime error" not in res.stderr, (
             res.stderr
         )
+
+
+RSS = """import resource, subprocess, sys
+code = subprocess.run(sys.argv[1:], close_fds=False).returncode  # the launcher's PMI socket
+print("max RSS KB", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True)
+sys.exit(code)
+"""
+
+
+def test_a_stage_keeps_only_its_own_variables_resident(toolchain, tmp_path):
+    """Each rank initializes, receives and updates its stage's variables only (rank 0 also holds
+    the others', for checkpoints): rank 1's peak memory is below rank 0's by about a stage's
+    state (weights and Adam's two slots)."""
+    rng = np.random.default_rng(0)
+    w = 1536
+    with gd.Graph("big") as g:
+        h = gd.placeholder("x", (8, w))
+        y = gd.placeholder("y", (8,), "int64")
+        for i in range(4):
+            h = gd.relu(
+                gd.matmul(
+                    h, gd.variable(f"w{i}", (rng.standard_normal((w, w)) / np.sqrt(w)).astype(np.float32))
+                )
+            )
+        gd.train.Adam(1e-3).minimize(gd.train.softmax_cross_entropy(h, y, name="loss"), name="train")
+    exe = export_trainer(g, tmp_path / "b", name="net", ranks=2, cc=toolchain.mpicc) / "net"
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((32, w)).astype(np.float32), y=rng.integers(0, 10, 32))
+    (tmp_path / "rss.py").write_text(RSS)
+    python = toolchain.python or sys.executable
+    args = ["train", "--data", tmp_path / "d.npz", "--microbatches", 4, "--checkpoint", tmp_path / "ck.npz"]
+    res, _ = toolchain.run(2, python, tmp_path / "rss.py", exe, *args)
+    assert res.returncode == 0, res.stderr
+    peaks = sorted(int(v) * 1024 for v in re.findall(r"max RSS KB (\d+)", res.stdout))
+    stage = 2 * 3 * w * w * 4  # two layers: weights, and Adam's m and v
+    assert len(peaks) == 2 and peaks[1] - peaks[0] > 0.8 * stage, (peaks, stage)

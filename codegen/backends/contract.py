@@ -42,9 +42,11 @@ class Backend(Protocol):
     def render_ranks(self, programs, partition, output_names, options) -> Sources:
         """A partition's Programs as one SPMD program over MPI ranks."""
 
-    def render_trainer(self, programs, options) -> Sources:
+    def render_trainer(self, programs, options, plan=None) -> Sources:
         """A training binary's Programs (the step's, the inference model's or None) as one
-        program that trains (codegen/training.py), or an UnsupportedError naming why not."""
+        program that trains (codegen/training.py), or an UnsupportedError naming why not;
+        ``plan``: a pipeline-parallel one's stages (codegen/pipeline_parallel.py), ``programs``
+        then its functions' and the inference model's."""
 
     def build(self, sources: Sources, folder: Path, options) -> Built:
         """The sources written into ``folder`` and built as ``options.product``."""

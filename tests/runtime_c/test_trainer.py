@@ -133,12 +133,12 @@ static int state_write(void *ctx, const void *state) {
 static const fc_train_model model = {
     "toy", "toy_train", "x, y", inputs, 2, vars, 2, 2, "0123456789abcdef", 64,
     0, 128, 64, 1, NULL, run, status_string, NULL, NULL, NULL,
-    open_context, context_error, free, state_read, state_write,
+    open_context, context_error, free, state_read, state_write, NULL,
 };
 #else
 static const fc_train_model model = {
     "toy", "toy_train", "x, y", inputs, 2, vars, 2, 2, "0123456789abcdef", 64,
-    256, 128, 64, 1, init, run, status_string, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    256, 128, 64, 1, init, run, status_string, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 #endif
 

@@ -83,12 +83,18 @@ def render_ranks(programs, partition, output_names, options):
     return src
 
 
-def render_trainer(programs, options):
+def render_trainer(programs, options, plan=None):
     """A training binary on one GPU: the C backend's (backends/c/trainer.py), its step and
     inference model CUDA models (emit.py) whose contexts the drivers open (templates/cuda/
     train.c.j2, main.c.j2); the variables stay on the GPU, copied to the host for the
-    checkpoints. Data parallel over MPI ranks is the C backend's alone in this version."""
+    checkpoints. Data and pipeline parallel training over MPI ranks are the C backend's alone in
+    this version."""
     from ..c import trainer
+
+    if plan is not None:
+        raise UnsupportedError(
+            "--train --ranks (pipeline-parallel training) is the C backend's: not --target cuda"
+        )
 
     if options.allreduce is not None:
         raise UnsupportedError(

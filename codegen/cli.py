@@ -4,7 +4,8 @@
                   [--precision fp32|tf32|bf16|fp16]] [--threads N] [--no-build]
                   [--max-ram BYTES] [--max-flash BYTES]
                   [--ranks N [--placement auto|annotated|pipeline|greedy|tensor] [--compress fp16|bf16]]
-                  [--train [OP] [--no-mpi] [--compress fp16] [--bucket BYTES] [--accumulate] [--ranks N]]
+                  [--train [OP] [--no-mpi] [--compress fp16] [--bucket BYTES] [--accumulate]
+                   [--ranks N | --shard R]]
     flowc quantize MODEL.onnx --calibrate DATA.npz -o OUT.onnx [--percentile P]
     flowc inspect MODEL [--arch ARCH] [--target c] [--threads N] [--stage STAGE] [--svg FILE]
                   [--ranks N [--placement P] [--compress C] [--max-ram BYTES] [--microbatches K]
@@ -119,7 +120,7 @@ def cmd_compile(args) -> int:
         build_binary=not args.no_build, ranks=args.ranks, placement=args.placement, compress=args.compress,
         max_ram=args.max_ram, max_flash=args.max_flash, trainer=args.train, precision=args.precision,
         mpi=False if args.no_mpi else None, sm=parse_sm(args.sm) if args.target == "cuda" else (80, 90),
-        weights=args.weights, bucket=args.bucket, accumulate=args.accumulate,
+        weights=args.weights, bucket=args.bucket, accumulate=args.accumulate, shard=args.shard,
     )  # fmt: skip
     outdir.check(args.output)  # and an output folder flowc may not replace
     graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
@@ -273,6 +274,18 @@ def summary(out: Path, options: pipeline.Options, seconds: float) -> str:
     and how to run it."""
     m = json.loads((out / "metadata.json").read_text())
     name, built = options.name, options.product != "none"
+    if options.trainer is not None and "pipeline" in m["trainer"] and m["trainer"]["pipeline"]["shards"]:
+        t = m["trainer"]
+        r = t["pipeline"]["shards"]
+        return "\n".join(
+            [
+                f"flowc: wrote {out}{f', binary {out / name}' if built else ''} in {seconds:.1f} s; "
+                f"data-parallel training over {r} ranks, the optimizer state sharded, batch "
+                f"{t['batch_per_microbatch']} a rank",
+                f"  train: mpiexec -n {r} {out / name} train --data FILE.npz (arrays "
+                f"{' '.join(f'{n}=...' for n in t['inputs'])}) --epochs E --checkpoint ck.npz",
+            ]
+        )
     if options.trainer is not None and "pipeline" in m["trainer"]:
         t = m["trainer"]
         p = t["pipeline"]
@@ -593,6 +606,12 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--accumulate", action="store_true", help="with --train: accumulating steps (train --accumulate K)"
+    )
+    c.add_argument(
+        "--shard",
+        type=int,
+        metavar="R",
+        help="with --train: data parallel over R ranks, optimizer state sharded",
     )
     c.set_defaults(func=cmd_compile)
     r = sub.add_parser("run", help="compile for --arch and run once on .npy inputs (QEMU for other arches)")

@@ -43,6 +43,7 @@ def project_options(
     weights: str = "auto",
     bucket=None,
     accumulate: bool = False,
+    shard: int | None = None,
 ) -> pipeline.Options:
     """The pipeline options of a project folder (``write``), every choice checked in one line
     before any work: the backend (``target``: "c" or "cuda"), the name, the arch, the limits
@@ -84,7 +85,11 @@ def project_options(
             trainer=_train_op(trainer),
         )  # fmt: skip
     trainer = _train_op(trainer)
-    if trainer is not None and ranks is not None:  # pipeline parallel: MPI, one thread a stage
+    if shard is not None and (trainer is None or ranks is not None or isinstance(shard, bool) or shard < 1):
+        raise FlowcError(
+            "--shard R builds a data-parallel training binary (--train, not --ranks) for R >= 1 ranks"
+        )
+    if trainer is not None and (ranks is not None or shard is not None):  # MPI, one thread a rank
         if mpi is False or compress is not None or accumulate or bucket is not None or threads != 1:
             raise FlowcError(
                 "--train --ranks N builds a pipeline-parallel training binary: with MPI, one thread a rank, "
@@ -97,7 +102,10 @@ def project_options(
     if trainer is not None:
         if compress is not None and not mpi:
             raise FlowcError("--compress sends the gradients between MPI ranks: it needs a build with MPI")
-        allreduce, compress = ((compress or "float32") if mpi and ranks is None else None), None
+        allreduce, compress = (
+            ((compress or "float32") if mpi and ranks is None and shard is None else None),
+            None,
+        )
     bucket_bytes = data_parallel.BUCKET_BYTES if bucket is None else parse_bytes(bucket, "bucket")
     if accumulate and (trainer is None or target != "c"):
         raise FlowcError("--accumulate builds a C training binary that accumulates gradients: give --train")
@@ -111,6 +119,7 @@ def project_options(
         product=None if build_binary and trainer is None else product, ranks=ranks, placement=placement,
         compress=compress, max_ram=limits["max_ram"], max_flash=limits["max_flash"], allreduce=allreduce,
         trainer=trainer, weights=WEIGHTS[weights], bucket_bytes=bucket_bytes, accumulate=accumulate,
+        shards=shard,
     )  # fmt: skip
 
 
@@ -240,6 +249,7 @@ def export_trainer(
     bucket=None,
     accumulate: bool = False,
     ranks: int | None = None,
+    shard: int | None = None,
 ) -> Path:
     """Write and build the training binary of ``graph``'s train op ``train`` (a name or
     Tensor) in ``out_dir`` (codegen/backends/c/trainer.py): ``out_dir/name train --data ...``
@@ -253,11 +263,13 @@ def export_trainer(
     them). ``bucket``: the allreduce bucket's bytes (project_options); ``accumulate``: a step
     that accumulates gradients (the binary's ``train --accumulate K``). ``ranks``: a
     pipeline-parallel binary over that many ranks (codegen/pipeline_parallel.py; ``mpiexec -n
-    ranks NAME train --microbatches K ...``). The folder appears complete or not at all."""
+    ranks NAME train --microbatches K ...``); ``shard``: data parallel over exactly that many
+    ranks, the optimizer's state sharded (ZeRO stage 1). The folder appears complete or not at
+    all."""
     options = project_options(
         name=name, trainer=train, mpi=mpi, compress=compress, threads=threads, portable=portable,
         build_binary=build_binary, cc=cc, flags=flags, planner=planner, target=target, sm=sm, bucket=bucket,
-        accumulate=accumulate, ranks=ranks,
+        accumulate=accumulate, ranks=ranks, shard=shard,
     )  # fmt: skip
     return write(graph, out_dir, options, cache=False)
 

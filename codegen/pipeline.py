@@ -109,6 +109,9 @@ class Options:
     sm: tuple[int, ...] = (80, 90)
     precision: str = "fp32"
     trainer: str | None = None
+    shards: int | None = (
+        None  # a data-parallel training binary over this many ranks, its optimizer state sharded
+    )
 
     def with_(self, **changes) -> Options:
         return replace(self, **changes)
@@ -173,9 +176,10 @@ def part_options(options: Options) -> tuple[Options, Options]:
 
 def _split(graph: Graph, c: Compilation) -> Parts:
     step, infer = training.split(graph, c.options.trainer)
-    if c.options.ranks is not None:  # pipeline parallel: each stage's functions, each a model
-        c.plan = plan = pipeline_parallel.split(step, c.options.trainer, c.options.ranks)
-        one, infer_options = part_options(c.options.with_(ranks=None))
+    if c.options.ranks is not None or c.options.shards is not None:  # each stage's (shard's) functions
+        o = c.options
+        c.plan = plan = pipeline_parallel.split(step, o.trainer, o.ranks or 1, shards=o.shards)
+        one, infer_options = part_options(c.options.with_(ranks=None, shards=None))
         opts = [one.with_(name=f"{c.options.name}_{f.label}") for f in plan.functions] + [infer_options]
         graphs = [f.graph for f in plan.functions] + [infer]
         c.parts = [Compilation(g, o) if g is not None else None for g, o in zip(graphs, opts)]

@@ -103,11 +103,26 @@ class Plan:
     cut: list  # per stage: (first, last) forward node names
     step: Graph  # the training step it splits
     loss_stage: int
+    shards: int | None = (
+        None  # data parallel, the optimizer's state sharded: functions F, B, U_0 .. U_{shards - 1}
+    )
+
+    @property
+    def updates(self) -> list[Function]:
+        """The update functions, one a stage (or a shard), in order: each a slice of the state."""
+        return [f for f in self.functions if f.kind == "update"]
 
     def function(self, kind: str, stage: int) -> Function:
-        return self.functions[3 * stage + KINDS.index(kind)]
+        return next(f for f in self.functions if f.kind == kind and f.stage == stage)
 
     def describe(self) -> str:
+        if self.shards is not None:
+            sizes = [sum(g.type.nbytes for g in self.grads if g.stage == r) for r in range(self.shards)]
+            return (
+                f"data parallel over {self.shards} ranks, the optimizer's state sharded (ZeRO stage 1): each "
+                f"rank updates the variables of its shard of {len(self.grads)} gradients "
+                f"({', '.join(map(str, sizes))} B of gradients a rank) and broadcasts them"
+            )
         lines = [f"pipeline training over {self.stages} stages (ranks):"]
         for s in range(self.stages):
             f, b, u = self.costs[s]
@@ -173,8 +188,12 @@ def _cut(weights: list[float], stages: int) -> list[int]:
     return starts
 
 
-def split(step: Graph, train: str, stages: int) -> Plan:
-    """The training step ``step`` (train op ``train``) as the functions of ``stages`` stages."""
+def split(step: Graph, train: str, stages: int, shards: int | None = None) -> Plan:
+    """The training step ``step`` (train op ``train``) as the functions of ``stages`` stages;
+    ``shards`` (with one stage): data parallel with the optimizer's state sharded over that many
+    ranks (ZeRO stage 1): one forward and one backward for all, an update for each shard."""
+    if shards is not None and stages != 1:
+        raise FlowcError("--shard: data parallel, one stage")
     nodes = {n.name: n for n in step.nodes}
     train_node = step.resolve(train).node
     if nodes[train_node].op != "identity" or not nodes[train_node].inputs:
@@ -282,9 +301,16 @@ def split(step: Graph, train: str, stages: int) -> Plan:
 
     place = {n: stage_of(a) for n, a in anchor.items()}
     owner: dict[str, int] = {}
-    for v in assigned:
-        if var_anchor[v] is not None:
-            owner[v] = stage_of(var_anchor[v])
+    parts = stages
+    if shards is not None:  # each gradient's update on one shard: the largest first, on the least loaded
+        parts, load = shards, [0] * shards
+        for m in sorted(means, key=lambda m: (-m.outputs[0].nbytes, m.name)):
+            place[m.name] = k = min(range(shards), key=lambda r: (load[r], r))
+            load[k] += m.outputs[0].nbytes
+    else:
+        for v in assigned:
+            if var_anchor[v] is not None:
+                owner[v] = stage_of(var_anchor[v])
     for a in assigns:  # slots: with their gradient's stage; no gradient: every stage
         v = a.inputs[0].node
         got = {place[m] for m in ancestors_mean[a.name]}
@@ -307,7 +333,7 @@ def split(step: Graph, train: str, stages: int) -> Plan:
 
     # ---- each stage's update: the assignments of its variables and what they need
     update_nodes: list[set[str]] = []
-    for s in range(stages):
+    for s in range(parts):
         mine = [a.name for a in assigns if owner[a.inputs[0].node] in (s, -1)]
         cone = _cone(step, mine, stop=forward | backward | mean_names)
         update_nodes.append(cone)
@@ -324,8 +350,10 @@ def split(step: Graph, train: str, stages: int) -> Plan:
                         f"(only gradients reach the updates in pipeline training)"
                     )
     for n in assigned:
-        if owner[n] != -1:
-            users = {place[c] for c in consumers[n] if c in forward or c in backward}
+        users = {place[c] for c in consumers[n] if c in forward or c in backward}
+        if shards is not None and owner[n] == -1 and users:
+            raise FlowcError(f"--shard: the forward pass reads '{n}', which every shard updates")
+        if owner[n] != -1 and shards is None:
             if users - {owner[n]}:
                 raise FlowcError(
                     f"--train --ranks: the variable '{n}' is read on stages "
@@ -333,20 +361,22 @@ def split(step: Graph, train: str, stages: int) -> Plan:
                 )
 
     return _functions(step, train_node, loss, stages, place, forward, backward, update_nodes, owner, order,
-                      starts, mean_names)  # fmt: skip
+                      starts, mean_names, parts)  # fmt: skip
 
 
 def _functions(step, train_node, loss, stages, place, forward, backward, update_nodes, owner, order, starts,
-               mean_names) -> Plan:  # fmt: skip
+               mean_names, parts) -> Plan:  # fmt: skip
     nodes = {n.name: n for n in step.nodes}
     kind_of = {n: "forward" for n in forward} | {n: "backward" for n in backward}
-    members: dict[tuple[str, int], list[Node]] = {(k, s): [] for s in range(stages) for k in KINDS}
+    members: dict[tuple[str, int], list[Node]] = {
+        (k, s): [] for s in range(max(stages, parts)) for k in KINDS
+    }
     for n in step.nodes:
         if _is_source(n):
             continue
         if n.name in kind_of:
             members[(kind_of[n.name], place[n.name])].append(n)
-        for s in range(stages):
+        for s in range(parts):
             if n.name in update_nodes[s] and n.name not in mean_names:
                 members[("update", s)].append(n)
 
@@ -376,9 +406,11 @@ def _functions(step, train_node, loss, stages, place, forward, backward, update_
 
     functions = []
     costs = []
-    for s in range(stages):
+    for s in range(max(stages, parts)):
         cost = []
         for k in KINDS:
+            if (k == "update" and s >= parts) or (k != "update" and s >= stages):
+                continue
             own = members[(k, s)]
             cost.append(sum(schedule.cost(step, n).run_seconds for n in own))
             last = loss if k == "forward" and s == loss_stage else None
@@ -389,7 +421,12 @@ def _functions(step, train_node, loss, stages, place, forward, backward, update_
         costs.append(tuple(cost))
     cut = [(order[a].name, order[(starts[i + 1] if i + 1 < len(starts) else len(order)) - 1].name)
            for i, a in enumerate(starts)]  # fmt: skip
-    return Plan(stages, functions, value_list, grad_list, owner, costs, cut, step, loss_stage)
+    if parts != stages:  # sharded: the forward and the backward, then each shard's update
+        functions = [f for f in functions if f.kind != "update"] + [
+            f for f in functions if f.kind == "update"
+        ]
+    return Plan(stages, functions, value_list, grad_list, owner, costs, cut, step, loss_stage,
+                parts if parts != stages else None)  # fmt: skip
 
 
 def _function(step, kind, s, own, kind_of, place, owner, value_id, grad_id, values, grads, loss, train_node,

@@ -59,15 +59,24 @@ typedef struct {
 
 typedef struct fc_pipe_model {
     int stages;
-    const fc_pipe_fn *fns; /* 3 x stages: stage s's forward, backward, update at 3s, 3s + 1, 3s + 2 */
+    int shards;            /* > 0: data parallel over `shards` ranks (stages is 1), the optimizer's state
+                            * sharded (ZeRO stage 1): every rank the forward and backward of its batch,
+                            * each gradient summed on the rank that owns its update (grads[g].stage), each
+                            * rank its update, then each updated variable broadcast from its owner */
+    const fc_pipe_fn *fns; /* pipeline: stage s's forward, backward, update at 3s, 3s + 1, 3s + 2;
+                            * sharded: the forward, the backward, then shard r's update at 2 + r */
     const fc_pipe_value *values;
     int n_values;
     const fc_pipe_grad *grads;
     int n_grads;
-    const size_t *state_base; /* stages + 1 offsets: stage s's variables in [base[s], base[s + 1]) */
-    const size_t *replicas;   /* n_replicas x (stages + 1): a variable every stage keeps, its bytes and its
-                               * offset in each stage's state (the checkpoint's is stage 0's) */
+    const size_t *state_base; /* parts + 1 offsets (parts: stages, or shards): part p's variables in
+                               * [base[p], base[p + 1]); a VAR port's index is its offset in the whole state */
+    const size_t *replicas;   /* n_replicas x (parts + 1): a variable every part keeps, its bytes and its
+                               * offset in each part's state (the checkpoint's is part 0's) */
     int n_replicas;
+    const size_t *weights;    /* sharded: n_weights x 3: a variable the forward or backward reads, its offset,
+                               * its bytes and the rank that updates it */
+    int n_weights;
     int n_inputs;
     const size_t *row_bytes; /* one sample of each of the step's inputs */
     long batch;              /* the samples of one microbatch */
@@ -77,13 +86,17 @@ typedef struct fc_pipe_model {
 
 typedef struct fc_pipe fc_pipe;
 
-/* The pipeline of this rank (the communicator's size must be m->stages): K microbatches a step in
- * schedule's order. 0, or 3 with msg (out of memory). */
+/* The ranks a model runs on: its stages, or its shards. */
+#define FC_PIPE_RANKS(m) ((m)->shards > 0 ? (m)->shards : (m)->stages)
+
+/* The pipeline of this rank (the communicator's size must be FC_PIPE_RANKS): K microbatches a step
+ * in schedule's order (sharded: K microbatches of this rank's batch, their gradients summed). 0, or
+ * 3 with msg (out of memory). */
 int fc_pipe_open(fc_pipe **p, const fc_pipe_model *m, fc_mpi *mpi, long microbatches, int schedule, char *msg,
                  size_t len);
-/* One step on batch[k], K x batch samples of input k (the same on every rank): updates this rank's
- * stage in state (the whole model's variables, laid out by state_base) and sets *loss, the mean of
- * the microbatches' losses, on every rank. */
+/* One step on batch[k], K x batch samples of input k (the same on every rank; sharded: this rank's):
+ * updates this rank's stage in state (the whole model's variables, laid out by state_base) and sets
+ * *loss, the mean of the microbatches' losses, on every rank (sharded: this rank's mean). */
 void fc_pipe_step(fc_pipe *p, void *const *batch, float *loss, void *state);
 /* The start (collective, before the first step): rank 0's state (initial, or read from a
  * checkpoint) to each stage's rank, each rank receiving its stage's variables only (with the

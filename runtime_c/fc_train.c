@@ -50,6 +50,7 @@ typedef struct {
     long node_ranks;   /* --node-ranks N (0: the ranks that share memory) */
     long progress_us;  /* --progress US: a thread drives MPI every US microseconds (0: none) */
     void *pipe;        /* this rank's pipeline (fc_pipe), or NULL */
+    int whole_batch;   /* a pipeline's stages: every rank reads the whole global batch */
     float *acc_apply, *acc_scale; /* the step's accumulation controls in the state (--accumulate) */
     int resume_auto; /* --resume auto: --checkpoint's file when it exists */
     /* the dataset, the steps and the buffers */
@@ -252,7 +253,8 @@ static int parse_args(trainer *t, int argc, char **argv) {
     if (t->m->pipeline && t->accumulate > 1)
         return die(t, 2, "--accumulate: a pipeline-parallel step accumulates its microbatches: give --microbatches K");
 #ifdef FC_MPI
-    if (t->m->pipeline && !t->microbatches) t->microbatches = 4L * t->m->pipeline->stages;
+    if (t->m->pipeline && !t->microbatches) t->microbatches = t->m->pipeline->shards ? 1 : 4L * t->m->pipeline->stages;
+    t->whole_batch = t->m->pipeline && !t->m->pipeline->shards;
 #endif
     if (t->m->pipeline) t->accumulate = t->microbatches; /* the samples of a step: K microbatches */
     if (t->resume_auto && !t->checkpoint)
@@ -315,8 +317,8 @@ static int open_dataset(trainer *t) {
 /* The global batch, the steps of an epoch and of the whole run, and the checkpoint's path. */
 static int plan(trainer *t) {
     long batch = t->m->batch * t->accumulate;
-    int j, ranks = t->m->pipeline ? 1 : t->size; /* a pipeline's ranks share each batch */
-    if (t->m->pipeline && t->global_batch && t->global_batch != batch) {
+    int j, ranks = t->whole_batch ? 1 : t->size; /* a pipeline's ranks share each batch */
+    if (t->whole_batch && t->global_batch && t->global_batch != batch) {
         snprintf(t->msg, sizeof t->msg, "--batch %ld: a step is %ld microbatches of %ld samples (the binary's), %ld in "
                  "all (give --microbatches %ld for %ld samples a step)", t->global_batch, t->microbatches, t->m->batch,
                  batch, t->global_batch / t->m->batch, t->global_batch / t->m->batch * t->m->batch);
@@ -483,13 +485,14 @@ static int train(trainer *t) {
         t_step = fc_now_us();
         if (t->timeout && !interrupted) alarm((unsigned)t->timeout);
 #ifdef FC_MPI
-        if (t->pipe) { /* the whole global batch on every rank, its microbatches through the stages */
+        if (t->pipe) { /* the whole global batch on every rank (sharded: this rank's K microbatches) */
+            long rows = t->whole_batch ? t->global_batch : m->batch * t->accumulate;
             for (k = 0; k < m->num_inputs; ++k) {
-                const long *idx = t->perm + at * t->global_batch;
+                const long *idx = t->perm + at * t->global_batch + (t->whole_batch ? 0 : t->rank * rows);
                 size_t row = m->inputs[k].row_bytes;
                 unsigned char *dst = (unsigned char *)t->batch[k];
                 long s;
-                for (s = 0; s < t->global_batch; ++s)
+                for (s = 0; s < rows; ++s)
                     memcpy(dst + (size_t)s * row, t->cols[k].base + (size_t)idx[s] * row, row);
             }
             fc_pipe_step((fc_pipe *)t->pipe, t->batch, &loss, t->state);
@@ -594,9 +597,13 @@ static int train(trainer *t) {
             for (s = 0; s < 2 * n; ++s) stages[s] = 0.0;
             if (t->rank < 64) fc_pipe_times((const fc_pipe *)t->pipe, &stages[2 * t->rank + 1], &stages[2 * t->rank]);
             fc_mpi_allreduce_max_f64((fc_mpi *)t->mpi, stages, 2 * n, "the stages' times");
-            if (t->rank0) {
+            if (t->rank0 && m->pipeline->shards)
+                printf("optimizer state sharded over %d ranks, %ld microbatch(es) of %ld a rank: per rank, seconds "
+                       "computing / waiting for the sums and broadcasts:", t->size, t->microbatches, m->batch);
+            else if (t->rank0)
                 printf("pipeline of %d stages, %ld microbatches of %ld (%s): per stage, seconds computing / waiting for "
                        "peers:", t->size, t->microbatches, m->batch, t->schedule ? "GPipe" : "1F1B");
+            if (t->rank0) {
                 for (s = 0; s < n; ++s) printf(" %.3f / %.3f", stages[2 * s], stages[2 * s + 1]);
                 printf("\n");
             }
@@ -746,7 +753,7 @@ int fc_train_main(const fc_train_model *m, int argc, char **argv) {
     pthread_t progress_thread;
     if ((threaded ? MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) : MPI_Init(&argc, &argv)) != MPI_SUCCESS)
         return die(&t, 3, "MPI_Init failed");
-    if (fc_mpi_init(&ctx, NULL, m->pipeline ? m->pipeline->stages : 0, m->name) != 0) {
+    if (fc_mpi_init(&ctx, NULL, m->pipeline ? FC_PIPE_RANKS(m->pipeline) : 0, m->name) != 0) {
         MPI_Finalize();
         return 3;
     }

@@ -235,17 +235,19 @@ def render_pipeline(
             f"got {shapes}"
         )
     input_index = {n.name: k for k, n in enumerate(inputs)}
-    # the state: each stage's update model's, one after the other
+    # the state: each stage's (or shard's) update model's, one after the other
+    updates = [i for i, f in enumerate(plan.functions) if f.kind == "update"]
+    parts = len(updates)
     base, states, offset = [], [], 0
-    for s in range(plan.stages):
-        src = fn_src[3 * s + 2]
+    for i in updates:
+        src = fn_src[i]
         base.append(offset)
         states.append({v["name"]: v for v in src.metadata["state"]})
         offset += -(-src.metadata["state_bytes"] // ALIGN) * ALIGN
     base.append(offset)
     svars, specs, replicas = [], {}, []
-    for s in range(plan.stages):
-        for v in fn_src[3 * s + 2].context["state_vars"]:
+    for s, i in enumerate(updates):
+        for v in fn_src[i].context["state_vars"]:
             raw = next(k for k, m in states[s].items() if m["offset"] == v["offset"])
             if plan.owner.get(raw) == -1 and s > 0:
                 continue
@@ -254,7 +256,7 @@ def render_pipeline(
             specs[raw] = (tuple(m["shape"]), m["dtype"])
             if plan.owner.get(raw) == -1:
                 nbytes = int(np.prod(m["shape"], dtype=np.int64)) * np.dtype(m["dtype"]).itemsize
-                replicas.append([nbytes, *(states[t][raw]["offset"] for t in range(plan.stages))])
+                replicas.append([nbytes, *(states[t][raw]["offset"] for t in range(parts))])
     g_step = next(
         (v["offset"] for v in svars if v["name"] == c_string("global_step") and v["dtype"] == "int64"), -1
     )
@@ -264,11 +266,14 @@ def render_pipeline(
         in_label = [label for label, _, _ in prog.inputs]
         out_label = [label for label, _, _ in prog.outputs]
 
-        def port(p, state=states[f.stage]):
+        def port(p, stage=f.stage):
             if p.kind == "batch":
                 return _PORTS[p.kind], input_index[p.key]
-            if p.kind == "var":
-                return _PORTS[p.kind], state[p.key]["offset"]
+            if (
+                p.kind == "var"
+            ):  # its offset in the whole state: in its owner's part (a copy: the stage's own)
+                part = stage if plan.owner[p.key] == -1 else plan.owner[p.key]
+                return _PORTS[p.kind], base[part] + states[part][p.key]["offset"]
             return _PORTS[p.kind], 0 if p.key is None else p.key
 
         ins = [port(f.inputs[f.input_names.index(label)]) for label in in_label]
@@ -277,7 +282,8 @@ def render_pipeline(
             {"input": lambda p: f"in[{p.index}]", "output": lambda p: f"out[{p.index}]", "arena": "arena",
              "state": "state", "pool": "NULL", "mpi": "NULL"}
         )  # fmt: skip
-        fns.append({"name": ctx["name"], "NAME": ctx["NAME"], "call": call, "ins": ins, "outs": outs})
+        fns.append({"name": ctx["name"], "NAME": ctx["NAME"], "call": call, "ins": ins, "outs": outs,
+                    "update": f.kind == "update"})  # fmt: skip
     depths = label_depths(step)
     t = {
         "name": name,
@@ -304,6 +310,22 @@ def render_pipeline(
         "state_bytes": base[-1],
         "state_base": base,
         "replicas": replicas,
+        "shards": plan.shards or 0,
+        "inits": [f"{f['name']}_state_init" for f in fns if f["update"]],
+        "weights": sorted(
+            {
+                (
+                    base[plan.owner[p.key]] + states[plan.owner[p.key]][p.key]["offset"],
+                    int(np.prod(states[plan.owner[p.key]][p.key]["shape"], dtype=np.int64))
+                    * np.dtype(states[plan.owner[p.key]][p.key]["dtype"]).itemsize,
+                    plan.owner[p.key],
+                )
+                for f in plan.functions
+                if f.kind != "update" and plan.shards
+                for p in f.inputs
+                if p.kind == "var"
+            }
+        ),  # fmt: skip
         "values": [
             {
                 "name": c_string(str(v.ref)),
@@ -345,6 +367,7 @@ def render_pipeline(
             "mpi": True,
             "pipeline": {
                 "stages": plan.stages,
+                "shards": plan.shards,
                 "functions": [f["name"] for f in fns],
                 "costs_s": [list(c) for c in plan.costs],
                 "cut": [list(c) for c in plan.cut],

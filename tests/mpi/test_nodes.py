@@ -100,27 +100,44 @@ def nodes(toolchain, tmp_path_factory):
             subprocess.run(["ip", "netns", "del", ns[k]], capture_output=True)
 
 
-def test_training_on_two_nodes_equals_two_local_ranks(toolchain, nodes, tmp_path):
-    """The data-parallel trainer, one rank a node, each reading its own copy of the dataset:
-    rank 0's node alone gets the checkpoint, equal to that of 2 ranks on one machine; the
-    gradients went over TCP (the veth pair carried at least the allreduces' bytes)."""
-    exe = export_trainer(digits.training_graph(16), tmp_path / "t", name="digits", mpi=True,
+def digits_on_nodes(toolchain, nodes, tmp_path, batch: int):
+    """The digits trainer (a step of ``batch`` a rank), the dataset copied to each node's folder,
+    and the training's arguments: (binary, x, labels, arguments)."""
+    exe = export_trainer(digits.training_graph(batch), tmp_path / "t", name="digits", mpi=True,
                          cc=toolchain.mpicc) / "digits"  # fmt: skip
     x, y, _, _ = digits.load_data()
     for k in "ab":
         np.savez(nodes["root"] / k / "data.npz", x=x[:640], labels=y[:640])
-    args = ["train", "--data", "data.npz", "--epochs", "2", "--seed", "5", "--checkpoint", "ck.npz"]
+    return (
+        exe,
+        x,
+        y,
+        ["train", "--data", "data.npz", "--epochs", "2", "--seed", "5", "--checkpoint", "ck.npz"],
+    )
+
+
+def on_one_machine(toolchain, tmp_path, exe, x, y, args, ranks: int) -> Path:
+    """The same training on ``ranks`` local ranks, in a folder of its own (returned)."""
+    local = tmp_path / "local"
+    local.mkdir()
+    np.savez(local / "data.npz", x=x[:640], labels=y[:640])
+    cmd = [*toolchain.launch(ranks), str(exe), *args]
+    ref = subprocess.run(cmd, capture_output=True, text=True, cwd=local, timeout=180)
+    assert ref.returncode == 0, ref.stderr
+    return local
+
+
+def test_training_on_two_nodes_equals_two_local_ranks(toolchain, nodes, tmp_path):
+    """The data-parallel trainer, one rank a node, each reading its own copy of the dataset:
+    rank 0's node alone gets the checkpoint, equal to that of 2 ranks on one machine; the
+    gradients went over TCP (the veth pair carried at least the allreduces' bytes)."""
+    exe, x, y, args = digits_on_nodes(toolchain, nodes, tmp_path, 16)
     before = nodes["traffic"]()
     res = subprocess.run([*nodes["mpiexec"], str(exe), *args], capture_output=True, text=True, timeout=180,
                          cwd=nodes["root"] / "a")  # fmt: skip
     assert res.returncode == 0, res.stderr
     sent = nodes["traffic"]() - before
-    local = tmp_path / "local"
-    local.mkdir()
-    np.savez(local / "data.npz", x=x[:640], labels=y[:640])
-    ref = subprocess.run([*toolchain.launch(2), str(exe), *args], capture_output=True, text=True, cwd=local,
-                         timeout=180)  # fmt: skip
-    assert ref.returncode == 0, ref.stderr
+    local = on_one_machine(toolchain, tmp_path, exe, x, y, args, 2)
     assert not (nodes["root"] / "b" / "ck.npz").exists()
     a, b = np.load(nodes["root"] / "a" / "ck.npz"), np.load(local / "ck.npz")
     for name in a.files:
@@ -157,24 +174,14 @@ def test_a_split_model_on_two_nodes(toolchain, nodes, tmp_path):
 def test_hierarchical_allreduce_over_two_nodes(toolchain, nodes, tmp_path):
     """4 ranks on 2 "nodes" (2 each): --allreduce hierarchical finds the nodes (the ranks that
     share memory) and trains as the flat allreduce does on one machine, to float32 rounding."""
-    exe = export_trainer(digits.training_graph(8), tmp_path / "t", name="digits", mpi=True,
-                         cc=toolchain.mpicc) / "digits"  # fmt: skip
-    x, y, _, _ = digits.load_data()
-    for k in "ab":
-        np.savez(nodes["root"] / k / "data.npz", x=x[:640], labels=y[:640])
-    args = ["train", "--data", "data.npz", "--epochs", "2", "--seed", "5", "--checkpoint", "ck.npz"]
+    exe, x, y, args = digits_on_nodes(toolchain, nodes, tmp_path, 8)
     cmd = list(nodes["mpiexec"])
     cmd[cmd.index("-n") + 1], cmd[cmd.index("-ppn") + 1] = "4", "2"
     cmd += [str(exe), *args, "--allreduce", "hierarchical"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=nodes["root"] / "a")
     assert res.returncode == 0, res.stderr
     assert "--allreduce hierarchical: 2 node(s) of 4 rank(s)" in res.stdout, res.stdout
-    local = tmp_path / "local"
-    local.mkdir()
-    np.savez(local / "data.npz", x=x[:640], labels=y[:640])
-    ref = subprocess.run([*toolchain.launch(4), str(exe), *args], capture_output=True, text=True, cwd=local,
-                         timeout=180)  # fmt: skip
-    assert ref.returncode == 0, ref.stderr
+    local = on_one_machine(toolchain, tmp_path, exe, x, y, args, 4)
     a, b = np.load(nodes["root"] / "a" / "ck.npz"), np.load(local / "ck.npz")
     for name in a.files:
         if name != "__flowc__":

@@ -243,22 +243,25 @@ sys.exit(code)
 """
 
 
+def wide_adam(rng, w: int) -> gd.Graph:
+    """Four w-wide ReLU layers trained by Adam (two slots the size of each weight), batch 8."""
+    with gd.Graph("big") as g:
+        h = gd.placeholder("x", (8, w))
+        y = gd.placeholder("y", (8,), "int64")
+        for i in range(4):
+            weights = (rng.standard_normal((w, w)) / np.sqrt(w)).astype(np.float32)
+            h = gd.relu(gd.matmul(h, gd.variable(f"w{i}", weights)))
+        gd.train.Adam(1e-3).minimize(gd.train.softmax_cross_entropy(h, y, name="loss"), name="train")
+    return g
+
+
 def test_a_stage_keeps_only_its_own_variables_resident(toolchain, tmp_path):
     """Each rank initializes, receives and updates its stage's variables only (rank 0 also holds
     the others', for checkpoints): rank 1's peak memory is below rank 0's by about a stage's
     state (weights and Adam's two slots)."""
     rng = np.random.default_rng(0)
     w = 1536
-    with gd.Graph("big") as g:
-        h = gd.placeholder("x", (8, w))
-        y = gd.placeholder("y", (8,), "int64")
-        for i in range(4):
-            h = gd.relu(
-                gd.matmul(
-                    h, gd.variable(f"w{i}", (rng.standard_normal((w, w)) / np.sqrt(w)).astype(np.float32))
-                )
-            )
-        gd.train.Adam(1e-3).minimize(gd.train.softmax_cross_entropy(h, y, name="loss"), name="train")
+    g = wide_adam(rng, w)
     exe = export_trainer(g, tmp_path / "b", name="net", ranks=2, cc=toolchain.mpicc) / "net"
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((32, w)).astype(np.float32), y=rng.integers(0, 10, 32))
     (tmp_path / "rss.py").write_text(RSS)
@@ -308,16 +311,7 @@ def test_a_sharded_optimizer_keeps_other_shards_slots_off_a_rank(toolchain, tmp_
     1's peak under --shard 2 is below a plain data-parallel rank's by at least most of them."""
     rng = np.random.default_rng(0)
     w = 1536
-    with gd.Graph("big") as g:
-        h = gd.placeholder("x", (8, w))
-        y = gd.placeholder("y", (8,), "int64")
-        for i in range(4):
-            h = gd.relu(
-                gd.matmul(
-                    h, gd.variable(f"w{i}", (rng.standard_normal((w, w)) / np.sqrt(w)).astype(np.float32))
-                )
-            )
-        gd.train.Adam(1e-3).minimize(gd.train.softmax_cross_entropy(h, y, name="loss"), name="train")
+    g = wide_adam(rng, w)
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((32, w)).astype(np.float32), y=rng.integers(0, 10, 32))
     (tmp_path / "rss.py").write_text(RSS)
     python = toolchain.python or sys.executable

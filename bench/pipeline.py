@@ -66,6 +66,7 @@ import graphdef as gd  # noqa: E402
 from codegen import export as flowc_export  # noqa: E402
 from codegen import partition, pipeline  # noqa: E402
 from codegen.backends.c.toolchain import find_mpiexec, mpiexec_command  # noqa: E402
+from graphdef.errors import FlowcError  # noqa: E402
 from graphdef.registry import COMMUNICATION, SOURCE, get_op  # noqa: E402
 
 FALLBACK_ALPHA_US, FALLBACK_BETA_GBPS = 1.7, 5.1  # bench/pingpong.py on this machine, MPICH
@@ -302,7 +303,10 @@ def projection(graph, alpha: float, beta: float) -> tuple[list[dict], int | None
     empty (returned as the second value)."""
     rows, base = [], None
     for n in PROJECTION_RANKS:
-        p = split(graph, n, alpha, beta)
+        try:
+            p = split(graph, n, alpha, beta)
+        except FlowcError:  # more ranks than the graph has steps: refused before any placement
+            return rows, n
         k = 4 * n
         seconds, busiest, k0 = projected_seconds(p, k, alpha, beta)
         per = seconds / k
@@ -385,7 +389,11 @@ def project_model(name: str, folder: Path) -> dict | None:
           f"alpha {IB_ALPHA_US} us, beta {IB_BETA_GBPS} GB/s (200 Gb/s link)")  # fmt: skip
     print(projection_table(rows))
     print(f"({time.perf_counter() - t0:.0f} s for this model: export, import, partitions, simulations)")
-    if stop:
+    if stop and stop > nodes:
+        print(
+            f"stopped at {stop} ranks: more than the graph's {nodes} computing nodes (a rank holds at least one)"
+        )
+    elif stop:
         used = stop - rows[-1]["empty_ranks"]
         print(
             f"stopped at {stop} ranks: the pipeline placement used {used}, left the others empty "

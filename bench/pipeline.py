@@ -390,9 +390,7 @@ def project_model(name: str, folder: Path) -> dict | None:
     print(projection_table(rows))
     print(f"({time.perf_counter() - t0:.0f} s for this model: export, import, partitions, simulations)")
     if stop and stop > nodes:
-        print(
-            f"stopped at {stop} ranks: more than the graph's {nodes} computing nodes (a rank holds at least one)"
-        )
+        print(f"stopped at {stop} ranks: more than the graph's {nodes} computing nodes (each rank holds one)")
     elif stop:
         used = stop - rows[-1]["empty_ranks"]
         print(

@@ -327,7 +327,13 @@ def pipeline_parallel(runs: int, folder: Path) -> dict:
         if a[k].dtype.kind == "f"
     }
     diff = max(v for k, v in rel.items() if not k.startswith("qkvb"))
-    return {k: statistics.median(v) for k, v in got.items()} | {"diff": diff, "loss": abs(outs[0] - outs[1])}
+    from codegen import pipeline_parallel, training
+
+    plan = pipeline_parallel.split(training.split(g2, t2)[0], str(t2.ref), 2)
+    predicted = pipeline_parallel.predict(plan, PIPE_MICRO).speedup
+    return {k: statistics.median(v) for k, v in got.items()} | {
+        "diff": diff, "loss": abs(outs[0] - outs[1]), "predicted": predicted
+    }  # fmt: skip
 
 
 WIDE = (1024, 2048, 2048, 1024, 10)  # 10.5M parameters: about ResNet-18's 11.2M
@@ -528,7 +534,8 @@ def main() -> int:
                 f"\npipeline-parallel training, transformer, global batch {PIPE_BATCH}: one process (a step "
                 f"of {PIPE_BATCH}) {r['one']:.0f} samples/s; 2 ranks (2 stages, {PIPE_MICRO} microbatches of "
                 f"{PIPE_BATCH // PIPE_MICRO}): 1F1B {r['1f1b']:.0f} samples/s ({r['r1f1b']:.2f}x, paired), "
-                f"GPipe {r['gpipe']:.0f} samples/s ({r['rgpipe']:.2f}x); after an epoch (25 steps) the mean "
+                f"GPipe {r['gpipe']:.0f} samples/s ({r['rgpipe']:.2f}x; the cost model predicts "
+                f"{r['predicted']:.2f}x for 1F1B); after an epoch (25 steps) the mean "
                 f"loss differs by {r['loss']:.1e} and the variables by {r['diff']:.1e} (relative; the key "
                 "biases, whose gradient is rounding only, left out)"
             )

@@ -532,6 +532,15 @@ def inspect_trainer(args, graph: Graph, c: pipeline.Compilation, dp_ranks: int |
     print(f"model {args.model}: graph '{graph.name}', {len(graph.nodes)} nodes; trains {args.train!r}")
     if c.plan is not None:
         print(c.plan.describe())
+        if c.plan.shards is None:  # the step by the cost model and the alpha-beta transfers
+            from . import pipeline_parallel
+
+            k = args.microbatches if args.microbatches > 1 else 4 * c.plan.stages
+            for schedule in pipeline_parallel.SCHEDULES:
+                pr = pipeline_parallel.predict(
+                    c.plan, k, schedule, args.alpha_us * 1e-6, args.beta_gbps * 1e9
+                )
+                print(f"  predicted: {pr.describe()}")
     for label, part, program in zip(c.results["split"].labels(), c.parts, c.program):
         if part is None:
             print(f"{label}: none (the graph has no other outputs)")
@@ -656,7 +665,9 @@ def parser() -> argparse.ArgumentParser:
         "--train", nargs="?", const="train", metavar="OP", help="the training binary of train op OP"
     )
     i.add_argument("--max-ram", metavar="BYTES", help="with --ranks: each rank's arena at most this")
-    i.add_argument("--microbatches", type=int, default=1, help="with --ranks: also predict K microbatches")
+    i.add_argument(
+        "--microbatches", type=int, default=1, help="with --ranks or --stages: also predict K microbatches"
+    )
     i.add_argument("--stages", type=int, help="with --train: the pipeline-parallel binary of N stages")
     i.add_argument("--alpha-us", type=float, default=partition.ALPHA * 1e6, help="transfer latency (us)")
     i.add_argument("--beta-gbps", type=float, default=partition.BETA / 1e9, help="transfer bandwidth (GB/s)")

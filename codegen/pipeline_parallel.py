@@ -130,7 +130,7 @@ class Plan:
             nodes = "/".join(str(sum(1 for n in x.graph.nodes if not _is_source(n))) for x in fn)
             lines.append(
                 f"  stage {s}: forward {self.cut[s][0]} .. {self.cut[s][1]}; steps {nodes} (F/B/U); "
-                f"cost model {f * 1e3:.3f} + {b * 1e3:.3f} + {u * 1e3:.3f} ms a microbatch"
+                f"cost model {f * 1e3:.3f} + {b * 1e3:.3f} ms a microbatch, update {u * 1e3:.3f} ms a step"
             )
         sent = [v for v in self.values if any(t != v.stage for t in v.readers)]
         lines.append(
@@ -527,3 +527,89 @@ def _function(step, kind, s, own, kind_of, place, owner, value_id, grad_id, valu
 
 
 MAX_VALUES = 32000  # values crossing functions: each is an MPI tag (the smallest MPI_TAG_UB is 32767)
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One pipeline-parallel training step of ``microbatches`` by the cost model: ``seconds`` the
+    step (the last stage's update done), ``one`` one process's step on the same samples (every
+    function of every stage in a row), ``busy`` each stage's computing."""
+
+    schedule: str
+    microbatches: int
+    seconds: float
+    one: float
+    busy: tuple[float, ...]
+
+    @property
+    def speedup(self) -> float:
+        return self.one / self.seconds if self.seconds else 1.0
+
+    def describe(self) -> str:
+        busy = ", ".join(f"{b * 1e3:.2f}" for b in self.busy)
+        return (
+            f"{self.schedule}, {self.microbatches} microbatches: step {self.seconds * 1e3:.2f} ms (stages "
+            f"busy {busy} ms), one process {self.one * 1e3:.2f} ms: {self.speedup:.2f}x"
+        )
+
+
+def schedule_of(stages: int, stage: int, microbatches: int, schedule: str) -> list[tuple[str, int]]:
+    """The (kind, microbatch) order stage ``stage`` runs a step in: mpi/fc_pipeline.c's."""
+    k = microbatches
+    if schedule == "gpipe":
+        return [("forward", m) for m in range(k)] + [("backward", m) for m in range(k)]
+    warm = min(stages - 1 - stage, k)
+    order = [("forward", m) for m in range(warm)]
+    for m in range(k):
+        if warm + m < k:
+            order.append(("forward", warm + m))
+        order.append(("backward", m))
+    return order
+
+
+def predict(plan: Plan, microbatches: int, schedule: str = "1f1b", alpha: float = 0.85e-6,
+            beta: float = 10.9e9, time_of=None) -> StepPrediction:  # fmt: skip
+    """Simulate one step: each stage runs its functions in the schedule's order, a function
+    starting when its stage is free and every value it reads from another stage has arrived (the
+    maker's end plus alpha + bytes / beta); then each stage's update. ``time_of(kind, stage)``
+    gives a function's seconds (default: the cost model's, ``plan.costs``)."""
+    if schedule not in SCHEDULES:
+        raise FlowcError(f"unknown schedule '{schedule}'; known: {', '.join(SCHEDULES)}")
+    cost = time_of or (lambda kind, s: plan.costs[s][KINDS.index(kind)])
+    n, k = plan.stages, microbatches
+    needs: dict[
+        tuple[str, int], list[tuple[str, int, int]]
+    ] = {}  # (kind, stage) -> (maker kind, stage, bytes)
+    for v in plan.values:
+        for stage, kinds in v.readers.items():
+            if stage != v.stage:
+                for kind in kinds:
+                    needs.setdefault((kind, stage), []).append((v.kind, v.stage, v.type.nbytes))
+    done: dict[tuple[str, int, int], float] = {}
+    clock, busy = [0.0] * n, [0.0] * n
+    todo = [schedule_of(n, s, k, schedule) for s in range(n)]
+    while any(todo):
+        moved = False
+        for s in range(n):
+            while todo[s]:
+                kind, m = todo[s][0]
+                inputs = [(mk, ms, b) for mk, ms, b in needs.get((kind, s), ())]
+                if kind == "backward":
+                    inputs.append(("forward", s, 0))  # its own forward first
+                if any((mk, ms, m) not in done for mk, ms, _ in inputs):
+                    break
+                ready = max([clock[s]] + [done[(mk, ms, m)] + (alpha + b / beta if ms != s else 0.0)
+                                          for mk, ms, b in inputs])  # fmt: skip
+                t = cost(kind, s)
+                clock[s] = ready + t
+                busy[s] += t
+                done[(kind, s, m)] = clock[s]
+                todo[s].pop(0)
+                moved = True
+        if not moved:
+            raise FlowcError("internal: the pipeline schedule does not progress")
+    end = max(clock)  # the loss's broadcast: every stage waits for the last
+    seconds = max(end + cost("update", s) for s in range(n))
+    one = sum(k * (cost("forward", s) + cost("backward", s)) + cost("update", s) for s in range(n))
+    busy = [b + cost("update", s) for s, b in enumerate(busy)]
+    return StepPrediction(schedule, k, seconds, one, tuple(busy))

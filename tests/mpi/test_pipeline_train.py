@@ -328,3 +328,27 @@ def test_a_sharded_optimizer_keeps_other_shards_slots_off_a_rank(toolchain, tmp_
     b, _ = checkpoint.load(tmp_path / "plain.npz")
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_the_pipeline_step_is_predicted(capsys, tmp_path):
+    """pipeline_parallel.predict simulates a step from the stages' costs and the transfers: with
+    one microbatch the forwards and backwards run one stage at a time (only the updates overlap),
+    with many the speed-up approaches the stage count, GPipe and 1F1B keep the stages equally busy; flowc
+    inspect --train --stages prints both."""
+    step, _ = training.split(transformer(4), "train")
+    plan = pipeline_parallel.split(step, "train", 2)
+    one = pipeline_parallel.predict(plan, 1)
+    many = {s: pipeline_parallel.predict(plan, 32, s) for s in pipeline_parallel.SCHEDULES}
+    serial = sum(f + b for f, b, _ in plan.costs) + max(u for _, _, u in plan.costs)  # the updates overlap
+    assert serial <= one.seconds <= serial + 1e-4
+    assert 1.5 < many["1f1b"].speedup < 2.0 and np.allclose(many["1f1b"].busy, many["gpipe"].busy)
+    assert abs(many["1f1b"].seconds - many["gpipe"].seconds) < 0.05 * many["gpipe"].seconds
+    gd.save(transformer(4), tmp_path / "t.flowc")
+    assert (
+        cli.main(["inspect", str(tmp_path / "t.flowc"), "--train", "--stages", "2", "--microbatches", "8"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert re.search(
+        r"predicted: 1f1b, 8 microbatches: step [\d.]+ ms .* one process [\d.]+ ms: [\d.]+x", out
+    ), out

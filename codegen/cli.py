@@ -536,10 +536,8 @@ def inspect_trainer(args, graph: Graph, c: pipeline.Compilation, dp_ranks: int |
             from . import pipeline_parallel
 
             k = args.microbatches if args.microbatches > 1 else 4 * c.plan.stages
-            for schedule in pipeline_parallel.SCHEDULES:
-                pr = pipeline_parallel.predict(
-                    c.plan, k, schedule, args.alpha_us * 1e-6, args.beta_gbps * 1e9
-                )
+            for kind in pipeline_parallel.SCHEDULES:
+                pr = pipeline_parallel.predict(c.plan, k, kind, args.alpha_us * 1e-6, args.beta_gbps * 1e9)
                 print(f"  predicted: {pr.describe()}")
     for label, part, program in zip(c.results["split"].labels(), c.parts, c.program):
         if part is None:

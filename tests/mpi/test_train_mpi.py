@@ -216,8 +216,10 @@ def test_a_stuck_rank_ends_the_job(toolchain, binaries, data_file, tmp_path, how
     assert proc.returncode != 0 and took < 10, (proc.returncode, took, err)
     why = "no progress for --timeout 2 s" if how == "timeout" else "asked to stop, but the step"
     assert re.search(rf"digits train: rank [01]: error: {why}", err), err
-    _, header = checkpoint.load(ck)  # the last one written stands whole
-    assert header["step"] % 1000 == 0
+    # the last one written stands whole: a periodic one, or (when the stopped rank had run a step
+    # ahead, so that the live one could still end its step and agree on the stop) the stop's
+    _, header = checkpoint.load(ck)
+    assert header["step"] >= 1000
 
 
 def test_the_bucket_size_is_an_option(toolchain, binaries, data_file, tmp_path):

@@ -300,6 +300,7 @@ def fold_constants(graph: Graph, max_bytes: int = 1 << 16, limit: int = FOLD_LIM
         opdef = get_op(node.op)
         foldable = (
             not opdef.stateful
+            and not opdef.control
             and node.inputs
             and all(r in const for r in node.inputs)
             and len(node.outputs) == 1
@@ -361,7 +362,7 @@ def cse(graph: Graph) -> Graph:
     outputs = {r.node for r in graph.declared_outputs}
     for node in graph.nodes:
         opdef = get_op(node.op)
-        if node.op in ("placeholder", "variable") or opdef.stateful or node.control_inputs:
+        if node.op in ("placeholder", "variable") or opdef.stateful or opdef.control or node.control_inputs:
             rb.keep(node)
             continue
         if node.op == "constant":
@@ -668,7 +669,10 @@ def pipeline(
     legalizations, applied by ``decompose`` (see there); ``fold_limit``: see fold_constants;
     ``freeze``: variables no step assigns become constants (not for a model that reads its
     variables from a checkpoint)."""
+    from . import control
+
     return (
+        ("control_flow", control.flatten),
         ("prune", prune),
         ("freeze_variables", freeze_variables if freeze else (lambda g: g)),
         ("fold_batch_norm", fold_batch_norm),

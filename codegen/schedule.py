@@ -298,4 +298,6 @@ class Schedule:
 
 def make(graph: Graph, algorithm: str = "memory") -> Schedule:
     """The schedule stage: the order of ``graph``'s nodes by the named algorithm."""
-    return Schedule(graph, tuple(schedule(graph, algorithm)), algorithm)
+    from . import control
+
+    return Schedule(graph, tuple(control.contiguous(schedule(graph, algorithm))), algorithm)

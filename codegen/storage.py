@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from graphdef.ir import Graph, Node, TensorType, ValueRef
 from graphdef.registry import ALIAS, get_op
 
-from . import memory, schedule
+from . import control, memory, schedule
 
 ALIGN = 64
 
@@ -119,6 +119,9 @@ def assign(
             groups.find(n.ref(i))
         if get_op(n.op).kind == ALIAS or get_op(n.op).in_place:
             groups.union(n.inputs[0], n.ref())
+        if get_op(n.op).passes_through:  # a loop's carried values, a branch's results
+            for i in range(len(n.outputs)):
+                groups.union(n.inputs[i], n.ref(i))
 
     outputs_of: dict[ValueRef, list[int]] = {}
     for k, r in enumerate(graph.declared_outputs):
@@ -132,6 +135,17 @@ def assign(
         for r in n.inputs:
             g = groups.find(r)
             last[g] = max(last.get(g, -1), pos[n.name])
+    # a loop reads what it reads from before it again at every iteration: live to its end
+    written: dict[ValueRef, int] = {}
+    for n in steps:
+        for i in range(len(n.outputs)):
+            written.setdefault(groups.find(n.ref(i)), pos[n.name])
+    for b, e in control.loop_extents(steps):
+        for n in steps[b + 1 : e + 1]:
+            for r in n.inputs:
+                g = groups.find(r)
+                if written.get(g, -1) <= b:
+                    last[g] = max(last.get(g, -1), e)
     held = [r for n in steps if get_op(n.op).holds_inputs for r in n.inputs]  # async sends
     for r in list(outputs_of) + [v for _, v in updates] + held:
         last[groups.find(r)] = end

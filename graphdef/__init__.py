@@ -49,6 +49,7 @@ from .ops import elementwise as _elementwise
 from .ops import nn as _nn
 from .ops import shape as _shape
 from .ops.bits import *  # noqa: F403  (see bits.__all__)
+from .ops.control import *  # noqa: F403  (see control.__all__)
 from .ops.elementwise import *  # noqa: F403  (see elementwise.__all__)
 from .ops.index import *  # noqa: F403  (see index.__all__)
 from .ops.math import *  # noqa: F403  (see math.__all__)

@@ -38,6 +38,33 @@ class Graph(ir.Graph):
         self._names_used: dict[str, int] = {}
         self.reserved: set[str] = set(reserved)
         self.notes: list[str] = []
+        # a subgraph (a loop's body, a branch: graphdef/ops/control.py) sees the tensors of the
+        # graphs it is built inside: each one it reads becomes one of its placeholders
+        self.parent: Graph | None = None
+        self.captured: dict[tuple[int, ValueRef], Tensor] = {}  # (outer graph, value) -> placeholder
+        self.captures: list[Tensor] = []  # the outer tensors read, in order
+
+    def capture(self, t: Tensor) -> Tensor:
+        """``t`` as a tensor of this graph: itself, or (``t`` from a graph this one is built
+        inside) the placeholder standing for it, made on first use."""
+        if t.graph is self:
+            return t
+        if self.parent is None:
+            raise GraphError(
+                f"tensor '{t.name}' belongs to graph '{t.graph.name}', not to the default graph '{self.name}'"
+            )
+        outer = self.parent.capture(t)
+        key = (id(outer.graph), outer.ref)
+        if key not in self.captured:
+            t_type = outer.type
+            name = _unique_name(self, "capture", False)
+            node = Node(
+                name, "placeholder", (), Attrs({"shape": t_type.shape, "dtype": t_type.dtype}), (t_type,)
+            )
+            self.add(node)
+            self.captured[key] = Tensor(self, node.ref())
+            self.captures.append(outer)
+        return self.captured[key]
 
     def add(self, node: Node, constant=None, variable=None) -> None:
         """Append ``node`` (its inputs must already be in the graph), with the array of a
@@ -299,6 +326,9 @@ def apply(op: str, inputs, name: str | None = None, **attrs):
     for t in inputs:
         if not isinstance(t, Tensor):
             raise GraphError(f"op {op}: input {t!r} is not a Tensor (use gd.constant)")
+    stack = _stack("graphs")
+    if stack and getattr(stack[-1], "parent", None) is not None:  # building a subgraph
+        inputs = [stack[-1].capture(t) for t in inputs]
     graph = _graph_of(inputs)
     explicit = name is not None
     node_name = _unique_name(graph, _check_name(name) if explicit else op, explicit)
@@ -330,6 +360,15 @@ def apply(op: str, inputs, name: str | None = None, **attrs):
 
 def _source(op: str, name: str | None, data=None, variable=False, **attrs) -> Tensor:
     graph = get_default_graph()
+    if getattr(graph, "parent", None) is not None and op in ("constant", "variable"):
+        # a subgraph holds no arrays: its constants live in the outermost graph, captured
+        if variable:
+            raise GraphError(f"variable '{name}' cannot be made inside a loop or branch; make it outside")
+        root = graph
+        while root.parent is not None:
+            root = root.parent
+        with default_graph_scope(root), control_dependencies(None):
+            return _source(op, name if name is None or name not in root else None, data, **attrs)
     opdef = get_op(op)
     explicit = name is not None
     node_name = _unique_name(graph, _check_name(name) if explicit else op, explicit)

@@ -84,6 +84,8 @@ def _freeze(value):
         return tuple(_freeze(v) for v in value.tolist())
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
+    if isinstance(value, Graph) and not hasattr(value, "add"):  # a subgraph (immutable)
+        return value
     raise TypeError(f"attribute value {value!r} of type {type(value).__name__} is not plain data")
 
 

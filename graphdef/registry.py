@@ -26,8 +26,9 @@ REQUIRED = object()
 class Attr:
     """Schema of one attribute: its kind, default (``REQUIRED`` if none) and choices.
 
-    Kinds: ``int float bool str dtype ints floats any``. A default of ``None`` means "filled
-    in by the op's ``resolve`` hook from the input shapes".
+    Kinds: ``int float bool str dtype ints floats any graph`` (graph: a subgraph, an immutable
+    Graph). A default of ``None`` means "filled in by the op's ``resolve`` hook from the input
+    shapes".
     """
 
     kind: str
@@ -81,7 +82,16 @@ _COERCE = {
     "ints": _as_ints,
     "floats": lambda v: tuple(float(x) for x in v) if not isinstance(v, str) else _raise(),
     "any": lambda v: v,
+    "graph": lambda v: _as_graph(v),
 }
+
+
+def _as_graph(v):
+    from .ir import Graph
+
+    if not isinstance(v, Graph) or hasattr(v, "add"):
+        raise TypeError
+    return v
 
 
 def _raise():
@@ -165,7 +175,9 @@ class OpDef:
     when compiling (constant indices in range) and raises a FlowcError naming the bad value.
     ``in_place``: the output is input 0's memory, changed by the step (a receive completing
     into its buffer); ``holds_inputs``: the step's inputs stay in use until the run ends (an
-    asynchronous send reads its buffer until the final wait).
+    asynchronous send reads its buffer until the final wait). ``control``: a piece of a loop or
+    branch the compiler makes (codegen/control.py): never folded, merged or moved across its
+    region; ``passes_through``: output k is input k's memory (a loop's carried values).
     """
 
     name: str
@@ -184,6 +196,8 @@ class OpDef:
     check_constants: Callable | None = None
     in_place: bool = False
     holds_inputs: bool = False
+    control: bool = False
+    passes_through: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -42,13 +42,17 @@ _MAX_DEPTH = 32  # nested lists in an attribute value
 def _jsonable(value):
     if isinstance(value, tuple):
         return [_jsonable(v) for v in value]
+    if isinstance(value, Graph):  # a loop's or a branch's subgraph: its nodes, no arrays
+        return {"subgraph": _graph_json(value)}
     return value
 
 
 def to_json(graph: Graph) -> dict:
+    return {"format": FORMAT, "version": VERSION, **_graph_json(graph)}
+
+
+def _graph_json(graph: Graph) -> dict:
     return {
-        "format": FORMAT,
-        "version": VERSION,
         "name": graph.name,
         "nodes": [
             {
@@ -118,7 +122,10 @@ def _is_int(v) -> bool:
 
 
 def _plain(value, depth: int = 0) -> bool:
-    """An attribute value of JSON scalars and (nested) lists, ints within range."""
+    """An attribute value of JSON scalars and (nested) lists, ints within range (a subgraph,
+    ``{"subgraph": ...}``, is checked by ``_subgraph``)."""
+    if isinstance(value, dict) and list(value) == ["subgraph"]:
+        return True
     if value is None or isinstance(value, (bool, str, float)):
         return True
     if _is_int(value):
@@ -166,7 +173,21 @@ def _tensor_type(t, path, where: str) -> TensorType:
     return t
 
 
-def _node(n, i: int, path) -> Node:
+def _subgraph(doc, path, where: str, depth: int) -> Graph:
+    """A subgraph attribute (a loop's body, a branch), checked as the graph is."""
+    _need(depth < _MAX_DEPTH, path, f"malformed graph.json: {where} nests subgraphs too deeply")
+    _need(isinstance(doc, dict), path, f"malformed graph.json: {where} is not an object")
+    name, nodes, outputs = doc.get("name"), doc.get("nodes"), doc.get("outputs", [])
+    _need(isinstance(name, str) and name, path, f"malformed graph.json: {where} has no name")
+    _need(isinstance(nodes, list) and isinstance(outputs, list), path, f"malformed graph.json: {where}")
+    return Graph(
+        name,
+        [_node(n, i, path, depth + 1) for i, n in enumerate(nodes)],
+        [_ref(r, path, f"{where} output") for r in outputs],
+    )
+
+
+def _node(n, i: int, path, depth: int = 0) -> Node:
     """Node ``i`` of graph.json, every field checked for its type."""
     _need(isinstance(n, dict), path, f"malformed graph.json: node #{i} is not an object")
     name, op = n.get("name"), n.get("op")
@@ -188,6 +209,10 @@ def _node(n, i: int, path) -> Node:
         path,
         f"malformed graph.json: {where} control_inputs are not a list of names",
     )
+    attrs = {
+        k: _subgraph(v["subgraph"], path, f"{where} attribute '{k}'", depth) if isinstance(v, dict) else v
+        for k, v in attrs.items()
+    }
     return Node(
         name=name,
         op=op,

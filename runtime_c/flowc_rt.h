@@ -45,6 +45,7 @@
 #define FC_ERR_INDEX 3     /* an index tensor holds a value out of range */
 #define FC_ERR_DIV_ZERO 4  /* integer division by zero */
 #define FC_ERR_NEG_POW 5   /* integer power with a negative exponent */
+#define FC_ERR_BOUND 7     /* a loop reached its compiled bound of iterations */
 
 #define FC_CAT_(a, b) a##_##b
 #define FC_CAT(a, b) FC_CAT_(a, b)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphdef.ir import ValueRef
+from graphdef.registry import get_op
 
 from ..program import Program
 from ..storage import ALIGN, Loc
@@ -273,7 +274,7 @@ def step_calls(program: Program, ptr: Pointers) -> list[dict | None]:
     for node in program.steps:
         off = program.scratch.get(node.name)
         types = [program.types[r] for r in node.inputs]
-        if all(t.size == 0 for t in node.outputs or types):
+        if all(t.size == 0 for t in node.outputs or types) and not get_op(node.op).control:
             out.append(None)
             continue
         out.append(

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     bits,
     comm,
+    control,
     conv,
     elementwise,
     fused,

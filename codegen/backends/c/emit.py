@@ -23,6 +23,7 @@ from ...render.sources import RUNTIME, VERSION, Sources, environment  # noqa: F4
 from ...render.spelling import c_comment, value_lines
 from ...storage import ALIGN
 from ...target import Target
+from .control_steps import Statement
 from .sgemm import ISA_IDS
 from .step_code import Steps, steps
 
@@ -229,6 +230,7 @@ def context(f: Frame, st: Steps, target: Target, isa: str, rank: int | None) -> 
         "steps": st.steps,
         "step_files": [],  # (file, steps) after the model's own (step_files)
         "calls": st.calls,
+        "run_lines": [line for _, line in run_lines(st.calls)],
         "profile_names": st.names,
         "run_parts": run_parts(
             name, st.calls, run_params(ins, outs, uses_arena, has_state, st.uses_pool, bool(st.requests))
@@ -337,17 +339,48 @@ each (``run_parts``). GCC's time on one function grows faster than its length: s
 (bench/compile_time.py ``--kinds fan --cc``); the extra call per part costs nothing measurable."""
 
 
+def run_lines(calls: list[str]) -> list[tuple[int, str]]:
+    """(depth after, line) of the run function for each call: a step call checked for its
+    status, or a loop's or branch's own C (control_steps.Statement), indented by nesting."""
+    out, depth = [], 0
+    for i, c in enumerate(calls):
+        if isinstance(c, Statement):
+            lines = []
+            for line in c.split("\n"):
+                if line.startswith("}"):
+                    depth -= 1
+                lines.append("    " * (depth + 1) + line)
+                if line.endswith("{"):
+                    depth += 1
+            out.append((depth, "\n".join(lines)))
+        else:
+            out.append(
+                (depth, "    " * (depth + 1) + f"if ((status = FC_STEP({i}, {c})) != FC_OK) return status;")
+            )
+    return out
+
+
 def run_parts(name: str, calls: list[str], params: list[tuple[str, str]]) -> list[dict]:
     """The run function's step calls as ``<name>_run_part_<k>`` functions of at most RUN_STEPS
-    calls each, in order; none when all fit in one. ``params``: (C name, declaration) of what
-    a call may read besides globals (the run's tensors, ``mem``, ``st``, ...); a part takes
-    those its calls name. Each part: func, params, its calls (the index of each among all
-    calls: the profile's step), first and last index, and the call the run makes."""
+    calls each (more where a loop or branch would otherwise be cut), in order; none when all
+    fit in one. ``params``: (C name, declaration) of what a call may read besides globals (the
+    run's tensors, ``mem``, ``st``, ...); a part takes those its calls name. Each part: func,
+    params, its lines (run_lines), first and last index, and the call the run makes."""
     if len(calls) <= RUN_STEPS:
         return []
+    lines = run_lines(calls)
+    chunks, first = [], 0
+    for i, (depth, _) in enumerate(lines):
+        if depth == 0 and (i + 1 - first >= RUN_STEPS or i == len(lines) - 1):
+            chunks.append((first, i + 1))
+            first = i + 1
+    if first < len(lines):
+        chunks.append((first, len(lines)))
+    if len(chunks) == 1:
+        return []
     parts = []
-    for k, first in enumerate(range(0, len(calls), RUN_STEPS)):
-        chunk = calls[first : first + RUN_STEPS]
+    for k, (first, stop) in enumerate(chunks):
+        chunk = calls[first:stop]
         words = set(re.findall(r"[A-Za-z_]\w*", "\n".join(chunk)))
         used = [(n, decl) for n, decl in params if n in words]
         func = f"{name}_run_part_{k}"
@@ -355,9 +388,9 @@ def run_parts(name: str, calls: list[str], params: list[tuple[str, str]]) -> lis
             {
                 "func": func,
                 "params": [decl for _, decl in used] or ["void"],
-                "calls": [{"index": first + i, "call": c} for i, c in enumerate(chunk)],
+                "lines": [line for _, line in lines[first:stop]],
                 "first": first,
-                "last": first + len(chunk) - 1,
+                "last": stop - 1,
                 "call": f"{func}({', '.join(n for n, _ in used)})",
             }
         )

@@ -252,8 +252,11 @@ def parts_of(node: Node, ins: list[TensorType], threads: int) -> int:
 
 
 def lowering(op: str) -> str:
-    """How the C backend computes ``op``: "expr", "kernel", "none" (sources, aliases,
-    composites: nothing of their own) or "missing"."""
+    """How the C backend computes ``op``: "expr", "kernel", "control" (a loop or branch: C of
+    the run function, codegen/control.py), "none" (sources, aliases, composites: nothing of
+    their own) or "missing"."""
+    if get_op(op).control or op in ("while_loop", "cond"):
+        return "control"
     kind = get_op(op).kind
     if kind in (SOURCE, ALIAS) or (kind == COMPOSITE and get_op(op).decompose):
         return "none"

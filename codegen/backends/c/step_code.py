@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import jinja2
 
 from ...render.frame import Frame
+from . import control_steps
 from .steps import Lowered, lower_step
 
 
@@ -67,6 +68,10 @@ def steps(env: jinja2.Environment, f: Frame, threads: int, isa: str, int8: str |
     for index, (node, frame_call) in enumerate(zip(f.program.steps, f.calls)):
         if frame_call is None:
             continue  # nothing to compute (or to send: an empty tensor's receive is left out too)
+        if node.op in control_steps.OPS:  # a loop's or branch's C in the run function itself
+            out.calls.append(control_steps.statement(node, frame_call["args"], frame_call["in_types"]))
+            out.names.append(f"{index} {node.op}")
+            continue
         step_isa = int8 if node.op == "qconv" and int8 is not None else isa
         lowered = lower_step(node, frame_call["in_types"], f"{f.name}_step_{index}", step_isa, threads)
         step, call, parts, takes_scratch = lowered.step, lowered.call, lowered.step.parts, lowered.scratch

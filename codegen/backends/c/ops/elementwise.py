@@ -180,6 +180,7 @@ for _op, _c in (
 expr("div", call("fc_div", err_for_ints=True))
 expr("pow", call("fc_pow", err_for_ints=True))
 expr("where", lambda ins, out, a, lit: "({0} ? {1} : {2})")
+expr("loop_copy", lambda ins, out, a, lit: "{0}")
 expr("logical_not", lambda ins, out, a, lit: "(fc_bool)!{0}")
 expr("gelu", lambda ins, out, a, lit: f"fc_gelu{'_tanh' if a['approximate'] == 'tanh' else ''}_{{t}}({{0}})")
 

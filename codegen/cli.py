@@ -62,7 +62,7 @@ from graphdef.errors import FlowcError, UnsupportedError, printable
 from graphdef.ir import Graph
 from graphdef.registry import SOURCE, get_op
 
-from . import backends, exports, memory, outdir, partition, pipeline, schedule
+from . import backends, control, exports, memory, outdir, partition, pipeline, schedule
 from .compiled_cuda import parse_sm
 from .model_files import load_model, parse_shapes, parse_values
 from .target import ARCHES, Target, parse_bytes
@@ -440,8 +440,8 @@ def cmd_inspect(args) -> int:
     print("ops: " + ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())))
     missing = unsupported_ops(c.lowered, options.backend)
     print("unsupported ops: " + (", ".join(missing) if missing else "none"))
-    for note in getattr(graph, "notes", ()):  # what the importer left as it was (graphdef/onnx/qdq.py)
-        print(f"left in float: {note}")
+    for note in getattr(graph, "notes", ()):  # what the importer says (QDQ left in float, RNN loops)
+        print(note)
     print("stages: " + " -> ".join(f"{name} ({len(g.nodes)})" for name, g in c.graphs()))
     lowered = c.lowered
     lv = schedule.levels(lowered)
@@ -479,13 +479,18 @@ def cmd_inspect(args) -> int:
     head = "predicted instructions" if mcu else "ASAP us, ALAP us, slack us"
     print(f"schedule (step, op, node, {head}, flops; <- the model file's nodes it computes):")
     sources = source_nodes(graph, program.steps)
+    nesting = control.depth(program.steps)  # a loop's or branch's steps indented under it
     for i, n in enumerate(program.steps):
         cost = schedule.cost(lowered, n)
         times = " ".join(f"{v * 1e6:9.2f}" for v in (lv.asap[n.name], lv.alap[n.name], lv.slack(n.name)))
         if mcu:
             times = f"{counts[i]:12,}"
         name = printable(n.name, 48)  # a long name (an ONNX node's scope) keeps its start and end
-        line = f"  {i:4d} {n.op:16s} {name:48s} {times} {cost.flops}"
+        op = "  " * nesting[i] + n.op
+        line = f"  {i:4d} {op:16s} {name:48s} {times} {cost.flops}"
+        if n.op == "loop_begin":  # the steps down to its end run once per iteration
+            most = n.attrs["max_iterations"]
+            line += f" (a loop: {'at most ' + str(most) if most >= 0 else 'any number of'} iterations)"
         # a convolution's algorithm, with the cost model's estimates; an integer one's form
         algorithm = conv_algorithm(n) or qconv_form(n, macros, program.graph)
         line = f"{line} {algorithm}" if algorithm else line

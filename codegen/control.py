@@ -41,6 +41,11 @@ CLOSES = ("loop_end", "branch_end")
 CONTROL = ("loop_begin", "loop_check", "loop_end", "branch_begin", "branch_else", "branch_end")
 
 
+def has_regions(graph: Graph) -> bool:
+    """Whether ``graph`` (flattened) holds a loop or branch."""
+    return any(n.op in OPENS for n in graph.nodes)
+
+
 def has_control(graph: Graph) -> bool:
     return any(n.op in ("while_loop", "cond") for n in graph.nodes)
 
@@ -280,20 +285,18 @@ def regions(order) -> list[Region]:
     return sorted(out, key=lambda r: r.begin)
 
 
-def contiguous(order: list[Node]) -> list[Node]:
-    """``order`` with each region's own nodes between its opening and its end and every other
-    node before the opening (see the module docstring); unchanged without regions."""
-    if not any(n.op in OPENS for n in order):
-        return order
-    readers: dict[str, list[str]] = {n.name: [] for n in order}
-    for n in order:
+def _members(nodes: list[Node]) -> dict[str, set[str]]:
+    """Each opening's region: the nodes reachable from it (data and control edges, not past
+    its end) that its end needs, the opening and the end included."""
+    readers: dict[str, list[str]] = {n.name: [] for n in nodes}
+    for n in nodes:
         for p in {r.node for r in n.inputs} | set(n.control_inputs):
             if p in readers:
                 readers[p].append(n.name)
-    by_name = {n.name: n for n in order}
-    ends = {n.attrs["region"]: n.name for n in order if n.op in CLOSES}
-    order = list(order)
-    for opening in [n.name for n in order if n.op in OPENS]:
+    by_name = {n.name: n for n in nodes}
+    ends = {n.attrs["region"]: n.name for n in nodes if n.op in CLOSES}
+    out = {}
+    for opening in (n.name for n in nodes if n.op in OPENS):
         end = ends[opening]
         reach, stack = {opening}, [opening]
         while stack:
@@ -308,10 +311,52 @@ def contiguous(order: list[Node]) -> list[Node]:
                 if p in reach and p not in needed:
                     needed.add(p)
                     stack.append(p)
-        members = (reach & needed) | {opening, end}
+        out[opening] = (reach & needed) | {opening, end}
+    return out
+
+
+def region_of(nodes) -> dict[str, str | None]:
+    """Each node's innermost region (its opening's name; None outside every region; an
+    opening and its end belong to the region around them)."""
+    nodes = list(nodes)
+    out: dict[str, str | None] = {n.name: None for n in nodes}
+    members = _members(nodes)
+    # outer regions hold inner ones: assign the larger first, the smaller override
+    for opening, names in sorted(members.items(), key=lambda kv: -len(kv[1])):
+        for name in names:
+            if name != opening and name not in _ends(nodes, opening):
+                out[name] = opening
+    return out
+
+
+def outermost(nodes) -> dict[str, str]:
+    """Each node inside a region (its opening included) -> the opening of the outermost
+    region holding it."""
+    nodes = list(nodes)
+    out: dict[str, str] = {}
+    for opening, names in sorted(_members(nodes).items(), key=lambda kv: len(kv[1])):
+        for name in names:
+            out[name] = opening  # larger regions later: the outermost wins
+    return out
+
+
+def _ends(nodes, opening: str) -> set[str]:
+    return {n.name for n in nodes if n.op in CLOSES and n.attrs["region"] == opening}
+
+
+def contiguous(order: list[Node]) -> list[Node]:
+    """``order`` with each region's own nodes between its opening and its end and every other
+    node before the opening (see the module docstring); unchanged without regions."""
+    if not any(n.op in OPENS for n in order):
+        return order
+    members = _members(order)
+    ends = {n.attrs["region"]: n.name for n in order if n.op in CLOSES}
+    order = list(order)
+    for opening in [n.name for n in order if n.op in OPENS]:
+        end, inside = ends[opening], members[opening]
         b = next(i for i, n in enumerate(order) if n.name == opening)
         e = next(i for i, n in enumerate(order) if n.name == end)
-        late = [n.name for n in order[e + 1 :] if n.name in members]
+        late = [n.name for n in order[e + 1 :] if n.name in inside]
         if late:
             raise UnsupportedError(
                 f"internal: node '{late[0]}' of the region of '{opening}' was scheduled after its end"
@@ -319,9 +364,9 @@ def contiguous(order: list[Node]) -> list[Node]:
         middle = order[b + 1 : e]
         order = (
             order[:b]
-            + [n for n in middle if n.name not in members]
+            + [n for n in middle if n.name not in inside]
             + [order[b]]
-            + [n for n in middle if n.name in members]
+            + [n for n in middle if n.name in inside]
             + [order[e]]
             + order[e + 1 :]
         )
@@ -334,12 +379,12 @@ def loop_extents(steps) -> list[tuple[int, int]]:
 
 
 def depth(steps) -> list[int]:
-    """Each step's nesting depth (an opening and its end at the outer depth)."""
+    """Each step's nesting depth (an opening, a branch's else and its end at the outer depth)."""
     out, d = [], 0
     for n in steps:
         if n.op in CLOSES:
             d -= 1
-        out.append(d)
+        out.append(d - (n.op == "branch_else"))
         if n.op in OPENS:
             d += 1
     return out

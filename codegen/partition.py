@@ -50,7 +50,7 @@ from graphdef.errors import FlowcError, ShapeError
 from graphdef.ir import Attrs, Graph, Node, TensorType, ValueRef
 from graphdef.registry import COMMUNICATION, SOURCE, get_op
 
-from . import schedule
+from . import control, schedule
 
 # ----------------------------------------------------------------------------- transfers
 ALPHA = 0.85e-6
@@ -545,8 +545,9 @@ def split(
         raise FlowcError(f"max_ram must be a number of bytes, got {max_ram!r}")
     if algorithm == "annotated":
         _check_annotations(graph, ranks)
-    order = list(order or schedule.schedule(graph))
+    order = control.contiguous(list(order or schedule.schedule(graph)))
     place = ALGORITHMS[algorithm](graph, ranks, order=order, max_ram=max_ram, alpha=alpha, beta=beta)
+    place = _whole_regions(graph, order, place)
     _check_state(graph, place)
     edges: list[Edge] = []
     seen: set[tuple[ValueRef, int]] = set()
@@ -573,6 +574,28 @@ def split(
     inputs = {n.name: place[n.name] for n in graph.nodes if n.op == "placeholder"}
     outputs = [place[r.node] for r in graph.declared_outputs]
     return Partition(graph, graphs, place, edges, algorithm, compress, inputs, outputs)
+
+
+def _whole_regions(graph: Graph, order: list[Node], place: dict[str, int]) -> dict[str, int]:
+    """A loop or branch runs on one rank: all its nodes go to the rank where the most of its
+    work was placed (by the cost model)."""
+    regions: dict[str, list[Node]] = {}
+    where = control.outermost(order)
+    for n in order:
+        if n.name in where:
+            regions.setdefault(where[n.name], []).append(n)
+    if not regions:
+        return place
+    place = dict(place)
+    for members in regions.values():
+        work: dict[int, float] = {}
+        for n in members:
+            if schedule.is_step(n):
+                work[place[n.name]] = work.get(place[n.name], 0.0) + step_seconds(graph, n)
+        rank = max(sorted(work), key=lambda r: work[r]) if work else place[members[0].name]
+        for n in members:
+            place[n.name] = rank
+    return place
 
 
 def _wire_type(t: TensorType, compress: str | None) -> TensorType:
@@ -627,7 +650,19 @@ class _RankBuilder:
         nodes: list[Node] = [n for n in self.order if n.name in needed]  # data first: no step
         received: dict[ValueRef, ValueRef] = {}
         posts: list[tuple[int, list[Node]]] = []  # (position of the wait, recv nodes) to place
+        # a loop or branch receives what it reads from other ranks before it opens, once
+        where = control.outermost(own)
+        reads: dict[str, list[ValueRef]] = {}
         for n in own:
+            if n.name in where:
+                reads.setdefault(where[n.name], []).extend(n.inputs)
+        for n in own:
+            for ref in reads.get(n.name, []) if n.op in control.OPENS else n.inputs:
+                if ref in incoming and ref not in received:
+                    recv, tail = self.receive(incoming[ref])
+                    posts.append((len(nodes), recv))
+                    nodes += tail
+                    received[ref] = tail[-1].ref()
             for ref in n.inputs:
                 if ref in incoming and ref not in received:
                     recv, tail = self.receive(incoming[ref])
@@ -715,11 +750,17 @@ class _RankBuilder:
         ]
         start = np.concatenate([[0.0], np.cumsum(costs)])
         at: dict[int, list[Node]] = {}
+        # never inside a loop or branch (it would post again at each pass): before its opening
+        opening_at, inside = {}, control.outermost(nodes)
+        for i, n in enumerate(nodes):
+            opening_at[n.name] = i
         for position, recv in posts:
             t = recv[0].outputs[0]
             need = transfer_seconds(t.nbytes, self.alpha, self.beta)
-            p = int(np.searchsorted(start, start[position] - need, side="right")) - 1
-            at.setdefault(max(p, 0), []).extend(recv)
+            p = max(int(np.searchsorted(start, start[position] - need, side="right")) - 1, 0)
+            if p < len(nodes) and nodes[p].name in inside:
+                p = opening_at[inside[nodes[p].name]]
+            at.setdefault(p, []).extend(recv)
         out: list[Node] = []
         for i, n in enumerate(nodes):
             out += at.get(i, [])

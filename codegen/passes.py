@@ -19,6 +19,8 @@ from graphdef.errors import ExecutionError, FlowcError, GraphError
 from graphdef.ir import Attrs, Graph, Node, TensorType, ValueRef
 from graphdef.registry import get_op
 
+from . import control
+
 
 class Rebuild:
     """Copies a graph node by node into a fresh graph, letting a pass replace nodes."""
@@ -572,6 +574,8 @@ def fuse_elementwise(graph: Graph, max_ops: int = FUSE_MAX_OPS) -> Graph:
         for r in n.inputs:
             consumers[r.node].add(n.name)
     controlled = {c for n in graph.nodes for c in n.control_inputs}
+    # a loop's body never takes in a value computed once before the loop (codegen/control.py)
+    region = control.region_of(graph.nodes) if control.has_regions(graph) else {}
     outputs = {r.node for r in graph.declared_outputs}
     index = {n.name: i for i, n in enumerate(graph.nodes)}
 
@@ -588,6 +592,7 @@ def fuse_elementwise(graph: Graph, max_ops: int = FUSE_MAX_OPS) -> Graph:
             and p.device == root.device
             and not p.control_inputs
             and p.name not in controlled
+            and region.get(p.name) == region.get(root.name)
         )
 
     group_of: dict[str, str] = {}
@@ -669,8 +674,6 @@ def pipeline(
     legalizations, applied by ``decompose`` (see there); ``fold_limit``: see fold_constants;
     ``freeze``: variables no step assigns become constants (not for a model that reads its
     variables from a checkpoint)."""
-    from . import control
-
     return (
         ("control_flow", control.flatten),
         ("prune", prune),

@@ -50,7 +50,7 @@ from . import elementwise as E  # noqa: F401  (registers what the examples below
 from . import reduce as R
 from . import state  # noqa: F401
 
-__all__ = ["while_loop", "cond"]
+__all__ = ["while_loop", "cond"]  # and loop, the general form (gd.control.loop)
 
 COUNT = TensorType((), "int64")
 FLAG = TensorType((), "bool")
@@ -290,52 +290,78 @@ def while_loop(cond, body, loop_vars, max_iterations: int | None = None, name: s
     >>> [int(v) for v in gd.run(g, {"n": np.int32(5)}, [i, s])]
     [5, 10]
     """
-    outer = get_default_graph()
     values, listed = _as_list(loop_vars)
-    values = [v if isinstance(v, Tensor) else operand(v) for v in values]
-    values = [outer.capture(v) if getattr(outer, "parent", None) is not None else v for v in values]
+    finals, _, _ = loop(
+        lambda i, *v: cond(*v),
+        lambda i, *v: (body(*v), []),
+        values,
+        max_iterations=max_iterations,
+        name=name,
+    )
+    return finals if listed else finals[0]
+
+
+def loop(
+    cond, body, loop_vars, *, trip=None, max_iterations: int | None = None, bound: str = "stop", name=None
+):
+    """The general loop (the ``while_loop`` op whole): ``cond(i, *vars)`` gives a bool scalar
+    (or a Python bool), ``body(i, *vars)`` gives ``(next values, scanned values)``, ``i`` the
+    iteration number (int64 scalar); ``trip``: an int64 scalar tensor bounding the iterations
+    at run time; scanned values are stacked in ``max_iterations`` rows (required with them);
+    ``bound="error"``: reaching ``max_iterations`` with the condition true is an error. Returns
+    (final values, stacked scans, iteration count), each tensor of the default graph."""
+    outer = get_default_graph()
+    nested = getattr(outer, "parent", None) is not None
+    values = [v if isinstance(v, Tensor) else operand(v) for v in loop_vars]
+    values = [outer.capture(v) if nested else v for v in values]
     if not values:
-        raise GraphError("while_loop needs at least one loop variable")
+        raise GraphError("a loop needs at least one loop variable")
+    trips = [] if trip is None else [outer.capture(operand(trip)) if nested else operand(trip)]
+    if trips and trips[0].type != COUNT:
+        raise ShapeError(f"a loop's trip count must be an int64 scalar, got {trips[0].type}")
     types = [v.type for v in values]
-    labels = [f"var{k}" for k in range(len(values))]
+    labels = ["iteration", *(f"var{k}" for k in range(len(values)))]
     base = name or "while"
+    scanned = []
 
     def outs_cond(c, sub):
         c = c if isinstance(c, Tensor) else operand(np.bool_(bool(c)))
         if c.type != FLAG:
-            raise ShapeError(f"while_loop: the condition gives {c.type}, not a bool scalar")
+            raise ShapeError(f"a loop's condition gives {c.type}, not a bool scalar")
         return [c]
 
     def outs_body(r, sub):
-        got, _ = _as_list(r)
+        nexts, scans = r
+        got, _ = _as_list(nexts)
         if len(got) != len(values):
-            raise GraphError(f"while_loop: the body gives {len(got)} values for {len(values)} loop variables")
+            raise GraphError(f"a loop's body gives {len(got)} values for {len(values)} loop variables")
         got = [g if isinstance(g, Tensor) else operand(g, like=v) for g, v in zip(got, values)]
         for k, (g, v) in enumerate(zip(got, values)):
             if g.type != v.type:
                 raise ShapeError(
-                    f"while_loop: loop variable {k} enters as {v.type} but the body makes it {g.type}"
+                    f"loop variable {k} enters the loop as {v.type} but the body makes it {g.type}"
                 )
-        return got
+        extra = [x if isinstance(x, Tensor) else operand(x) for x in scans]
+        scanned.extend(extra)
+        return got + extra
 
-    c_sub, c_caps = _trace(
-        f"{base}/cond", [COUNT, *types], ["iteration", *labels], lambda i, *v: cond(*v), outs_cond
-    )
-    b_sub, b_caps = _trace(
-        f"{base}/body", [COUNT, *types], ["iteration", *labels], lambda i, *v: body(*v), outs_body
-    )
+    c_sub, c_caps = _trace(f"{base}/cond", [COUNT, *types], labels, cond, outs_cond)
+    b_sub, b_caps = _trace(f"{base}/body", [COUNT, *types], labels, body, outs_body)
     caps = _union(c_caps, b_caps)
-    outs = apply(
+    made = apply(
         "while_loop",
-        [*values, *caps],
+        [*trips, *values, *caps],
         name,
         cond=_with_captures(c_sub, caps),
         body=_with_captures(b_sub, caps),
         vars=len(values),
+        scans=len(scanned),
         max_iterations=-1 if max_iterations is None else int(max_iterations),
+        trip=bool(trips),
+        bound=bound,
     )
-    result = list(outs[: len(values)])
-    return result if listed else result[0]
+    n, m = len(values), len(scanned)
+    return list(made[:n]), list(made[n : n + m]), made[n + m]
 
 
 def cond(pred, true_fn, false_fn, name: str | None = None):

@@ -493,3 +493,30 @@ def test_sanitizers_clean_on_three_ranks(toolchain, models, tmp_path, sanitizer_
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert res.returncode == 0 and "Sanitizer" not in res.stderr, res.stderr[-3000:]
     assert np.load(tmp_path / "r" / "y.npy").shape == (40, 64)
+
+
+@pytest.mark.parametrize("ranks, placement", [(2, "pipeline"), (3, "greedy")])
+def test_a_loop_stays_on_one_rank(toolchain, tmp_path, ranks, placement):
+    """A model of layers, a loop carrying state over a run-time number of iterations, and layers
+    after it, split over ranks: the loop runs on one rank (what it reads from others received
+    before it starts, its final state sent after it ends), each output as one process gives it."""
+    rng = np.random.default_rng(7)
+    with gd.Graph("looped") as g:
+        x = gd.placeholder("x", (8, 64))
+        n = gd.placeholder("n", (), "int32")
+        h = x
+        for _ in range(3):
+            h = gd.relu(gd.matmul(h, (rng.standard_normal((64, 64)) / 8).astype(np.float32)))
+        w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)
+        _, s = gd.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, gd.tanh(gd.matmul(s, w) + h)), [0, h])
+        for _ in range(3):
+            s = gd.relu(gd.matmul(s, (rng.standard_normal((64, 64)) / 8).astype(np.float32)))
+        g.set_outputs(gd.identity(s, name="y"))
+    exe = build(toolchain, g, tmp_path / "out", ranks, placement=placement)
+    meta = json.loads((exe.parent / "metadata.json").read_text())
+    placed = meta["partition"]["placement"]
+    assert placed == placement
+    for steps in (0, 1, 5):
+        feeds = {"x": rng.standard_normal((8, 64)).astype(np.float32), "n": np.int32(steps)}
+        got = cwd_run(toolchain, exe, ranks, feeds, tmp_path)
+        check_identical(got, one_process(g, feeds), f"loop over {ranks} ranks, {steps} iterations")

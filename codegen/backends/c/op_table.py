@@ -197,8 +197,9 @@ def expr_of(op: str) -> Expr:
 
 def supports(op: str) -> bool:
     """Whether the C backend has code for a step of ``op``: an elementwise op (its expression
-    or scalar function in the shared loop) or an op with a kernel lowering in KERNELS."""
-    return op in EXPRS or op in KERNELS or get_op(op).kind == ELEMENTWISE
+    or scalar function in the shared loop), an op with a kernel lowering in KERNELS, or a piece
+    of a loop or branch (C of the run function: control_steps.py)."""
+    return op in EXPRS or op in KERNELS or get_op(op).kind == ELEMENTWISE or get_op(op).control
 
 
 def kernel_of(op: str) -> Kernel:

@@ -30,7 +30,8 @@ class Graph(ir.Graph):
 
     ``reserved``: names that automatic node names avoid (a pass rebuilding a graph reserves the
     old graph's names, so kept nodes keep theirs). ``notes``: lines an importer has to say about
-    the model (``flowc inspect`` prints them: the QDQ patterns left in float, and why).
+    the model (``flowc inspect`` prints them: the QDQ patterns left in float, and why; the
+    recurrent layers run as loops and those unrolled).
     """
 
     def __init__(self, name="graph", nodes=(), outputs=(), constants=None, variables=None, reserved=()):

@@ -6,10 +6,11 @@ everything computed only from them, such as Shape -> Gather -> Concat) or a Tens
 graph being built. A node whose inputs are all known is evaluated right away with flowc's own
 op references, so shapes are static in the imported graph.
 
-Subgraphs (the GRAPH attributes of If, Loop and Scan) are converted into the same graph by
-``_Importer.subgraph``: their nodes see every name of the enclosing scopes, their inputs are
-bound to given values, and their outputs are returned, so control flow is inlined or unrolled
-(graphdef/onnx/ops_control.py) rather than kept as a construct of its own.
+Subgraphs (the GRAPH attributes of If, Loop and Scan) are converted by ``_Importer.subgraph``:
+their nodes see every name of the enclosing scopes, their inputs are bound to given values, and
+their outputs are returned. The converters (graphdef/onnx/ops_control.py) call it inside the
+functions that flowc's ``cond`` and ``loop`` trace into subgraphs of their own, or once per
+iteration to unroll a short loop, or to inline the branch a known condition picks.
 """
 
 from __future__ import annotations
@@ -127,6 +128,20 @@ class OnnxNode:
     inputs: list  # Value or None (missing optional input)
     num_outputs: int
     importer: _Importer = field(repr=False)
+    output_names: tuple[str, ...] = ()
+
+    def used(self, k: int) -> bool:
+        """Whether output ``k`` is read: named, and read by a node of the model (at any depth of
+        subgraphs) or one of its graphs' outputs. An unread output need not be computed (an
+        RNN's Y is a scan of every time step)."""
+        if k >= len(self.output_names) or not self.output_names[k]:
+            return False
+        return self.output_names[k] in self.importer.read_names()
+
+    def note(self, text: str) -> None:
+        """A line for the graph's notes (``flowc inspect`` prints them), once per text."""
+        if text not in self.importer.notes:
+            self.importer.notes.append(text)
 
     def where(self) -> str:
         return f"node '{self.name}' ({self.op}, opset {self.opset})"
@@ -224,24 +239,37 @@ def value_source(v: Value) -> str:
     from model inputs (and constants), else ""."""
     if not isinstance(v, Tensor):
         return ""
-    if v.op == "placeholder":
+    if v.op == "placeholder" and getattr(v.graph, "parent", None) is None:
         return f" (model input {_q(v.name)}: fix it with --value)"
-    graph, seen, stack, inputs, other = v.graph, set(), [v.ref.node], [], False
+    seen, stack, inputs, other = set(), [v], [], False
     while stack:
-        node = graph.node(stack.pop())
-        if node.name in seen:
+        t = stack.pop()
+        graph, node = t.graph, t.graph.node(t.ref.node)
+        if (id(graph), node.name) in seen:
             continue
-        seen.add(node.name)
-        if node.op == "placeholder":
+        seen.add((id(graph), node.name))
+        outer = _captured(graph).get(node.name) if node.op == "placeholder" else None
+        if outer is not None:  # a loop's or branch's copy of an enclosing graph's value
+            stack.append(outer)
+        elif node.op == "placeholder" and getattr(graph, "parent", None) is not None:
+            return " (it changes from one loop iteration to the next)"
+        elif node.op == "placeholder":
             inputs.append(node.name)
         elif not node.inputs and node.op not in ("constant", "fill"):
             other = True  # a variable or another source a --value cannot fix
-        stack.extend(r.node for r in node.inputs)
+        stack.extend(Tensor(graph, r) for r in node.inputs)
     if not inputs or other:
         return ""
     first, *rest = sorted(inputs)
     more = f"; also from {', '.join(repr(n) for n in rest)}" if rest else ""
     return f" (computed from model input {_q(first)}: fix it with --value{more})"
+
+
+def _captured(graph) -> dict[str, Tensor]:
+    """A subgraph's capture placeholders (by node name) -> the enclosing graphs' tensors they
+    stand for; empty for a graph that is no subgraph."""
+    pairs = zip(getattr(graph, "captured", {}).values(), getattr(graph, "captures", []))
+    return {p.ref.node: t for p, t in pairs}
 
 
 def _attr_value(a):
@@ -381,8 +409,10 @@ class _Importer:
         fold_limit: int = FOLD_LIMIT_BYTES,
         const_limit: int = CONST_LIMIT_BYTES,
         trainable=False,
+        loop_bound: int | None = None,
     ):
         self.model = model
+        self.loop_bound = loop_bound  # the most iterations of a Loop whose length is a run-time value
         self.trainable = trainable
         self.fold_limit = int(fold_limit)
         self.const_limit = int(const_limit)
@@ -397,6 +427,8 @@ class _Importer:
         self.opsets = {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
         self.opset = self.opsets.get("ai.onnx", 0)
         self.env: MutableMapping[str, Value] = {}  # a ChainMap of scopes inside subgraphs
+        self.notes: list[str] = []  # what converters say about the model (OnnxNode.note)
+        self._read: set[str] | None = None
 
     # ------------------------------------------------------------------ graph
     def run(self, name: str | None) -> Graph:
@@ -452,8 +484,19 @@ class _Importer:
                 else:
                     outs.append(v)
             graph.set_outputs(*outs)
-        graph.notes = list(self.qdq_notes)
+        graph.notes = [f"left in float: {n}" for n in self.qdq_notes] + self.notes
         return graph
+
+    def read_names(self) -> set[str]:
+        """Every name a node of the model reads or a graph of it (subgraphs too) gives out."""
+        if self._read is None:
+            g = self.model.graph
+            self._read = {vi.name for vi in g.output}
+            for node in _all_nodes(g):
+                self._read.update(node.input)
+                for sub in _subgraphs(node):
+                    self._read.update(vi.name for vi in sub.output)
+        return self._read
 
     def _trainable(self, g) -> list[str]:
         """The initializers that become variables (``trainable``: True, or a collection of
@@ -574,7 +617,7 @@ class _Importer:
         # the ONNX node's name (or op and index): in messages, and the scope of the graph nodes
         # it becomes ("<ONNX name>/<op>"), so later stages and `flowc inspect` still name it
         label = printable(node.name or f"{node.op_type}_{index}", NAME_LIMIT)
-        ctx = OnnxNode(node.op_type, label, opset, {}, inputs, len(node.output), self)
+        ctx = OnnxNode(node.op_type, label, opset, {}, inputs, len(node.output), self, tuple(node.output))
         _check_arity(ctx, node, domain)
         # a node with subgraphs also reads names of this scope that are not among its inputs:
         # its converter runs in place, and the subgraph's own nodes fold what is known
@@ -881,6 +924,7 @@ def load_onnx(
     fold_limit: int = FOLD_LIMIT_BYTES,
     const_limit: int = CONST_LIMIT_BYTES,
     trainable=False,
+    loop_bound: int | None = None,
 ) -> Graph:
     """Import an ONNX model file into a Graph with static shapes.
 
@@ -896,7 +940,16 @@ def load_onnx(
     ``trainable``: True makes the float initializers read as data (weights, biases, norm scales;
     not batch norm's running statistics) trainable variables named as in the file, for
     fine-tuning with gd.train; or a collection of the initializer names to make trainable.
+    ``loop_bound``: the most iterations any Loop whose length is only known at run time (a trip
+    count or condition computed from inputs) may run: its scan outputs get that many rows (zeros
+    past the last iteration), and running longer is an error at run time. Such a Loop with scan
+    outputs needs it; one without runs unbounded without it. ``graph.notes`` says which loops
+    were unrolled, which compiled as loops, and why (graphdef/onnx/ops_control.py).
     """
+    if loop_bound is not None and (
+        isinstance(loop_bound, bool) or not isinstance(loop_bound, (int, np.integer)) or loop_bound < 1
+    ):
+        raise OnnxImportError(f"loop_bound must be a positive integer, got {loop_bound!r}")
     try:
         import onnx
     except ImportError:
@@ -921,8 +974,9 @@ def load_onnx(
     try:
         _check_utf8(model, label)
         _check_opset(model, label)
+        bound = None if loop_bound is None else int(loop_bound)
         graph = _Importer(
-            model, path.parent, shapes or {}, label, values, fold_limit, const_limit, trainable
+            model, path.parent, shapes or {}, label, values, fold_limit, const_limit, trainable, bound
         ).run(name)
     except RecursionError:
         raise OnnxImportError(f"{label}: graph is too deeply nested") from None

@@ -1,24 +1,34 @@
-"""ONNX recurrent layers (LSTM, GRU, RNN), unrolled over their static number of time steps.
+"""ONNX recurrent layers (LSTM, GRU, RNN): a loop over one cell step, or unrolled when short.
 
-flowc has no loop op: sequence lengths are static, so each layer becomes one cell per time
-step and direction. The input projection ``X @ W^T + Wb (+ Rb)`` of every time step and
-direction is one gemm before the recurrence. An LSTM or GRU with the default activations
-(sigmoid, tanh), no clip, no peepholes and no ``input_forget`` then runs each step as one
-``lstm_cell`` / ``gru_cell`` op (graphdef/ops/rnn.py: ``H @ R^T`` and the gate activations
-in one kernel); other variants, and RNN, as a chain of ordinary ops: ``H @ R^T`` (one small
-gemm that takes the step's projection as its ``c`` term), then the gates split and
-activated. On a 2-layer GRU(64, 128) over 32 steps (batch 1, one thread, AVX-512 host) the
-cells run the model in 0.14 ms against 0.86 ms for the chain (LSTM: 0.20 against 1.33 ms).
-A cell takes its step's slice of the projection rather than X_t and W: one gemm over all
-steps reads W once, where a projection per step read it 32 times (0.48 ms for that GRU).
-Outputs follow ONNX: ``Y`` [seq, dirs, batch, hidden]
+A layer over more than ``UNROLL_STEPS`` time steps becomes one loop per direction
+(graphdef/ops/control.py), compiled into C loops planned once, so that its code and arena do
+not depend on the sequence length. The loop runs over chunks of ``CHUNK_STEPS`` time steps:
+its body gathers the chunk's inputs (a reverse direction: from the last time step down),
+projects them with one gemm, and runs an inner loop of one cell step an iteration, which
+carries h (and c) and reads its row of the chunk's projection. A sequence the chunks do not
+divide pads its last chunk (its projection reads the last time step again; the inner loop's
+run-time trip count stops at the sequence's end). ``Y`` is scanned (one row an iteration; a
+reverse direction's rows flipped after the loop) only when the model reads it: a layer whose
+Y is unnamed, or read by no node and no graph output, keeps no per-step values. ``Y_h`` /
+``Y_c`` are the final carried values. A short layer is unrolled, one cell per step and
+direction, after one gemm for the input projection of every step and direction. The graph's
+notes (``flowc inspect``) say which layers became loops and which were unrolled.
+
+An LSTM or GRU with the default activations (sigmoid, tanh), no clip, no peepholes and no
+``input_forget`` runs each step as one ``lstm_cell`` / ``gru_cell`` op (graphdef/ops/rnn.py:
+``H @ R^T`` and the gate activations in one kernel); other variants, and RNN, as a chain of
+ordinary ops: ``H @ R^T`` (one small gemm that takes the step's projection as its ``c``
+term), then the gates split and activated. On a 2-layer GRU(64, 128) over 32 steps (batch 1,
+one thread, AVX-512 host) the cells run the model in 0.14 ms against 0.86 ms for the chain
+(LSTM: 0.20 against 1.33 ms). Outputs follow ONNX: ``Y`` [seq, dirs, batch, hidden]
 (``layout=1``: [batch, seq, dirs, hidden]), ``Y_h`` and ``Y_c`` [dirs, batch, hidden]
 (``layout=1``: [batch, dirs, hidden]).
 
 Weights given as initializers are sliced with numpy at import time, so the graph holds
-plain per-direction constants; weights fed as graph inputs are sliced with graph ops.
-A missing ``initial_h`` / ``initial_c`` (or an all-zero constant one) drops the recurrent
-terms of the first step instead of multiplying by zeros.
+plain per-direction constants; weights fed as graph inputs are sliced with graph ops (before
+a loop, which reads them as captures). A missing ``initial_h`` / ``initial_c`` (or an all-zero
+constant one) is a zero state: an unrolled layer drops the recurrent terms of its first step
+instead of multiplying by zeros; a loop starts from zeros.
 
 Pitfalls, resolved the way onnxruntime does:
 
@@ -31,7 +41,7 @@ Pitfalls, resolved the way onnxruntime does:
   the cell state.
 - ``input_forget=1`` (LSTM) sets the forget gate to ``1 - i`` after i's activation.
 - ``sequence_lens`` must be a constant whose entries all equal seq_length: padding-aware
-  recurrence would need per-batch-entry step counts, which a static unrolling cannot give.
+  recurrence would need per-batch-entry step counts, which a static number of steps cannot give.
 """
 
 from __future__ import annotations
@@ -42,13 +52,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
-from ..builder import Tensor, constant
+from ..builder import Tensor, constant, fill
 from ..ops import elementwise as E
 from ..ops import nn as N
 from ..ops import rnn as C
 from ..ops import shape as S
+from ..ops.control import loop
 from .importer import OnnxImportError, converter
-from .ops_control import MAX_UNROLL
+
+# A layer of at most this many time steps is unrolled (one cell per step and direction), a
+# longer one is a loop. Unrolled, a first step without initial state skips its recurrent
+# product (a loop multiplies zeros) and no step copies its input or state; measured against a
+# loop (host, GRU and LSTM of 128, alternate runs): 2-16% faster up to 8 steps without initial
+# state, the same with one; on cortex-m4 the unrolled code is about the loop's size at 8 steps
+# (LSTM(64, 128): 2,151 bytes against 2,308 at 4 steps, 2,435 against 2,312 at 8) but its arena
+# larger from 4 on (it holds every step's projection). Longer, the loop is smaller in code and
+# arena and as fast.
+UNROLL_STEPS = 8
+# A loop computes the input projection X @ W^T of this many time steps at a time (one gemm),
+# then runs them one cell step an iteration of an inner loop. One gemm over all steps before
+# the loop kept the per-step speed but holds [seq, batch, gates*hidden] in the arena; a
+# projection of each step in the body (x_t @ W^T) reads W once a step and cost 4-15% of the
+# per-step time (host, hidden 128); chunks of 8, 16 and 32 steps all ran as fast as the
+# unrolled code (tests/codegen/test_rnn_loops.py), 8 holds the least.
+CHUNK_STEPS = 8
 
 # ----------------------------------------------------------------------------- activations
 
@@ -173,7 +200,7 @@ class _Layer:
     batch: int
     hidden: int
     dtype: str
-    x: Tensor  # [seq, batch, input]
+    x: Tensor  # [seq, batch, input] (layout=1: [batch, seq, input])
     w: object  # [dirs, gates*hidden, input]
     r: list  # per direction [gates*hidden, hidden]
     b: object  # [dirs, 2*gates*hidden] or None
@@ -195,7 +222,8 @@ class _Layer:
     def project(self, bias: list | None) -> list[list[Tensor]]:
         """X @ W^T + bias for every time step and direction, as one gemm: [dir][t] -> [batch, G*hidden]."""
         seq, batch = self.seq, self.batch
-        rows = S.reshape(self.x, (seq * batch, self.x.shape[2]))
+        x = S.transpose(self.x, (1, 0, 2)) if self.layout == 1 else self.x
+        rows = S.reshape(x, (seq * batch, x.shape[2]))
         w = self.w
         w_all = w.reshape(-1, w.shape[2]) if isinstance(w, np.ndarray) else S.reshape(w, (-1, w.shape[2]))
         c = None if bias is None else _t(_cat(bias, 0))
@@ -218,19 +246,28 @@ class _Layer:
             v = np.swapaxes(v, 0, 1) if isinstance(v, np.ndarray) else S.transpose(v, (1, 0, 2))
         return [_row(v, d) for d in range(self.dirs)]
 
-    def outputs(self, node, hs: list[list[Tensor]], finals: list[list[Tensor]]) -> list[Tensor]:
-        """Y from hs[dir][t], then Y_h, Y_c... from finals[k][dir], in ONNX's shapes and layout."""
+    def outputs(self, node, ys: list | None, finals: list[list[Tensor]]) -> list:
+        """Y from ``ys`` (per direction: the steps' h in time order, a list of [batch, hidden]
+        or one [seq, batch, hidden]; None: Y is not read), then Y_h, Y_c... from finals[k][dir],
+        in ONNX's shapes and layout."""
         outs = []
         if node.num_outputs > 0:
-            pieces = [hs[d][t] for t in range(self.seq) for d in range(self.dirs)]
-            y = S.concat(pieces, axis=0) if len(pieces) > 1 else pieces[0]
-            y = S.reshape(y, (self.seq, self.dirs, self.batch, self.hidden))
-            outs.append(S.transpose(y, (2, 0, 1, 3)) if self.layout == 1 else y)
+            outs.append(None if ys is None else self._y(ys))
         for states in finals[: max(node.num_outputs - 1, 0)]:
             s = S.concat(states, axis=0) if self.dirs > 1 else states[0]
             s = S.reshape(s, (self.dirs, self.batch, self.hidden))
             outs.append(S.transpose(s, (1, 0, 2)) if self.layout == 1 else s)
         return outs
+
+    def _y(self, ys: list) -> Tensor:
+        seq, dirs, batch, hidden = self.seq, self.dirs, self.batch, self.hidden
+        if isinstance(ys[0], list):  # unrolled: one concat of every step and direction
+            pieces = [ys[d][t] for t in range(seq) for d in range(dirs)]
+            y = S.concat(pieces, axis=0) if len(pieces) > 1 else pieces[0]
+        else:
+            y = S.concat([S.reshape(v, (seq, 1, batch, hidden)) for v in ys], axis=1) if dirs > 1 else ys[0]
+        y = S.reshape(y, (seq, dirs, batch, hidden))
+        return S.transpose(y, (2, 0, 1, 3)) if self.layout == 1 else y
 
 
 def _bad(node, reason: str) -> OnnxImportError:
@@ -271,8 +308,6 @@ def _layer(node, gates: int, default_acts: list[str]) -> _Layer:
     if 0 in (seq, batch, hidden):
         raise node.unsupported(f"X has shape {list(xshape)} and R {list(rshape)}: an empty sequence, batch "
                                "or hidden state is not supported")
-    if seq > MAX_UNROLL:
-        raise node.unsupported(f"X has {seq} time steps, more than {MAX_UNROLL}; flowc unrolls the sequence")
     if node.attr("hidden_size") is not None and node.attr("hidden_size") != hidden:
         raise _bad(node, f"hidden_size {node.attr('hidden_size')} but R has shape {list(rshape)}")
     _check(node, 1, "W", (dirs, gates * hidden, inputs), dtype)
@@ -285,26 +320,19 @@ def _layer(node, gates: int, default_acts: list[str]) -> _Layer:
         lens = node.const(4, "(sequence_lens) ")
         if lens.shape != (batch,) or np.any(lens != seq):
             raise node.unsupported(f"sequence_lens {lens.tolist()} must equal seq_length {seq} for every "
-                                   "batch entry: flowc unrolls a static number of time steps, so only "
+                                   "batch entry: flowc runs a static number of time steps, so only "
                                    "full-length sequences are supported")
-    x = node.tensor(0)
-    if layout == 1:
-        x = S.transpose(x, (1, 0, 2))
     clip = node.attr("clip")
     layer = _Layer(
         dirs=dirs,
         reverse=[direction == "reverse" or d == 1 for d in range(dirs)],
-        layout=layout, seq=seq, batch=batch, hidden=hidden, dtype=dtype, x=x,
+        layout=layout, seq=seq, batch=batch, hidden=hidden, dtype=dtype, x=node.tensor(0),
         w=node.inputs[1], r=[_row(node.inputs[2], d) for d in range(dirs)], b=b, h0=[],
         acts=_activations(node, default_acts, dirs),
         clip=None if clip is None else float(clip),
     )
     layer.h0 = layer.initial(node, 5, "initial_h")
     return layer
-
-
-def _steps(layer: _Layer, d: int) -> list[int]:
-    return list(range(layer.seq - 1, -1, -1) if layer.reverse[d] else range(layer.seq))
 
 
 def _recur(h, r, c):
@@ -327,6 +355,94 @@ def _merged_bias(layer: _Layer, gh: int, r_count: int | None = None) -> list | N
     return out
 
 
+# ----------------------------------------------------------------------------- the recurrence
+# A cell is made per direction (``cell(d)``: weights sliced and made constants once, outside
+# any loop) and gives ``step(gates, *state) -> state``: the step's input projection and the
+# state before it (h, or h and c; None: a zero state) to the state after it.
+
+
+def _zeros(layer: _Layer) -> Tensor:
+    return fill((layer.batch, layer.hidden), 0.0, layer.dtype)
+
+
+def _recurrence(node, layer: _Layer, cell, states0: list[list], bias: list | None) -> list:
+    """The layer's outputs: ``cell`` run over the time steps of every direction from the
+    initial states ``states0[k][d]`` (per state, per direction), unrolled or as a loop."""
+    looped = layer.seq > UNROLL_STEPS
+    want_y = node.used(0)
+    proj = None if looped else layer.project(bias)
+    ys, finals = [], [[] for _ in states0]
+    for d in range(layer.dirs):
+        init = [s[d] for s in states0]
+        if looped:
+            y, last = _looped(layer, d, cell(d), init, bias, want_y)
+        else:
+            y, last = _unrolled(layer, d, cell(d), init, proj[d])
+        ys.append(y)
+        for k, v in enumerate(last):
+            finals[k].append(v)
+    how = (
+        f"a loop over its {layer.seq} time steps" if looped
+        else f"unrolled, {layer.seq} time step{'s' if layer.seq > 1 else ''} (at most {UNROLL_STEPS})"
+    )
+    dirs = "bidirectional" if layer.dirs > 1 else ("reverse" if layer.reverse[0] else "forward")
+    node.note(f"recurrent layer {node.op} '{node.name}' ({dirs}): {how}{'' if want_y else ', Y not read'}")
+    return layer.outputs(node, ys if want_y else None, finals)
+
+
+def _unrolled(layer: _Layer, d: int, step, state: list, proj: list) -> tuple[list, list]:
+    """One cell per time step: (h of every step in time order, the final state)."""
+    ys = [None] * layer.seq
+    for t in range(layer.seq - 1, -1, -1) if layer.reverse[d] else range(layer.seq):
+        state = step(proj[t], *state)
+        ys[t] = state[0]
+    return ys, list(state)
+
+
+def _looped(layer: _Layer, d: int, step, state: list, bias: list | None, want_y: bool) -> tuple:
+    """A loop over chunks of ``CHUNK_STEPS`` time steps, each one gemm (their input
+    projection) and a loop of one cell step: (h of every step [seq, batch, hidden] in time
+    order or None, the final state). A sequence that chunks do not divide pads its last chunk:
+    its projection reads the direction's last time step again for the missing ones, and its
+    inner loop runs only the steps that are there (a run-time trip count)."""
+    seq, batch, k = layer.seq, layer.batch, min(CHUNK_STEPS, layer.seq)
+    chunks = -(-seq // k)
+    ragged = seq % k != 0
+    init = [_zeros(layer) if v is None else _t(v) for v in state]
+    w = _t(_row(layer.w, d))  # [G*hidden, input]
+    c = None if bias is None else _t(bias[d])
+    axis = 1 if layer.layout == 1 else 0
+    i64 = lambda v: constant(np.asarray(v, np.int64))  # noqa: E731
+
+    def outer(j, *state):
+        first = E.mul(j, i64(k))
+        steps = E.add(first, i64(np.arange(k)))
+        if ragged:
+            steps = E.minimum(steps, i64(seq - 1))
+        t = E.sub(i64(seq - 1), steps) if layer.reverse[d] else steps
+        xs = S.gather(layer.x, t, axis=axis)  # [k, batch, input] (layout 1: [batch, k, input])
+        rows = S.reshape(xs, (k * batch, xs.shape[2]))
+        proj = S.reshape(N.gemm(rows, w, c, trans_b=True), (*xs.shape[:2], w.shape[0]))
+        trip = E.minimum(i64(k), E.sub(i64(seq), first)) if ragged else None
+
+        def inner(i, *state):
+            new = step(S.gather(proj, i, axis=axis), *state)
+            return list(new), [new[0]] if want_y else []
+
+        fin, scans, _ = loop(lambda i, *s: True, inner, list(state), trip=trip, max_iterations=k)
+        return fin, scans
+
+    finals, scans, _ = loop(lambda j, *state: True, outer, init, max_iterations=chunks)
+    y = None
+    if want_y:
+        y = S.reshape(scans[0], (chunks * k, batch, layer.hidden))  # in iteration order
+        if layer.reverse[d]:  # its first seq rows flipped
+            y = S.slice_(y, [seq - 1], [-(chunks * k + 1)], axes=[0], steps=[-1])
+        elif ragged:
+            y = S.slice_(y, [0], [seq], axes=[0])
+    return y, finals
+
+
 # ----------------------------------------------------------------------------- converters
 
 
@@ -342,69 +458,81 @@ def _lstm(node):
             rows = [_row(node.inputs[7], d) for d in range(dirs)]
             peep = [[_t(_cols(p, k * hidden, (k + 1) * hidden)) for k in range(3)] for p in rows]  # i, o, f
     coupled = bool(node.attr("input_forget", 0))
-    proj = layer.project(_merged_bias(layer, 4 * hidden))
-    if layer.default_gates(["sigmoid", "tanh", "tanh"]) and not coupled and all(p is None for p in peep):
-        return _lstm_cells(node, layer, c0, proj)
-    hs, h_final, c_final = [], [], []
-    for d in range(dirs):
+    fused = layer.default_gates(["sigmoid", "tanh", "tanh"]) and not coupled and all(p is None for p in peep)
+
+    def cell(d):
+        if fused:  # one lstm_cell a step; a zero h with a given c is passed as zeros
+            r = _t(_transposed(layer.r[d]))
+
+            def fused_step(x, h, c):
+                if h is None and c is not None:
+                    h = _zeros(layer)
+                return C.lstm_cell(x, r, h, c)
+
+            return fused_step
         f, g, h_act = layer.acts[d]
-        h, c = layer.h0[d], c0[d]
-        ys = [None] * layer.seq
-        for t in _steps(layer, d):
-            i_, o_, f_, c_ = S.split(_recur(h, layer.r[d], proj[d][t]), 4, axis=1)
-            if peep[d] is not None and c is not None:
-                i_ = E.add(i_, E.mul(peep[d][0], c))
-                f_ = E.add(f_, E.mul(peep[d][2], c))
+        r, p = _t(layer.r[d]), peep[d]
+
+        def step(x, h, c):
+            i_, o_, f_, c_ = S.split(_recur(h, r, x), 4, axis=1)
+            if p is not None and c is not None:
+                i_ = E.add(i_, E.mul(p[0], c))
+                f_ = E.add(f_, E.mul(p[2], c))
             i_ = layer.gate(i_, f)
             f_ = E.sub(1.0, i_) if coupled else layer.gate(f_, f)
             c_ = layer.gate(c_, g)
             c = E.mul(i_, c_) if c is None else E.add(E.mul(f_, c), E.mul(i_, c_))
-            if peep[d] is not None:
-                o_ = E.add(o_, E.mul(peep[d][1], c))
-            h = E.mul(layer.gate(o_, f), h_act(c))
-            ys[t] = h
-        hs.append(ys)
-        h_final.append(h)
-        c_final.append(c)
-    return layer.outputs(node, hs, [h_final, c_final])
+            if p is not None:
+                o_ = E.add(o_, E.mul(p[1], c))
+            return E.mul(layer.gate(o_, f), h_act(c)), c
+
+        return step
+
+    return _recurrence(node, layer, cell, [layer.h0, c0], _merged_bias(layer, 4 * hidden))
 
 
 @converter("GRU", 7)
 def _gru(node):
     layer = _layer(node, 3, ["Sigmoid", "Tanh"])
-    hidden, dirs = layer.hidden, layer.dirs
+    hidden = layer.hidden
     linear = bool(node.attr("linear_before_reset", 0))
-    if layer.default_gates(["sigmoid", "tanh"]):
-        return _gru_cells(node, layer, linear)
-    # Rb of the hidden gate sits inside r * (...) when linear_before_reset: keep it out of the projection
-    proj = layer.project(_merged_bias(layer, 3 * hidden, 2 * hidden if linear else None))
-    rbh = [None] * dirs
-    if linear and layer.b is not None:
-        rbh = [_t(_cols(_row(layer.b, d), 5 * hidden, 6 * hidden)) for d in range(dirs)]
-    hs, h_final = [], []
-    for d in range(dirs):
+    fused = layer.default_gates(["sigmoid", "tanh"])
+
+    def rbh(d):  # Rb of the hidden gate (ONNX adds it apart from the others)
+        return None if layer.b is None else _t(_cols(_row(layer.b, d), 5 * hidden, 6 * hidden))
+
+    def cell(d):
+        if fused:  # one gru_cell a step: it adds rbh where ONNX does
+            r = _t(_transposed(layer.r[d]))
+            bias = rbh(d)
+            if bias is None:
+                bias = _t(np.zeros(hidden, dtypes.np_dtype(layer.dtype)))
+            return lambda x, h: (C.gru_cell(x, r, bias, h, linear_before_reset=linear),)
         f, g = layer.acts[d]
-        r_zr, r_h = _rows(layer.r[d], 0, 2 * hidden), _rows(layer.r[d], 2 * hidden, 3 * hidden)
-        h = layer.h0[d]
-        ys = [None] * layer.seq
-        for t in _steps(layer, d):
-            x_zr, x_h = S.split(proj[d][t], (2 * hidden, hidden), axis=1)
+        r_zr, r_h = _t(_rows(layer.r[d], 0, 2 * hidden)), _t(_rows(layer.r[d], 2 * hidden, 3 * hidden))
+        rb = rbh(d) if linear else None
+
+        def step(x, h):
+            x_zr, x_h = S.split(x, (2 * hidden, hidden), axis=1)
             z, r = S.split(_recur(h, r_zr, x_zr), 2, axis=1)
             z = layer.gate(z, f)
             if linear or h is not None:  # r multiplies a zero H otherwise
                 r = layer.gate(r, f)
             if linear:
-                rec = rbh[d] if h is None else N.gemm(h, _t(r_h), rbh[d], trans_b=True)
+                rec = rb if h is None else N.gemm(h, r_h, rb, trans_b=True)
                 pre = x_h if rec is None else E.add(x_h, E.mul(r, rec))
             else:
-                pre = x_h if h is None else N.gemm(E.mul(r, h), _t(r_h), x_h, trans_b=True)
+                pre = x_h if h is None else N.gemm(E.mul(r, h), r_h, x_h, trans_b=True)
             cand = layer.gate(pre, g)
             keep = E.sub(1.0, z)
-            h = E.mul(keep, cand) if h is None else E.add(E.mul(keep, cand), E.mul(z, h))
-            ys[t] = h
-        hs.append(ys)
-        h_final.append(h)
-    return layer.outputs(node, hs, [h_final])
+            return (E.mul(keep, cand) if h is None else E.add(E.mul(keep, cand), E.mul(z, h)),)
+
+        return step
+
+    # Rb of the hidden gate sits inside r * (...) when linear_before_reset, and the cells add it
+    # themselves: keep it out of the projection then
+    bias = _merged_bias(layer, 3 * hidden, 2 * hidden if linear or fused else None)
+    return _recurrence(node, layer, cell, [layer.h0], bias)
 
 
 def _transposed(r):
@@ -412,57 +540,13 @@ def _transposed(r):
     return np.ascontiguousarray(r.T) if isinstance(r, np.ndarray) else S.transpose(r, (1, 0))
 
 
-def _lstm_cells(node, layer: _Layer, c0: list, proj: list) -> list[Tensor]:
-    """One lstm_cell per step and direction; a zero h with a given c is passed as zeros."""
-    hs, h_final, c_final = [], [], []
-    for d in range(layer.dirs):
-        r = _t(_transposed(layer.r[d]))
-        h, c = layer.h0[d], c0[d]
-        if h is None and c is not None:
-            h = _t(np.zeros((layer.batch, layer.hidden), dtypes.np_dtype(layer.dtype)))
-        ys = [None] * layer.seq
-        for t in _steps(layer, d):
-            h, c = C.lstm_cell(proj[d][t], r, h, c)
-            ys[t] = h
-        hs.append(ys)
-        h_final.append(h)
-        c_final.append(c)
-    return layer.outputs(node, hs, [h_final, c_final])
-
-
-def _gru_cells(node, layer: _Layer, linear: bool) -> list[Tensor]:
-    """One gru_cell per step and direction. The projection holds Wb and Rb of z and r; Rb of
-    the hidden gate goes to the cell, which adds it where ONNX does (inside q * (...) when
-    linear_before_reset)."""
-    hidden = layer.hidden
-    proj = layer.project(_merged_bias(layer, 3 * hidden, 2 * hidden))
-    zeros = np.zeros(hidden, dtypes.np_dtype(layer.dtype))
-    hs, h_final = [], []
-    for d in range(layer.dirs):
-        r = _t(_transposed(layer.r[d]))
-        rbh = _t(zeros if layer.b is None else _cols(_row(layer.b, d), 5 * hidden, 6 * hidden))
-        h = layer.h0[d]
-        ys = [None] * layer.seq
-        for t in _steps(layer, d):
-            h = C.gru_cell(proj[d][t], r, rbh, h, linear_before_reset=linear)
-            ys[t] = h
-        hs.append(ys)
-        h_final.append(h)
-    return layer.outputs(node, hs, [h_final])
-
-
 @converter("RNN", 7)
 def _rnn(node):
     layer = _layer(node, 1, ["Tanh"])
-    proj = layer.project(_merged_bias(layer, layer.hidden))
-    hs, h_final = [], []
-    for d in range(layer.dirs):
+
+    def cell(d):
         (f,) = layer.acts[d]
-        h = layer.h0[d]
-        ys = [None] * layer.seq
-        for t in _steps(layer, d):
-            h = layer.gate(_recur(h, layer.r[d], proj[d][t]), f)
-            ys[t] = h
-        hs.append(ys)
-        h_final.append(h)
-    return layer.outputs(node, hs, [h_final])
+        r = _t(layer.r[d])
+        return lambda x, h: (layer.gate(_recur(h, r, x), f),)
+
+    return _recurrence(node, layer, cell, [layer.h0], _merged_bias(layer, layer.hidden))

@@ -1,6 +1,7 @@
 """ONNX LSTM and GRU compiled to C as one cell step per time step and direction.
 
-The importer turns an LSTM or GRU with the default activations into one gemm for the input
+The importer unrolls a layer of at most ``UNROLL_STEPS`` time steps (longer ones are loops:
+test_rnn_loops.py): an LSTM or GRU with the default activations becomes one gemm for the input
 projection of every step, then one ``lstm_cell`` / ``gru_cell`` per step and direction
 (graphdef/ops/rnn.py), lowered to one call of runtime_c/kernels/rnn.h each. Models built with
 ``onnx.helper`` (directions, batch 1 and 3, sequence lengths 1 and 7, with and without initial

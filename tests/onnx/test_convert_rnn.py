@@ -1,11 +1,14 @@
-"""ONNX LSTM, GRU and RNN: imported by flowc, unrolled, compared with onnxruntime.
+"""ONNX LSTM, GRU and RNN: imported by flowc (unrolled or as loops), compared with onnxruntime.
 
 Each case is a one-node ONNX model built with ``onnx.helper`` (directions, layouts, default
 and custom activations, clip, initial states, peepholes, input_forget, linear_before_reset,
-missing optional inputs, weights as initializers or as graph inputs). The imported graph is
-run by the interpreter and, compiled to C (all cases in one library), by cffi; both are
-compared with onnxruntime. onnxruntime has no batch-major (``layout=1``) kernels, so those
-cases are checked against the same model in ``layout=0`` on transposed inputs and outputs.
+missing optional inputs, weights as initializers or as graph inputs). Short sequences are
+unrolled; the ``*_loop`` cases repeat the variants over sequences longer than
+``UNROLL_STEPS``, which become loops (graphdef/onnx/ops_rnn.py), some a multiple of
+``CHUNK_STEPS`` and some not (a padded last chunk). The imported graph is run by the
+interpreter and, compiled to C (all cases in one library), by cffi; both are compared with
+onnxruntime. onnxruntime has no batch-major (``layout=1``) kernels, so those cases are checked
+against the same model in ``layout=0`` on transposed inputs and outputs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import graphdef as gd  # noqa: E402
 from graphdef.errors import FlowcError  # noqa: E402
+from graphdef.onnx.ops_rnn import CHUNK_STEPS, UNROLL_STEPS  # noqa: E402
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 OUTPUTS = {"LSTM": ("Y", "Y_h", "Y_c"), "GRU": ("Y", "Y_h"), "RNN": ("Y", "Y_h")}
@@ -124,6 +128,45 @@ SPECS = [
     Spec("rnn_batchwise_fed", "RNN", "bidirectional", layout=1, optional=("B", "initial_h"),
          fed=("X", "W", "R", "B", "initial_h")),
 ]
+# the same variants over sequences long enough to be loops: 16 steps fill two chunks, 9, 11
+# and 13 pad their last one
+LOOPS = [
+    Spec("lstm_fwd_loop", "LSTM", seq=16),
+    Spec("lstm_rev_states_loop", "LSTM", "reverse", seq=13, optional=("B", "initial_h", "initial_c")),
+    Spec("lstm_bidir_all_loop", "LSTM", "bidirectional", seq=13, attrs={"clip": 0.9},
+         optional=("B", "sequence_lens", "initial_h", "initial_c", "P")),
+    Spec("lstm_batchwise_loop", "LSTM", "bidirectional", layout=1, seq=16,
+         optional=("B", "initial_h", "initial_c")),
+    Spec("lstm_acts_loop", "LSTM", seq=11, attrs={"activations": ["HardSigmoid", "LeakyRelu", "Softsign"],
+                                                  "activation_alpha": [0.3, 0.05], "activation_beta": [0.4]},
+         optional=("B",)),
+    Spec("lstm_coupled_peep_loop", "LSTM", "reverse", seq=9, attrs={"input_forget": 1},
+         optional=("B", "initial_c", "P")),
+    Spec("lstm_fed_weights_loop", "LSTM", "bidirectional", seq=16,
+         optional=("B", "initial_h", "initial_c", "P"),
+         fed=("X", "W", "R", "B", "initial_h", "initial_c", "P"), outputs=("", "Y_h", "Y_c")),
+    Spec("lstm_c_only_loop", "LSTM", seq=9, optional=("initial_c",), outputs=("Y", "", "Y_c")),
+    Spec("gru_fwd_loop", "GRU", seq=16),
+    Spec("gru_lbr_bidir_loop", "GRU", "bidirectional", seq=13, attrs={"linear_before_reset": 1},
+         optional=("B", "initial_h")),
+    Spec("gru_batchwise_loop", "GRU", "reverse", layout=1, seq=11, optional=("B", "initial_h")),
+    Spec("gru_acts_clip_loop", "GRU", "bidirectional", seq=9,
+         attrs={"activations": ["HardSigmoid", "Affine", "Sigmoid", "Tanh"], "clip": 1.1,
+                "activation_alpha": [0.3, 0.9], "activation_beta": [0.45, 0.1]},
+         optional=("B", "initial_h")),
+    Spec("gru_fed_lbr_loop", "GRU", "bidirectional", seq=16, attrs={"linear_before_reset": 1},
+         optional=("B", "initial_h"), fed=("X", "W", "R", "B", "initial_h"), outputs=("", "Y_h")),
+    Spec("rnn_fwd_loop", "RNN", seq=16),
+    Spec("rnn_bidir_loop", "RNN", "bidirectional", seq=13, attrs={"activations": ["Tanh", "Softsign"]},
+         optional=("B", "initial_h")),
+    Spec("rnn_affine_clip_loop", "RNN", "reverse", seq=11, attrs={"activations": ["Affine"],
+                                                                   "activation_alpha": [0.7],
+                                                                   "activation_beta": [0.1], "clip": 0.5},
+         optional=("B",)),
+    Spec("rnn_batchwise_fed_loop", "RNN", "bidirectional", layout=1, seq=9, optional=("B", "initial_h"),
+         fed=("X", "W", "R", "B", "initial_h")),
+]
+SPECS += LOOPS
 
 
 class Case:
@@ -202,6 +245,37 @@ def test_input_projection_is_one_gemm(cases):
         [(rows, spec.dirs * 4 * spec.hidden)]
     # one recurrent gemm per step and direction (initial_h given, so step 0 has one too)
     assert sum(n.outputs[0].shape == (spec.batch, 4 * spec.hidden) for n in gemms) == spec.seq * spec.dirs
+
+
+@pytest.mark.parametrize("key", [s.key for s in LOOPS])
+def test_long_sequences_are_loops(key, cases):
+    """A layer longer than UNROLL_STEPS is one loop per direction (a loop over chunks of
+    steps holding the loop of one cell step) that scans its steps' h only when Y is read."""
+    spec, g = cases[key].spec, cases[key].graph
+    assert spec.seq > UNROLL_STEPS
+    loops = [n for n in g.nodes if n.op == "while_loop"]
+    assert len(loops) == spec.dirs
+    outputs = spec.outputs if spec.outputs is not None else OUTPUTS[spec.op]
+    for n in loops:
+        assert n.attrs["max_iterations"] == -(-spec.seq // CHUNK_STEPS)
+        assert n.attrs["scans"] == (outputs[0] != "")
+        (inner,) = [m for m in n.attrs["body"].nodes if m.op == "while_loop"]
+        assert inner.attrs["max_iterations"] == CHUNK_STEPS
+        assert inner.attrs["trip"] == (spec.seq % CHUNK_STEPS != 0)  # a padded last chunk
+    cells = [n.op for n in g.nodes if n.op in ("lstm_cell", "gru_cell", "gemm")]
+    assert cells == [], cells  # every step is inside the loops
+    note = f"recurrent layer {spec.op} '{key}_node' ({spec.direction}): a loop over its {spec.seq} time steps"
+    assert g.notes == [note + ("" if outputs[0] else ", Y not read")]
+
+
+def test_short_sequences_are_unrolled(cases):
+    """At most UNROLL_STEPS steps: one cell per step and direction, no loop; the note says so."""
+    for spec in SPECS:
+        if spec.seq <= UNROLL_STEPS:
+            g = cases[spec.key].graph
+            assert not any(n.op == "while_loop" for n in g.nodes), spec.key
+            assert g.notes[0].startswith(f"recurrent layer {spec.op} '{spec.key}_node' (") and \
+                f"unrolled, {spec.seq} time step" in g.notes[0], g.notes
 
 
 def test_zero_initial_state_skips_first_recurrence(cases):

@@ -11,7 +11,8 @@
                   [--ranks N [--placement P] [--compress C] [--max-ram BYTES] [--microbatches K]
                    [--alpha-us US] [--beta-gbps GB/S]] [--gflops G] [--mem-gbps M]
                   [--train [OP] [--ranks R (data parallel) | --stages N (pipeline parallel)]]
-    (both take --shape NAME=D0xD1x.. and --value NAME=V0,V1,..|FILE.npy for ONNX inputs)
+    (both take --shape NAME=D0xD1x.. and --value NAME=V0,V1,..|FILE.npy for ONNX inputs, and
+    --loop-bound N: the most iterations of an ONNX Loop whose length is only known at run time)
 
 --ranks N splits the graph over N MPI ranks (codegen/partition.py) into one program that
 ``mpiexec -n N OUT/NAME`` runs; inspect then prints the placement, the bytes sent on each cut
@@ -64,7 +65,7 @@ from graphdef.registry import SOURCE, get_op
 
 from . import backends, control, exports, memory, outdir, partition, pipeline, schedule
 from .compiled_cuda import parse_sm
-from .model_files import load_model, parse_shapes, parse_values
+from .model_files import check_shapes, load_model, parse_lengths, parse_shapes, parse_values
 from .target import ARCHES, Target, parse_bytes
 
 
@@ -121,9 +122,10 @@ def cmd_compile(args) -> int:
         max_ram=args.max_ram, max_flash=args.max_flash, trainer=args.train, precision=args.precision,
         mpi=False if args.no_mpi else None, sm=parse_sm(args.sm) if args.target == "cuda" else (80, 90),
         weights=args.weights, bucket=args.bucket, accumulate=args.accumulate, shard=args.shard,
+        lengths=parse_lengths(args.shape),
     )  # fmt: skip
     outdir.check(args.output)  # and an output folder flowc may not replace
-    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
+    graph = load_shaped(args)
     t0 = time.perf_counter()
     said = io.StringIO()  # printed once the progress line is gone
     with Progress(f"compiling {args.name}"), contextlib.redirect_stdout(said):
@@ -131,6 +133,17 @@ def cmd_compile(args) -> int:
     sys.stdout.write(said.getvalue())
     print(summary(out, options, time.perf_counter() - t0))
     return 0
+
+
+def load_shaped(args):
+    """The model of ``args`` with its ``--shape``s: an ONNX model's symbolic dimensions fixed, a
+    graph's checked (there a ``--shape`` only says which axes have run-time lengths)."""
+    shapes = parse_shapes(args.shape)
+    if args.model.endswith(".onnx") or not parse_lengths(args.shape):
+        return load_model(args.model, shapes, parse_values(args.value), args.loop_bound)
+    graph = load_model(args.model, None, parse_values(args.value), args.loop_bound)
+    check_shapes(graph, shapes)
+    return graph
 
 
 def buffer_labels(program) -> list[str]:
@@ -206,7 +219,7 @@ def cmd_run(args) -> int:
     options = exports.project_options(
         name=args.name, arch=args.arch, portable=args.portable, threads=args.threads
     )
-    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
+    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value), args.loop_bound)
     paths = {}
     for spec in args.inputs or []:
         name, eq, path = spec.partition("=")
@@ -413,7 +426,7 @@ def cmd_inspect(args) -> int:
     shown = [s.name for s in pipeline.stages(options)][:-1]  # inspect builds nothing
     if args.stage is not None and args.stage not in shown:
         raise FlowcError(f"--stage {args.stage!r} is not a stage; stages: {', '.join(shown)}")
-    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value))
+    graph = load_model(args.model, parse_shapes(args.shape), parse_values(args.value), args.loop_bound)
     try:
         c = pipeline.run(graph, options, until="render" if args.stage == "render" else "plan")
     except UnsupportedError:
@@ -638,6 +651,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out-dir", required=True, help="the outputs, DIR/<output>.npy (created if missing)")
     r.add_argument("--shape", action="append", metavar="NAME=D0xD1x..", help="as for compile")
     r.add_argument("--value", action="append", metavar="NAME=V0,V1,..|FILE.npy", help="as for compile")
+    r.add_argument("--loop-bound", type=int, metavar="N", help="as for compile")
     r.set_defaults(func=cmd_run)
     q = sub.add_parser("quantize", help="int8 post-training quantization of an ONNX model (QDQ)")
     q.add_argument("model", help="a float ONNX model")
@@ -687,13 +701,21 @@ def parser() -> argparse.ArgumentParser:
             "--shape",
             action="append",
             metavar="NAME=D0xD1x..",
-            help="fix the symbolic dimensions of an ONNX input",
+            help="fix the symbolic dimensions of an ONNX input; a dimension <=N (compile: 1x<=1024) is a "
+            "run-time length up to N: the program and the Python call take the input shorter on that axis, "
+            "padded with zeros, its length in the int64 input <NAME>_length if the model has one",
         )
         p.add_argument(
             "--value",
             action="append",
             metavar="NAME=V0,V1,..|FILE.npy",
             help="fix an ONNX input to a constant (e.g. reduction axes given as an input)",
+        )
+        p.add_argument(
+            "--loop-bound",
+            type=int,
+            metavar="N",
+            help="the most iterations of an ONNX Loop of run-time length (the rows of its scan outputs)",
         )
     return ap
 

@@ -173,9 +173,42 @@ class CompiledModel(Guarded):
         """Outputs by name, as fresh arrays. Feeds must match the inputs' shapes and dtypes."""
         return self._call(feeds, self.inputs, self.outputs)
 
+    def _bounded(self, feeds: dict) -> dict:
+        """Inputs of run-time length (metadata ``length_axis``) padded with zeros to their
+        compiled length, their length input (``<name>_length``) set; a longer one refused."""
+        spans = {t["name"]: t["length_axis"] for t in self.metadata["inputs"] if "length_axis" in t}
+        if not spans or not any(name in feeds for name in spans):
+            return feeds
+        feeds = dict(feeds)
+        for t in self.inputs:
+            if t.name not in spans or t.name not in feeds:
+                continue
+            axis, a = spans[t.name], np.asarray(feeds[t.name])
+            other = f"{t.name}_length"
+            if other in feeds and other in self._input_names:
+                raise FeedError(
+                    f"model '{self.name}' sets input '{other}' (the length of '{t.name}'): leave it out"
+                )
+            if a.ndim == len(t.shape) and a.shape[axis] > t.shape[axis]:
+                raise FeedError(
+                    f"input '{t.name}' is {a.shape[axis]} long on axis {axis}, more than the compiled "
+                    f"maximum {t.shape[axis]}"
+                )
+            if (
+                a.ndim == len(t.shape)
+                and a.shape[:axis] + a.shape[axis + 1 :] == t.shape[:axis] + t.shape[axis + 1 :]
+            ):
+                pad = [(0, 0)] * a.ndim
+                pad[axis] = (0, t.shape[axis] - a.shape[axis])
+                feeds[t.name] = np.pad(a, pad)
+                if other in self._input_names:
+                    feeds[other] = np.int64(a.shape[axis])
+        return feeds
+
     def _call(self, feeds: dict, needed, produced) -> dict[str, np.ndarray]:
         """Run with the ``needed`` inputs fed (the others NULL); the ``produced`` outputs."""
         known = self._input_names
+        feeds = self._bounded(feeds)
         unknown = sorted(set(feeds) - known)
         if unknown:
             raise FeedError(
@@ -290,6 +323,7 @@ def compile(
     target: str = "c",
     sm=(80, 90),
     precision: str = "fp32",
+    lengths=None,
 ) -> CompiledModel:  # noqa: A001 - the public spelling
     """Compile ``graph`` to C, build it as a shared library and load it with cffi.
 
@@ -310,6 +344,11 @@ def compile(
     ``train``: a train op (``gd.train.<Optimizer>.minimize``'s result, or its name): each call
     then also runs it, one training step (forward, backward and the updates of the variables
     and slots held in the model's state); its value, the loss, comes back under its name.
+
+    ``lengths``: {input: axis} of inputs of run-time length: the model is compiled (and its
+    arena planned) for the input's shape, a call may feed it shorter along the axis (down to
+    0; longer is refused), padded with zeros; an int64 scalar input ``<input>_length``, if the
+    graph has one, then gets the length (the call leaves it out).
     """
     if target == "cuda":
         if ranks is not None or threads != 1:
@@ -333,6 +372,7 @@ def compile(
         ranks=ranks,
         placement=placement,
         compress=compress,
+        lengths=tuple(sorted((lengths or {}).items())),
     )
     key = build_key(graph, options)
     if ranks is None:

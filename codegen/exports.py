@@ -44,6 +44,7 @@ def project_options(
     bucket=None,
     accumulate: bool = False,
     shard: int | None = None,
+    lengths=None,
 ) -> pipeline.Options:
     """The pipeline options of a project folder (``write``), every choice checked in one line
     before any work: the backend (``target``: "c" or "cuda"), the name, the arch, the limits
@@ -119,7 +120,7 @@ def project_options(
         product=None if build_binary and trainer is None else product, ranks=ranks, placement=placement,
         compress=compress, max_ram=limits["max_ram"], max_flash=limits["max_flash"], allreduce=allreduce,
         trainer=trainer, weights=WEIGHTS[weights], bucket_bytes=bucket_bytes, accumulate=accumulate,
-        shards=shard,
+        shards=shard, lengths=tuple(sorted((lengths or {}).items())),
     )  # fmt: skip
 
 
@@ -195,6 +196,7 @@ def export(
     train=None,
     cache: bool = True,
     weights: str = "auto",
+    lengths=None,
 ) -> Path:
     """Write a project folder (header, sources, Makefile, CMakeLists.txt, metadata.json) and,
     unless ``build_binary`` is False, build it:
@@ -215,7 +217,8 @@ def export(
     each rank's arena, and the pipeline placement keeps every rank under it.
 
     ``train``: a train op, run by every call as compile()'s (its value, the loss, is an output).
-    ``weights``: "auto", "c-array" or "blob" (``project_options``).
+    ``weights``: "auto", "c-array" or "blob" (``project_options``). ``lengths``: {input: axis},
+    inputs of run-time length as for compile(); the program's ``--in`` then takes them shorter.
 
     The folder appears complete or not at all: it is written beside and renamed into place.
     A repeated export of the same graph with the same options (limits included) is answered
@@ -227,6 +230,7 @@ def export(
         name=name, arch=arch, portable=portable, threads=threads, build_binary=build_binary, cc=cc,
         flags=flags, planner=planner, outputs=with_train(graph, outputs, train), ranks=ranks,
         placement=placement, compress=compress, max_ram=max_ram, max_flash=max_flash, weights=weights,
+        lengths=lengths,
     )  # fmt: skip
     return write(graph, out_dir, options, cache)
 

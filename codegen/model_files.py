@@ -14,17 +14,36 @@ from graphdef.ir import Graph
 
 
 def parse_shapes(items) -> dict:
-    """``["x=1x3x224x224", ...]`` -> {"x": (1, 3, 224, 224)}."""
+    """``["x=1x3x224x224", ...]`` -> {"x": (1, 3, 224, 224)}; a dimension ``<=N`` (a run-time
+    length up to N: ``parse_lengths``) is N."""
     out = {}
     for item in items or ():
         name, sep, dims = item.rpartition("=")
+        if name.endswith("<") and dims:  # "x=1x<=8": the "=" of "<=" is not the name's
+            name, sep, dims = item.partition("=")
         try:
-            shape = tuple(int(d) for d in dims.lower().split("x")) if sep and name else None
+            shape = (
+                tuple(int(d.removeprefix("<=")) for d in dims.lower().split("x")) if sep and name else None
+            )
         except ValueError:
             shape = None
         if shape is None or any(d < 0 for d in shape):
             raise FlowcError(f"--shape expects NAME=D0xD1x..., got '{item}'")
         out[name] = shape
+    return out
+
+
+def parse_lengths(items) -> dict:
+    """The run-time lengths of ``--shape`` items: ``["tokens=1x<=1024"]`` -> {"tokens": 1} (the
+    input's axis written ``<=N``: any length up to N at run time; one per input)."""
+    out = {}
+    for item in items or ():
+        name, _, dims = item.partition("=")
+        axes = [k for k, d in enumerate(dims.split("x")) if d.startswith("<=")]
+        if len(axes) > 1:
+            raise FlowcError(f"--shape {item}: one axis of run-time length (<=N) per input")
+        if axes:
+            out[name] = axes[0]
     return out
 
 
@@ -51,14 +70,29 @@ def parse_values(items) -> dict:
     return out
 
 
-def load_model(spec: str, shapes: dict | None = None, values: dict | None = None) -> gd.Graph:
-    """A Graph from an .onnx file, a .tflite file, a .flowc file or ``file.py:function``."""
+def check_shapes(graph, shapes: dict) -> None:
+    """A graph's (not an ONNX model's) inputs named by ``--shape`` have those shapes."""
+    for name, shape in shapes.items():
+        if name not in graph.inputs:
+            raise FlowcError(f"--shape {name}: the model has no input of that name")
+        t = graph.node(name).outputs[0]
+        if t.shape != tuple(shape):
+            raise FlowcError(f"--shape {name}: the input is {t}, not {'x'.join(map(str, shape))}")
+
+
+def load_model(
+    spec: str, shapes: dict | None = None, values: dict | None = None, loop_bound: int | None = None
+) -> gd.Graph:
+    """A Graph from an .onnx file, a .tflite file, a .flowc file or ``file.py:function``;
+    ``loop_bound``: ``load_onnx``'s (the most iterations of an ONNX Loop of run-time length)."""
     path, _, func = (
         spec.partition(":") if spec.count(":") == 1 and not spec.endswith(".flowc") else (spec, "", "")
     )
     if spec.endswith(".onnx"):
-        return gd.load_onnx(spec, shapes=shapes, values=values)
-    if shapes or values:
+        return gd.load_onnx(spec, shapes=shapes, values=values, loop_bound=loop_bound)
+    if loop_bound is not None:
+        raise FlowcError("--loop-bound applies to ONNX models only")
+    if shapes or values:  # (a graph's run-time lengths are checked against it: check_shapes)
         raise FlowcError("--shape and --value apply to ONNX models only")
     if func:
         file = Path(path)

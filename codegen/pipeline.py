@@ -112,6 +112,7 @@ class Options:
     shards: int | None = (
         None  # a data-parallel training binary over this many ranks, its optimizer state sharded
     )
+    lengths: tuple = ()  # (input, axis): inputs of run-time length up to their compiled one
 
     def with_(self, **changes) -> Options:
         return replace(self, **changes)
@@ -258,10 +259,36 @@ def _storage(value, c: Compilation):
         return storage.assign(sched, names, lambda node, ins: c.backend.scratch_bytes(node, ins, c.options))
 
     if isinstance(value, PerRank):
+        if c.options.lengths:
+            raise FlowcError("inputs of run-time length are not supported over MPI ranks yet")
         part = c.results["partition"]
         names = c.output_names
         return PerRank(assign(s, [names[k] for k in part.output_indices(r)]) for r, s in enumerate(value))
-    return assign(value, c.output_names)
+    st = assign(value, c.output_names)
+    st.lengths = check_lengths(st.graph, c.options.lengths)
+    return st
+
+
+def check_lengths(graph: Graph, lengths) -> dict[str, int]:
+    """``lengths`` ((input, axis) pairs) checked against the graph's inputs: input -> axis. The
+    axes before a run-time length must be 1 (the real values then come first, the padding after);
+    its length input, ``<input>_length`` if the graph has one, an int64 scalar."""
+    out = {}
+    for name, axis in lengths:
+        if name not in graph.inputs:
+            raise FlowcError(f"run-time length of '{name}': the model has no input of that name")
+        t = graph.node(name).outputs[0]
+        if not 0 <= axis < t.rank or any(d != 1 for d in t.shape[:axis]):
+            raise FlowcError(
+                f"run-time length of input '{name}' ({t}) on axis {axis}: the axis must exist and the axes "
+                "before it be 1"
+            )
+        other = f"{name}_length"
+        if other in graph.inputs and graph.node(other).outputs[0] != gd.TensorType((), "int64"):
+            got = graph.node(other).outputs[0]
+            raise FlowcError(f"input '{other}' gets the length of '{name}': it must be int64[], not {got}")
+        out[name] = axis
+    return out
 
 
 def _plan(value, c: Compilation):

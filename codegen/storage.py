@@ -58,6 +58,7 @@ class Storage:
     output_copies: list[tuple[int, ValueRef]] = field(default_factory=list)  # (output index, value)
     state_updates: list[tuple[str, ValueRef]] = field(default_factory=list)  # (variable, new value)
     scratch_buffer: dict[str, int] = field(default_factory=dict)  # step -> its scratch buffer
+    lengths: dict[str, int] = field(default_factory=dict)  # input -> the axis of its run-time length
 
     @property
     def weight_bytes(self) -> int:

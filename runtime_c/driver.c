@@ -53,12 +53,57 @@ int fc_drv_count_arg(const char *option, const char *text, long limit, long *val
 
 int fc_drv_inputs_named(const fc_drv_tensor *inputs, int n, const char **paths, char *msg, size_t len) {
     int j;
+    int i;
     for (j = 0; j < n; ++j) {
-        if (!paths[j]) {
+        int filled = 0;
+        for (i = 0; i < n; ++i) filled |= inputs[i].bound && inputs[i].length == j + 1;
+        if (!paths[j] && !filled) {
             snprintf(msg, len, "missing --in %s=FILE.npy", inputs[j].name);
             return 2;
         }
+        if (paths[j] && filled) {
+            snprintf(msg, len, "input '%s' is the length of another input, which the program sets: leave out its --in",
+                     inputs[j].name);
+            return 2;
+        }
     }
+    return 0;
+}
+
+/* An input of run-time length: its file's shape is the compiled one but along the axis, which is
+ * at most the compiled length; the data padded with zeros (the axes before it are 1, so the real
+ * values come first). *actual: the file's length. 0, or 2 / 3 with msg. */
+static int pad_bounded(const fc_drv_tensor *t, const char *path, fc_npy *a, long *actual, char *msg, size_t len) {
+    int axis = t->bound - 1, k;
+    long want[8];
+    void *data;
+    size_t nbytes;
+    for (k = 0; k < 8; ++k) want[k] = k < t->rank ? t->shape[k] : 0;
+    if (a->rank == t->rank && axis < a->rank) {
+        want[axis] = a->shape[axis];
+        if (a->shape[axis] > t->shape[axis]) {
+            snprintf(msg, len, "input '%s' (%s) is %ld long on axis %d, more than the compiled maximum %ld", t->name,
+                     path, a->shape[axis], axis, t->shape[axis]);
+            return 2;
+        }
+    }
+    if (fc_npy_check(a, t->name, path, t->dtype, t->rank, want, msg, len) != 0) return 2;
+    *actual = a->shape[axis];
+    if (a->shape[axis] == t->shape[axis]) return 0;
+    nbytes = strcmp(t->dtype, "bool") == 0 ? 1 : (size_t)atoi(t->dtype + strcspn(t->dtype, "0123456789")) / 8;
+    for (k = 0; k < t->rank; ++k) nbytes *= (size_t)t->shape[k];
+    if (posix_memalign(&data, 64, nbytes ? nbytes : 64) != 0) {
+        snprintf(msg, len, "out of memory");
+        return 3;
+    }
+    memset(data, 0, nbytes ? nbytes : 64);
+    if (a->nbytes) memcpy(data, a->data, a->nbytes);
+    free(a->data);
+    a->data = data;
+    a->shape[axis] = t->shape[axis];
+    a->size = 1;
+    for (k = 0; k < t->rank; ++k) a->size *= t->shape[k];
+    a->nbytes = nbytes;
     return 0;
 }
 
@@ -76,8 +121,26 @@ int fc_drv_load_inputs(const fc_drv_tensor *inputs, int n, const char **paths, l
     for (j = 0; j < n; ++j) {
         const fc_drv_tensor *t = &inputs[j];
         long want[8];
-        if (!t->mine) continue;
+        if (!t->mine || !paths[j]) continue;
         if (fc_npy_load(paths[j], &in[j], msg, len) != 0) return 2;
+        if (t->bound && scale == 1) {
+            long actual = 0;
+            int code = pad_bounded(t, paths[j], &in[j], &actual, msg, len);
+            if (code != 0) return code;
+            if (t->length) { /* the length input, an int64 scalar the model reads */
+                fc_npy *l = &in[t->length - 1];
+                memset(l, 0, sizeof *l);
+                if (posix_memalign(&l->data, 64, 64) != 0) {
+                    snprintf(msg, len, "out of memory");
+                    return 3;
+                }
+                memcpy(l->data, &(int64_t){actual}, sizeof(int64_t));
+                snprintf(l->dtype, sizeof l->dtype, "int64");
+                l->size = 1;
+                l->nbytes = sizeof(int64_t);
+            }
+            continue;
+        }
         scaled(t, scale, want);
         if (fc_npy_check(&in[j], t->name, paths[j], t->dtype, t->rank, want, msg, len) != 0) return 2;
     }

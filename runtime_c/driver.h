@@ -17,6 +17,8 @@ typedef struct {
     const long *shape; /* rank entries */
     const char *file;  /* an output's file in --out-dir ("y.npy"); NULL for an input */
     int mine;          /* 1: this process reads (input) or writes (output) it; 0: another MPI rank */
+    int bound;         /* an input of run-time length: 1 + the axis whose length is at most shape[axis] */
+    int length;        /* 1 + the index of the input that gets that length (int64 scalar; 0: none) */
 } fc_drv_tensor;
 
 /* --in NAME=FILE.npy: paths[j] = FILE for the input named NAME. 0, or 2 with the reason in msg. */
@@ -26,11 +28,14 @@ int fc_drv_in_arg(const char *spec, const fc_drv_tensor *inputs, int n, const ch
 /* The count after an option such as --bench: 1 to limit. 0 (*value set), or 2 with msg. */
 int fc_drv_count_arg(const char *option, const char *text, long limit, long *value, char *msg, size_t len);
 
-/* Every input has its --in: 0, or 2 naming the first one missing. */
+/* Every input has its --in (but the length of an input of run-time length, which the driver
+ * fills): 0, or 2 naming the first one missing. */
 int fc_drv_inputs_named(const fc_drv_tensor *inputs, int n, const char **paths, char *msg, size_t len);
 
 /* Load this process's inputs (mine) from paths into in[] and check each against its dtype and
- * shape, axis 0 times scale (--microbatches; 1 otherwise). 0, or 2 with msg. */
+ * shape, axis 0 times scale (--microbatches; 1 otherwise). An input of run-time length (bound)
+ * may be shorter along its axis, down to 0: it is padded with zeros to the compiled length, and
+ * its length input (if any) gets the file's length. 0, or 2 with msg (3: out of memory). */
 int fc_drv_load_inputs(const fc_drv_tensor *inputs, int n, const char **paths, long scale, fc_npy *in,
                        char *msg, size_t len);
 

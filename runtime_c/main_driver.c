@@ -29,6 +29,8 @@ static void view(fc_drv_tensor *d, const fc_main_tensor *t, int me) {
     d->shape = t->shape;
     d->file = t->file;
     d->mine = t->owner == me;
+    d->bound = t->bound;
+    d->length = t->length;
 }
 
 int fc_main_io_open(fc_main_io *io, const fc_main_model *m, int me) {

@@ -40,6 +40,8 @@ typedef struct {
     long nbytes;       /* of one run */
     const char *file;  /* an output's file in --out-dir ("y.npy"); NULL for an input */
     int owner;         /* the MPI rank that reads or writes it (0 in a one-process program) */
+    int bound;         /* an input of run-time length: 1 + its axis (driver.h); 0: a fixed shape */
+    int length;        /* 1 + the index of the input that gets its length; 0: none */
 } fc_main_tensor;
 
 /* What a run gets: the model's generated adapter passes these to its run function. */

@@ -56,6 +56,7 @@ def io_tensors(program: Program, name: str, names: Names) -> tuple[list[dict], l
                     "size": t.size,
                     "nbytes": t.nbytes,
                     "file": _file_name(label, cname),
+                    **(_length(program, label) if kind == "in" else {"bound": 0, "length": 0}),
                 }
             )
     # Two outputs must not share a file (``y/2`` falls back to out_y_2, the file of an output
@@ -73,6 +74,16 @@ def io_tensors(program: Program, name: str, names: Names) -> tuple[list[dict], l
             taken.add(t["file"].casefold())
         seen.add(t["file"].casefold())
     return out["in"], out["out"]
+
+
+def _length(program: Program, label: str) -> dict:
+    """An input of run-time length (Program.lengths): ``bound`` 1 + its axis, ``length`` 1 +
+    the index of the input ``<label>_length`` the run gets its length in (0: none)."""
+    if label not in program.lengths:
+        return {"bound": 0, "length": 0}
+    names = [n for n, _, _ in program.inputs]
+    other = f"{label}_length"
+    return {"bound": program.lengths[label] + 1, "length": names.index(other) + 1 if other in names else 0}
 
 
 def _file_name(label: str, cname: str) -> str:
@@ -204,6 +215,7 @@ def io_metadata(items) -> list[dict]:
             "shape": t["shape"],
             "file": t["file"] + ".npy",
             **({"rank": t["owner"]} if "owner" in t else {}),
+            **({"length_axis": t["bound"] - 1} if t.get("bound") else {}),
         }
         for t in items
     ]
@@ -232,6 +244,8 @@ def main_descriptor(
                 "nbytes": t["nbytes"],
                 "file": f'"{t["file"]}.npy"' if output else "NULL",
                 "owner": t.get("owner", 0),
+                "bound": t.get("bound", 0),
+                "length": t.get("length", 0),
             }
             for t in items
         ]

@@ -156,6 +156,7 @@ def test_the_cache_key_changes_with_every_option():
         "compress": "fp16", "max_ram": 1024, "alpha": 1e-3, "beta": 1e3, "allreduce": "float16",
         "freeze": False, "sm": (80,), "precision": "fp16", "trainer": "train", "max_flash": 1024,
         "bucket_bytes": 4096, "run_flops": 1e9, "run_bandwidth": 1e9, "accumulate": True, "shards": 2,
+        "lengths": (("x", 0),),
     }  # fmt: skip
     fields = {f.name for f in dataclasses.fields(pipeline.Options)} - {"outputs"}
     assert set(changed) == fields, "a new option: add it here with a changed value"

@@ -244,3 +244,25 @@ def test_the_cuda_backend_says_it_has_no_loops():
     g = counted_loop()
     with pytest.raises(gd.FlowcError, match="loop or branch, which the CUDA backend does not compile"):
         pipeline.run(g, pipeline.Options(backend="cuda"), until="lower")
+
+
+
+@pytest.mark.cross
+def test_loops_and_branches_on_a_microcontroller(tmp_path):
+    """The counted loop and its branch on the emulated Cortex-M4 board: the interpreter's
+    results for 0, 1 and 9 iterations."""
+    import shutil
+
+    from codegen.backends.c import mcu
+    from codegen.target import Target
+
+    target = Target("cortex-m4")
+    if not shutil.which(target.compiler) or not shutil.which(target.spec.qemu):
+        pytest.skip(f"{target.compiler} or {target.spec.qemu} missing")
+    g = counted_loop()
+    folder = codegen.export(g, tmp_path / "m4", name="m4", arch="cortex-m4")
+    for n, x in ((0, [1, 2, 3]), (1, [1, -2, 3]), (9, [-1, -2, 2])):
+        feeds = {"n": np.int32(n), "x": np.array(x, np.float32)}
+        got = mcu.run_firmware(folder, feeds)["outputs"]
+        for name, want in zip(["i", "s", "y"], gd.run(g, feeds, ["i", "s", "y"])):
+            np.testing.assert_allclose(got[name], want, rtol=1e-6, err_msg=f"{name} after {n}")

@@ -67,8 +67,8 @@ static const char *status_string(int status) {
     return status == 3 ? "an index input is out of range" : "a pointer argument is NULL";
 }
 
-static const fc_main_tensor inputs[] = {{"x", "float32", 1, {4}, 16, NULL, 0}};
-static const fc_main_tensor outputs[] = {{"y", "float32", 1, {4}, 16, "y.npy", 0}};
+static const fc_main_tensor inputs[] = {{"x", "float32", 1, {4}, 16, NULL, 0, 0, 0}};
+static const fc_main_tensor outputs[] = {{"y", "float32", 1, {4}, 16, "y.npy", 0, 0, 0}};
 static const fc_main_model model = {
     .name = "toy", .n_in = 1, .n_out = 1, .inputs = inputs, .outputs = outputs, .run = run,
     .status_string = status_string, .align = 64, .threads = 1,

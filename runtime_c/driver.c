@@ -34,6 +34,85 @@ int fc_drv_in_arg(const char *spec, const fc_drv_tensor *inputs, int n, const ch
     return 0;
 }
 
+int fc_drv_scalar_arg(const char *option, const char *value, fc_drv_tensor *inputs, int n, int *code, char *msg,
+                      size_t len) {
+    int j;
+    size_t k, m = strlen(option);
+    if (strncmp(option, "--", 2) != 0 || m < 3) return 0;
+    for (j = 0; j < n; ++j) {
+        const char *name = inputs[j].name;
+        if (strlen(name) != m - 2) continue;
+        for (k = 2; k < m && (option[k] == name[k - 2] || (option[k] == '-' && name[k - 2] == '_')); ++k) {
+        }
+        if (k < m) continue;
+        if (inputs[j].rank != 0) {
+            snprintf(msg, len, "%s gives input '%s' one value, but it is not a scalar: use --in %s=FILE.npy", option,
+                     name, name);
+            *code = 2;
+            return 1;
+        }
+        inputs[j].text = value;
+        *code = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* a scalar input's --NAME VALUE into a, of the input's dtype: 0, or 2 / 3 with msg */
+static int parse_scalar(const fc_drv_tensor *t, fc_npy *a, char *msg, size_t len) {
+    char *end;
+    const char *d = t->dtype;
+    size_t size = strcmp(d, "bool") == 0 ? 1 : (size_t)atoi(d + strcspn(d, "0123456789")) / 8;
+    double f = 0;
+    long long i = 0;
+    unsigned long long u = 0;
+    int bad;
+    errno = 0;
+    if (d[0] == 'f') {
+        f = strtod(t->text, &end);
+    } else if (d[0] == 'u') {
+        u = strtoull(t->text, &end, 10);
+        bad = t->text[0] == '-';
+        if (bad) end = (char *)t->text;
+    } else if (d[0] == 'b') {
+        i = strcmp(t->text, "true") == 0 ? 1 : strcmp(t->text, "false") == 0 ? 0 : strtoll(t->text, &end, 10);
+        if (strcmp(t->text, "true") == 0 || strcmp(t->text, "false") == 0) end = (char *)t->text + strlen(t->text);
+    } else {
+        i = strtoll(t->text, &end, 10);
+    }
+    bad = end == t->text || *end || errno == ERANGE;
+    if (!bad && d[0] == 'i' && size < 8) bad = i < -(1LL << (size * 8 - 1)) || i >= (1LL << (size * 8 - 1));
+    if (!bad && d[0] == 'u' && size < 8) bad = u >= (1ULL << (size * 8));
+    if (!bad && d[0] == 'b') bad = i != 0 && i != 1;
+    if (bad) {
+        snprintf(msg, len, "input '%s' (%s): '%.60s' is not a %s value", t->name, t->dtype, t->text, t->dtype);
+        return 2;
+    }
+    memset(a, 0, sizeof *a);
+    if (posix_memalign(&a->data, 64, 64) != 0) {
+        snprintf(msg, len, "out of memory");
+        return 3;
+    }
+    memset(a->data, 0, 64);
+    snprintf(a->dtype, sizeof a->dtype, "%s", d);
+    a->size = 1;
+    a->nbytes = size;
+    if (strcmp(d, "float64") == 0) {
+        memcpy(a->data, &f, 8);
+    } else if (strcmp(d, "float32") == 0) {
+        float v = (float)f;
+        memcpy(a->data, &v, 4);
+    } else if (strcmp(d, "float16") == 0) {
+        snprintf(msg, len, "input '%s' is float16: give it as --in %s=FILE.npy", t->name, t->name);
+        return 2;
+    } else if (d[0] == 'u') {
+        memcpy(a->data, &u, size); /* little-endian: the low bytes */
+    } else {
+        memcpy(a->data, &i, size);
+    }
+    return 0;
+}
+
 int fc_drv_count_arg(const char *option, const char *text, long limit, long *value, char *msg, size_t len) {
     char *end;
     long v;
@@ -57,11 +136,15 @@ int fc_drv_inputs_named(const fc_drv_tensor *inputs, int n, const char **paths, 
     for (j = 0; j < n; ++j) {
         int filled = 0;
         for (i = 0; i < n; ++i) filled |= inputs[i].bound && inputs[i].length == j + 1;
-        if (!paths[j] && !filled) {
+        if (paths[j] && inputs[j].text) {
+            snprintf(msg, len, "input '%s' is given twice (--in and its own option)", inputs[j].name);
+            return 2;
+        }
+        if (!paths[j] && !filled && !inputs[j].text) {
             snprintf(msg, len, "missing --in %s=FILE.npy", inputs[j].name);
             return 2;
         }
-        if (paths[j] && filled) {
+        if ((paths[j] || inputs[j].text) && filled) {
             snprintf(msg, len, "input '%s' is the length of another input, which the program sets: leave out its --in",
                      inputs[j].name);
             return 2;
@@ -121,6 +204,11 @@ int fc_drv_load_inputs(const fc_drv_tensor *inputs, int n, const char **paths, l
     for (j = 0; j < n; ++j) {
         const fc_drv_tensor *t = &inputs[j];
         long want[8];
+        if (t->mine && t->text) {
+            int code = parse_scalar(t, &in[j], msg, len);
+            if (code != 0) return code;
+            continue;
+        }
         if (!t->mine || !paths[j]) continue;
         if (fc_npy_load(paths[j], &in[j], msg, len) != 0) return 2;
         if (t->bound && scale == 1) {

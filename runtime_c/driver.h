@@ -19,7 +19,14 @@ typedef struct {
     int mine;          /* 1: this process reads (input) or writes (output) it; 0: another MPI rank */
     int bound;         /* an input of run-time length: 1 + the axis whose length is at most shape[axis] */
     int length;        /* 1 + the index of the input that gets that length (int64 scalar; 0: none) */
+    const char *text;  /* a scalar input given on the command line (--NAME VALUE), else NULL */
 } fc_drv_tensor;
+
+/* --NAME VALUE (NAME with '-' for '_', as in --max-new 64): the scalar input it names gets
+ * VALUE (inputs[j].text). 1 when option is such a flag (then 0 or 2 in *code, 2 with msg: a
+ * non-scalar input), 0 when it names no input. */
+int fc_drv_scalar_arg(const char *option, const char *value, fc_drv_tensor *inputs, int n, int *code, char *msg,
+                      size_t len);
 
 /* --in NAME=FILE.npy: paths[j] = FILE for the input named NAME. 0, or 2 with the reason in msg. */
 int fc_drv_in_arg(const char *spec, const fc_drv_tensor *inputs, int n, const char **paths, char *msg,

@@ -74,7 +74,7 @@ void fc_main_io_close(fc_main_io *io, const fc_main_model *m) {
 
 int fc_main_parse(const fc_main_model *m, int argc, char **argv, int checkpoint, int ranks, fc_main_io *io,
                   fc_main_options *o, char *msg, size_t len) {
-    int i, j;
+    int i, j, code = 0;
     o->out_dir = NULL;
     o->bench = 0;
     o->microbatches = 1;
@@ -95,6 +95,9 @@ int fc_main_parse(const fc_main_model *m, int argc, char **argv, int checkpoint,
         } else if (ranks > 0 && strcmp(argv[i], "--microbatches") == 0 && i + 1 < argc) {
             if (fc_drv_count_arg("--microbatches", argv[++i], MAX_MICROBATCHES, &o->microbatches, msg, len) != 0)
                 return 2;
+        } else if (i + 1 < argc && fc_drv_scalar_arg(argv[i], argv[i + 1], io->ins, m->n_in, &code, msg, len)) {
+            if (code != 0) return code;
+            ++i;
         } else {
             if (ranks > 0)
                 snprintf(msg, len, "unexpected argument '%s'; usage: mpiexec -n %d %s --in NAME=FILE.npy ... "
@@ -157,7 +160,7 @@ void fc_main_usage(const fc_main_model *m, int checkpoint, int ranks) {
     else
         printf("usage: %s --in NAME=FILE.npy ... --out-dir DIR [--bench N]%s\n", m->name,
                checkpoint ? " [--checkpoint FILE.npz]" : "");
-    printf("inputs (--in NAME=FILE.npy, each a .npy of this dtype and shape):\n");
+    printf("inputs (--in NAME=FILE.npy, each a .npy of this dtype and shape; a scalar also as --NAME VALUE):\n");
     for (j = 0; j < m->n_in; ++j) put_tensor(&m->inputs[j]);
     printf("outputs (written to --out-dir, created if missing):\n");
     for (j = 0; j < m->n_out; ++j) put_tensor(&m->outputs[j]);

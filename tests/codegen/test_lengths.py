@@ -119,3 +119,44 @@ def test_the_command_line_declares_a_length(tmp_path, capsys):
     assert np.load(tmp_path / "r" / "mean.npy") == 3.5
     assert main(["compile", f"{model}:summed", "--shape", "tokens=1x<=8", "-o", str(tmp_path / "cli2")]) != 0
     assert "the input is int64[1,16], not 1x8" in capsys.readouterr().err
+
+
+def test_scalar_inputs_as_options(tmp_path):
+    """A scalar input given as --NAME VALUE ('-' for '_'): --max-new 3 sets max_new."""
+    with gd.Graph("scalars") as g:
+        tok = gd.placeholder("prompt", (8,), "int64")
+        most = gd.placeholder("max_new", (), "int64")
+        scale = gd.placeholder("scale", (), "float32")
+        _, s = gd.while_loop(
+            lambda i, s: i < most, lambda i, s: (i + 1, s + scale), [gd.constant(0, "int64"), 0.0]
+        )
+        gd.identity(s, name="s")
+        gd.identity(gd.reduce_sum(tok), name="total")
+        g.set_outputs("s", "total")
+    out = codegen.export(g, tmp_path / "out", name="net", lengths={"prompt": 0})
+    np.save(tmp_path / "p.npy", np.array([4, 5], np.int64))
+
+    def run(*args):
+        return subprocess.run(
+            [
+                str(out / "net"),
+                "--in",
+                f"prompt={tmp_path / 'p.npy'}",
+                *args,
+                "--out-dir",
+                str(tmp_path / "r"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+
+    res = run("--max-new", "3", "--scale", "0.5")
+    assert res.returncode == 0, res.stderr
+    assert np.load(tmp_path / "r" / "s.npy") == 1.5 and np.load(tmp_path / "r" / "total.npy") == 9
+    for args, message in (
+        (("--max-new", "x3", "--scale", "1"), "'x3' is not a int64 value"),
+        (("--max-new", "3"), "missing --in scale=FILE.npy"),
+        (("--prompt", "3", "--max-new", "3", "--scale", "1"), "is not a scalar"),
+    ):
+        res = run(*args)
+        assert res.returncode == 2 and message in res.stderr and res.stderr.count("\n") == 1, res.stderr

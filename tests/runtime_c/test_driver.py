@@ -29,7 +29,7 @@ def test_each_driver_file_builds_alone_with_the_strict_flags(cc, name):
 CDEF = """
 typedef struct {
     const char *name; const char *dtype; int rank; const long *shape; const char *file; int mine; int bound;
-    int length;
+    int length; const char *text;
 } fc_drv_tensor;
 typedef struct { char *tmp; const char *path; char *kept; int had; int done; } fc_file_set;
 int fc_drv_in_arg(const char *spec, const fc_drv_tensor *inputs, int n, const char **paths, char *msg,

@@ -93,7 +93,30 @@ def transformer(seq=8, dim=16, heads=2):
     return g, train, feeds
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
+def recurrent(batch=8, steps=12):
+    """An Elman RNN written as a gd.while_loop over the time steps (the weights read from
+    inside the loop), its last state through a dense layer, Adam: the gradient a reverse loop."""
+    from graphdef.ops.control import loop
+
+    with gd.Graph("rnn_train") as g:
+        x = gd.placeholder("x", (steps, batch, 6))
+        y = gd.placeholder("y", (batch,), "int64")
+        w, u = gd.variable("w", he(6, 16)), gd.variable("u", f32(16, 16, scale=0.3))
+        b, dense = gd.variable("b", np.zeros(16, np.float32)), gd.variable("dense", he(16, 4))
+        (h,), _, _ = loop(
+            lambda i, h: True,
+            lambda i, h: ([gd.tanh(gd.matmul(gd.gather(x, i), w) + gd.matmul(h, u) + b)], []),
+            [gd.zeros((batch, 16))],
+            trip=gd.constant(steps, "int64"),
+            max_iterations=steps,
+        )
+        loss = gd.train.softmax_cross_entropy(gd.matmul(h, dense), y, name="loss")
+        train = gd.train.Adam(0.01).minimize(loss)
+    feeds = [{"x": f32(steps, batch, 6), "y": RNG.integers(0, 4, batch)} for _ in range(4)]
+    return g, train, feeds
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "recurrent": recurrent}
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -12,11 +12,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,models,mpi]'
 	touch $(STAMP)
 
-# the digit classifier, then the same classifier split over 2 MPI ranks (skipped without MPI)
+# the digit classifier, then the same classifier split over 2 MPI ranks (skipped without MPI);
+# then a GPT-2 decoder's greedy text generation as one binary
 demo: $(STAMP)
 	$(PY) samples/digits.py
 	$(PY) samples/pipeline.py
 	$(PY) samples/finetune.py
+	$(PY) samples/generate.py
 
 # the whole suite, a worker per core; a test file stays on one worker (its shared builds once)
 PYTEST := $(PY) -m pytest -n auto --dist loadfile
@@ -36,13 +38,14 @@ test-fast: $(STAMP)
 # speed: the GEMM kernel against numpy and the FMA peak, the vector math's accuracy and speed,
 # the memory bandwidth and the memory-bound steps, then the model sets (small, and the zoo of
 # torchvision/transformers models through both exporters) against onnxruntime at 1 and 2
-# threads; prints the tables the README quotes
+# threads, greedy text generation against onnxruntime and PyTorch; prints the tables the README quotes
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/gemm.py
 	$(PY) bench/vmath.py
 	$(PY) bench/membound.py
 	$(PY) bench/models.py --threads 1 2
+	$(PY) bench/generate.py
 	$(PY) bench/int8.py
 	$(PY) bench/train.py --threads 1 2
 	$(PY) bench/pingpong.py

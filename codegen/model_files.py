@@ -100,10 +100,15 @@ def load_model(
             raise FlowcError(f"{file}: no such file")
         mod_spec = importlib.util.spec_from_file_location(f"flowc_model_{file.stem}", file)
         module = importlib.util.module_from_spec(mod_spec)
+        # registered while it runs, as an import would: a dataclass under postponed annotations
+        # looks its module up there
+        sys.modules[mod_spec.name] = module
         try:
             mod_spec.loader.exec_module(module)
         except Exception as e:  # the user's file: report, do not crash
             raise FlowcError(f"{file}: importing it failed: {type(e).__name__}: {e}") from None
+        finally:
+            sys.modules.pop(mod_spec.name, None)
         fn = getattr(module, func, None)
         if not callable(fn):
             raise FlowcError(f"{file}: has no function '{func}'")

@@ -167,11 +167,41 @@ def assign(
             groups.union(n.inputs[0], n.ref())
             last[groups.find(gv)] = end
 
-    # in place: an elementwise step takes over the buffer of an input that dies there
     inplace: set[str] = set()
+    # a loop's next value written straight over its carried value where the elementwise step
+    # that makes it comes after every other read of the carried value in the body: the copy at
+    # the loop's end then has nothing to do (a key/value cache updated in its own buffer)
+    for end in (n for n in steps if n.op == "loop_end"):
+        c, count = end.attrs["carried"], end.attrs["vars"]
+        b, e = pos[end.attrs["region"]], pos[end.name]
+        nexts = list(end.inputs[c : c + count])
+        for k, r in enumerate(nexts):
+            g, made = groups.find(end.inputs[k]), groups.find(r)
+            producer = graph.node(r.node)
+            opdef = get_op(producer.op)
+            if (
+                producer.name not in pos
+                or not b < pos[producer.name] < e
+                or not opdef.elementwise
+                or opdef.stateful
+                or len(producer.outputs) != 1
+                or nexts.count(r) != 1
+                or any(groups.find(q) == made for j, q in enumerate(nexts) if j != k)
+                or sum(1 for v in groups.parent if groups.find(v) == made) != 1
+            ):
+                continue
+            at = pos[producer.name]
+            if any(groups.find(q) == g for q in end.inputs[c + count :]):
+                continue  # a scan of the carried value: the end reads it as it was
+            reads = [pos[n.name] for n in steps[b + 1 : e] if any(groups.find(q) == g for q in n.inputs)]
+            if all(p <= at for p in reads):
+                groups.union(end.inputs[k], r)
+                inplace.add(producer.name)
+
+    # in place: an elementwise step takes over the buffer of an input that dies there
     for n in steps:
-        if not get_op(n.op).elementwise or get_op(n.op).stateful or len(n.outputs) != 1:
-            continue
+        if not get_op(n.op).elementwise or get_op(n.op).stateful or len(n.outputs) != 1 or n.name in inplace:
+            continue  # (in place already: over a loop's carried value, which lives on)
         out = n.ref()
         for r in n.inputs:
             g = groups.find(r)

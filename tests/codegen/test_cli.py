@@ -235,3 +235,17 @@ def test_arch_spellings_and_a_target_that_names_an_arch(tmp_path):
     assert res.returncode != 0 and len(lines) == 1 and "--arch aarch64-linux" in lines[0], res.stderr
     res = flowc("inspect", tmp_path / "m.onnx", "--arch", "arm64")
     assert res.returncode == 0 and "aarch64-linux" in res.stdout, res.stderr
+
+
+def test_a_model_file_with_dataclasses_compiles(tmp_path):
+    """A file:function model runs as an imported module would: a dataclass under postponed
+    annotations finds its module."""
+    model = tmp_path / "sized.py"
+    model.write_text(
+        "from __future__ import annotations\nfrom dataclasses import dataclass\nimport graphdef as gd\n\n"
+        "@dataclass\nclass Size:\n    n: int = 4\n\n"
+        "def build():\n    with gd.Graph('g') as g:\n        x = gd.placeholder('x', (Size().n,))\n"
+        "        g.set_outputs(gd.identity(x * 2.0, name='y'))\n    return g\n"
+    )
+    res = flowc("compile", f"{model}:build", "-o", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr

@@ -240,11 +240,37 @@ def test_state_changes_inside_a_loop_are_refused():
     del g
 
 
-def test_the_cuda_backend_says_it_has_no_loops():
+def test_loops_and_branches_in_cuda_through_the_simulator():
+    """The CUDA backend runs a loop on the host between its launches (the condition, the trip
+    count and a branch's predicate read back, the count written to the device each iteration):
+    the interpreter's results through the CPU simulator, the bound an error in one line."""
+    g = scanned_loop()
+    model = codegen.compile(g, target="cuda", cc="g++")
+    for m in (0, 1, 3, 6):
+        for x in ([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.1]):
+            check(model, g, {"x": np.array(x, np.float32), "m": np.int64(m)}, ["s", "rows", "iters", "count"])
+    with pytest.raises(ExecutionError, match="a loop reached its compiled bound of iterations$"):
+        model(x=np.full(4, 0.1, np.float32), m=np.int64(10))
     g = counted_loop()
-    with pytest.raises(gd.FlowcError, match="loop or branch, which the CUDA backend does not compile"):
-        pipeline.run(g, pipeline.Options(backend="cuda"), until="lower")
+    model = codegen.compile(g, target="cuda", cc="g++")
+    for n in (0, 1, 7):
+        for x in ([1, -2, 3], [-1, -2, 2]):
+            check(model, g, {"n": np.int32(n), "x": np.array(x, np.float32)}, ["i", "s", "y"])
 
+
+@pytest.mark.cuda
+def test_loops_build_with_nvcc(tmp_path):
+    """A loop with a branch after it, and one with a trip count, scans and a bound, for sm_80
+    and sm_90, warnings as errors."""
+    import shutil
+
+    from codegen import compiled_cuda
+
+    if not shutil.which("nvcc"):
+        pytest.skip("nvcc not installed")
+    for k, g in enumerate((counted_loop(), scanned_loop())):
+        out = compiled_cuda.export(g, tmp_path / f"net{k}", name="net", sm=(80, 90))
+        assert (out / "net").is_file()
 
 
 @pytest.mark.cross

@@ -77,3 +77,79 @@ def statement(node: Node, args: list[str], in_types: list[TensorType]) -> Statem
     else:
         raise ValueError(node.op)
     return Statement("\n".join(lines))
+
+
+def host_statement(node: Node, args: list[str], in_types: list[TensorType], name: str, depth: int) -> str:
+    """The host C of control step ``node`` in a CUDA model's launches (templates/cuda/
+    model.cu.j2 ``<name>_enqueue``, on stream ``s``): copies on the device in stream order, a
+    loop's count kept on the host (``fc_it[depth]``) and written to its device tensor each
+    iteration, a condition, predicate or trip count read back to the host (the stream waited
+    for). A model with loops or branches is therefore never captured into a CUDA Graph."""
+    ins, outs = args[: len(node.inputs)], args[len(node.inputs) :]
+    a = node.attrs
+    NAME = name.upper()
+    it = f"fc_it[{depth}]"
+    lines: list[str] = []
+
+    def copy(dst: str, src: str, nbytes: int) -> None:
+        if dst != src and nbytes:
+            lines.append(f"cudaMemcpyAsync({dst}, {src}, {nbytes}, cudaMemcpyDeviceToDevice, s);")
+
+    def read(dst: str, src: str, nbytes: int, what: str) -> None:
+        lines.append(
+            f"if ((e = cudaMemcpyAsync({dst}, {src}, {nbytes}, cudaMemcpyDeviceToHost, s)) != cudaSuccess || "
+            f"(e = cudaStreamSynchronize(s)) != cudaSuccess) return {name}_fail(ctx, {NAME}_ERR_CUDA, "
+            f'"cannot read {what}", e);'
+        )
+
+    count_write = f"cudaMemcpyAsync({{}}, &{it}, sizeof(long long), cudaMemcpyHostToDevice, s);"
+    if node.op == "loop_begin":
+        n = a["vars"]
+        lines.append(f"/* loop {c_comment(node.name)} (on the host) */")
+        for k in range(n):
+            copy(outs[k], ins[k], node.outputs[k].nbytes)
+        for j, t in enumerate(node.outputs[n + 1 :]):
+            if t.nbytes:
+                lines.append(f"cudaMemsetAsync({outs[n + 1 + j]}, 0, {t.nbytes}, s);")
+        lines.append(f"{it} = 0;")
+        lines.append(count_write.format(outs[n]))
+        lines.append("for (;;) {")
+    elif node.op == "loop_check":
+        c = a["carried"]
+        read("&fc_flag", ins[c], 1, "a loop's condition")
+        lines.append("if (!fc_flag) break;")
+        if a["trip"]:
+            read("&fc_trip", ins[c + 1], 8, "a loop's trip count")
+            lines.append(f"if ({it} >= fc_trip) break;")
+        if a["max_iterations"] >= 0:
+            stop = (
+                f"return {name}_fail(ctx, {NAME}_ERR_BOUND, "
+                '"a loop reached its compiled bound of iterations", cudaSuccess);'
+                if a["bound"] == "error"
+                else "break;"
+            )
+            lines.append(f"if ({it} >= {a['max_iterations']}) {stop}")
+    elif node.op == "loop_end":
+        c, n = a["carried"], a["vars"]
+        for j in range(c - n - 1):
+            t = in_types[c + n + j]
+            if t.nbytes:
+                row = f"(unsigned char *)({ins[n + 1 + j]}) + (size_t){it} * {t.nbytes}"
+                lines.append(
+                    f"cudaMemcpyAsync({row}, {ins[c + n + j]}, {t.nbytes}, cudaMemcpyDeviceToDevice, s);"
+                )
+        for k in range(n):
+            copy(ins[k], ins[c + k], node.outputs[k].nbytes)
+        lines.append(f"++{it};")
+        lines.append(count_write.format(ins[n]))
+        lines.append(f"}} /* loop {c_comment(node.name)} */")
+    elif node.op == "branch_begin":
+        lines.append(f"/* branch {c_comment(node.name)} (on the host) */")
+        read("&fc_flag", ins[0], 1, "a branch's predicate")
+        lines.append("if (fc_flag) {")
+    else:
+        c = a["carried"]
+        for k in range(c):
+            copy(ins[k], ins[c + k], node.outputs[k].nbytes)
+        lines.append("} else {" if node.op == "branch_else" else f"}} /* {c_comment(node.name)} */")
+    return "\n".join("    " + line for line in lines) + "\n"

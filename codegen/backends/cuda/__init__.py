@@ -20,7 +20,6 @@ from pathlib import Path
 
 from graphdef.errors import UnsupportedError
 from graphdef.ir import Graph
-from graphdef.registry import get_op
 
 from ...render import sources as contract
 from ...render.sources import Built
@@ -37,7 +36,7 @@ MULTI_RANK = True  # one GPU per MPI rank: each rank's part in CUDA, the SPMD pr
 # (trainer.py: its step described for the driver); the interface, weights,
 # pointers, names, entry points and op plans are the render core's (codegen/render/)
 BORROWS = {
-    "c": ("emit", "op_table", "spmd", "steps", "toolchain", "trainer"),
+    "c": ("control_steps", "emit", "op_table", "spmd", "steps", "toolchain", "trainer"),
 }
 
 
@@ -45,20 +44,14 @@ def lower(graph: Graph, options) -> Graph:
     """Products stay matmul, gemm and conv for kernels.py; ``--precision fp16`` turns the
     graph's float32 values into float16 (precision.py)."""
     precision.check(options.precision, options.sm)
-    looped = next((n for n in graph.nodes if get_op(n.op).control), None)
-    if looped is not None:
-        raise UnsupportedError(
-            f"node '{looped.name.rsplit('/', 1)[0]}' is a loop or branch, which the CUDA backend does not "
-            "compile yet; compile it for the C backend (--target c)"
-        )
     return precision.to_half(graph) if options.precision == "fp16" else graph
 
 
 def supports(op: str) -> bool:
     """Ops with a CUDA kernel (kernels.py) or a C body run as a one-thread kernel: every op
-    the C backend has code for (its communication steps run on the host) but loops and branches,
-    which stay on the C backend for now."""
-    return ctable.supports(op) and not get_op(op).control
+    the C backend has code for (its communication steps run on the host; loops and branches
+    too, as host code between the launches: c/control_steps.py host_statement)."""
+    return ctable.supports(op)
 
 
 def scratch_bytes(node, ins, options) -> int:

@@ -22,10 +22,12 @@ import re
 from graphdef.errors import UnsupportedError
 from graphdef.registry import ELEMENTWISE, get_op
 
+from ... import control
 from ...render import sources as contract
 from ...render.frame import frame, main_descriptor
 from ...render.spelling import TensorCtx, c_string
 from ...storage import ALIGN
+from ..c import control_steps
 from ..c import emit as cemit
 from ..c.op_table import kernel_of, split_of
 from ..c.steps import lower_step
@@ -38,11 +40,19 @@ def steps(env, f, precision: str = "fp32") -> dict:
     g = program.graph
     out = {"steps": [], "launches": [], "headers": {"kernels/scalar.h"}, "cuda_headers": set(), "serial": []}
     out["stages"], request = [], {}  # host staging buffers and MPI requests of the transfers
+    nesting = control.depth(program.steps)
     for index, (node, frame_call) in enumerate(zip(program.steps, f.calls)):
         if frame_call is None:
             continue
         in_t, args, comment = frame_call["in_types"], list(frame_call["args"]), frame_call["comment"]
         xs, ys = args[: len(in_t)], args[len(in_t) :]
+        if node.op in control_steps.OPS:  # a loop or branch: host code between the launches
+            level = nesting[index] - (node.op == "loop_check")  # its loop's (the check sits inside)
+            if node.op.startswith("loop"):
+                out["loops"] = max(out.get("loops", 0), level + 1)
+            text = control_steps.host_statement(node, args, in_t, name, level)
+            out["launches"].append({"index": index, "op": node.op, "comment": comment, "native": text})
+            continue
         if node.op in COMM:
             out["launches"].append(
                 {"index": index, "op": node.op, "comment": comment,
@@ -164,6 +174,10 @@ def emit(program, options, rank: int | None = None) -> contract.Sources:
         "blob": f"{name}_weights.bin",
         "steps": st["steps"],
         "launches": st["launches"],
+        # loops and branches: host code reading device values back (never a CUDA Graph)
+        "loops": st.get("loops", 0),
+        "control": any(x["op"] in control_steps.OPS for x in st["launches"]),
+        "trips": any(n.op == "loop_check" and n.attrs["trip"] for n in program.steps),
         # a rank's part of an SPMD program: its rank, host staging buffers and MPI requests
         "spmd": None
         if rank is None

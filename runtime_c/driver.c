@@ -46,8 +46,8 @@ int fc_drv_scalar_arg(const char *option, const char *value, fc_drv_tensor *inpu
         }
         if (k < m) continue;
         if (inputs[j].rank != 0) {
-            snprintf(msg, len, "%s gives input '%s' one value, but it is not a scalar: use --in %s=FILE.npy", option,
-                     name, name);
+            snprintf(msg, len, "%.200s gives input '%.200s' one value, but it is not a scalar: use --in %.200s=FILE.npy",
+                     option, name, name);
             *code = 2;
             return 1;
         }
@@ -85,7 +85,7 @@ static int parse_scalar(const fc_drv_tensor *t, fc_npy *a, char *msg, size_t len
     if (!bad && d[0] == 'u' && size < 8) bad = u >= (1ULL << (size * 8));
     if (!bad && d[0] == 'b') bad = i != 0 && i != 1;
     if (bad) {
-        snprintf(msg, len, "input '%s' (%s): '%.60s' is not a %s value", t->name, t->dtype, t->text, t->dtype);
+        snprintf(msg, len, "input '%.200s' (%.16s): '%.60s' is not a %.16s value", t->name, t->dtype, t->text, t->dtype);
         return 2;
     }
     memset(a, 0, sizeof *a);
@@ -103,7 +103,7 @@ static int parse_scalar(const fc_drv_tensor *t, fc_npy *a, char *msg, size_t len
         float v = (float)f;
         memcpy(a->data, &v, 4);
     } else if (strcmp(d, "float16") == 0) {
-        snprintf(msg, len, "input '%s' is float16: give it as --in %s=FILE.npy", t->name, t->name);
+        snprintf(msg, len, "input '%.200s' is float16: give it as --in %.200s=FILE.npy", t->name, t->name);
         return 2;
     } else if (d[0] == 'u') {
         memcpy(a->data, &u, size); /* little-endian: the low bytes */
@@ -137,7 +137,7 @@ int fc_drv_inputs_named(const fc_drv_tensor *inputs, int n, const char **paths, 
         int filled = 0;
         for (i = 0; i < n; ++i) filled |= inputs[i].bound && inputs[i].length == j + 1;
         if (paths[j] && inputs[j].text) {
-            snprintf(msg, len, "input '%s' is given twice (--in and its own option)", inputs[j].name);
+            snprintf(msg, len, "input '%.200s' is given twice (--in and its own option)", inputs[j].name);
             return 2;
         }
         if (!paths[j] && !filled && !inputs[j].text) {
@@ -145,7 +145,7 @@ int fc_drv_inputs_named(const fc_drv_tensor *inputs, int n, const char **paths, 
             return 2;
         }
         if ((paths[j] || inputs[j].text) && filled) {
-            snprintf(msg, len, "input '%s' is the length of another input, which the program sets: leave out its --in",
+            snprintf(msg, len, "input '%.200s' is the length of another input, which the program sets: leave out its --in",
                      inputs[j].name);
             return 2;
         }
@@ -165,7 +165,7 @@ static int pad_bounded(const fc_drv_tensor *t, const char *path, fc_npy *a, long
     if (a->rank == t->rank && axis < a->rank) {
         want[axis] = a->shape[axis];
         if (a->shape[axis] > t->shape[axis]) {
-            snprintf(msg, len, "input '%s' (%s) is %ld long on axis %d, more than the compiled maximum %ld", t->name,
+            snprintf(msg, len, "input '%.200s' (%.400s) is %ld long on axis %d, more than the compiled maximum %ld", t->name,
                      path, a->shape[axis], axis, t->shape[axis]);
             return 2;
         }

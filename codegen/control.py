@@ -216,34 +216,28 @@ class _Flat:
         def bind(sub: Graph) -> dict:
             return {sub.node(p).ref(): v for p, v in zip(sub.inputs, caps)}
 
+        def side(op: str, values: list[ValueRef], after: Node) -> Node:
+            """branch_else or branch_end: ``values`` into the results, after ``after``."""
+            return self.add(
+                Node(
+                    self.name(f"{base}/{op.removeprefix('branch_')}"),
+                    op,
+                    tuple(after.ref(k) for k in range(m)) + tuple(values),
+                    Attrs({"carried": m, "region": begin.name}),
+                    types,
+                    device,
+                    controls + (after.name,),
+                )
+            )
+
         then = self.inline(
             a["then_branch"], bind(a["then_branch"]), f"{base}/then/", device, controls + (begin.name,)
         )
-        middle = self.add(
-            Node(
-                self.name(f"{base}/else"),
-                "branch_else",
-                tuple(begin.ref(k) for k in range(m)) + tuple(then),
-                Attrs({"carried": m, "region": begin.name}),
-                types,
-                device,
-                controls + (begin.name,),
-            )
-        )
+        middle = side("branch_else", then, begin)
         other = self.inline(
             a["else_branch"], bind(a["else_branch"]), f"{base}/else/", device, controls + (middle.name,)
         )
-        end = self.add(
-            Node(
-                self.name(f"{base}/end"),
-                "branch_end",
-                tuple(middle.ref(k) for k in range(m)) + tuple(other),
-                Attrs({"carried": m, "region": begin.name}),
-                types,
-                device,
-                controls + (middle.name,),
-            )
-        )
+        end = side("branch_end", other, middle)
         return [end.ref(k) for k in range(m)]
 
 

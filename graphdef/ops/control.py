@@ -485,31 +485,26 @@ defop(
     attrs={"shapes": Attr("any"), "dtypes": Attr("any")},
     doc="compiler-made: a branch's start",
 )
-# branch_else(results..., true values...) -> results...: the true branch's values in, else ...
-defop(
-    "branch_else",
-    ("inputs*",),
-    _passing,
-    _made,
-    NOT_DIFFERENTIABLE,
-    kind=KERNEL,
-    control=True,
-    passes_through=True,
-    attrs={"carried": Attr("int"), "region": Attr("str")},
-    doc="compiler-made: a branch's false side",
-)
-defop(
-    "branch_end",
-    ("inputs*",),
-    _passing,
-    _made,
-    NOT_DIFFERENTIABLE,
-    kind=KERNEL,
-    control=True,
-    passes_through=True,
-    attrs={"carried": Attr("int"), "region": Attr("str")},
-    doc="compiler-made: a branch's end",
-)
+
+
+def _side(name: str, doc: str) -> None:
+    """A branch's else or end: (results..., a side's values...) -> results (their memory)."""
+    defop(
+        name,
+        ("inputs*",),
+        _passing,
+        _made,
+        NOT_DIFFERENTIABLE,
+        kind=KERNEL,
+        control=True,
+        passes_through=True,
+        attrs={"carried": Attr("int"), "region": Attr("str")},
+        doc=doc,
+    )
+
+
+_side("branch_else", "compiler-made: the true side's values into the results, then the false side")
+_side("branch_end", "compiler-made: the false side's values into the results, a branch's end")
 defop(
     "loop_copy",
     ("x",),

@@ -261,9 +261,9 @@ def loop_cases():
     return [for_loop, while_loop, zero]
 
 
-def scan_cases():
-    # state s (2,), scan inputs a (2, T=3, on axis 1, reversed) and b (T=3, 2, forward);
-    # outputs: final s, out1 stacked on axis -1 and prepended, out2 on axis 0
+def scan11_case(name: str, steps: int, feeds: dict) -> Case:
+    """State s (2,), scan inputs a (2, steps, on axis 1, reversed) and b (steps, 2, forward);
+    outputs: final s, out1 stacked on axis -1 and prepended, out2 on axis 0."""
     body = graph(
         "body",
         [
@@ -275,8 +275,8 @@ def scan_cases():
         [vi("s_in", [2]), vi("a_t", [2]), vi("b_t", [2])],
         [vi("s_out", [2]), vi("o1", [2]), vi("o2", [2])],
     )
-    scan11 = Case(
-        "scan11_axes_and_directions",
+    return Case(
+        name,
         [
             node(
                 "Scan",
@@ -290,9 +290,15 @@ def scan_cases():
                 scan_output_directions=[1, 0],
             )
         ],
-        [vi("s0", [2]), vi("a", [2, 3]), vi("b", [3, 2])],
-        [vi("s", [2]), vi("out1", [2, 3]), vi("out2", [3, 2])],
-        {"s0": f32("s0", 2), "a": f32("sa", 2, 3), "b": f32("sb", 3, 2)},
+        [vi("s0", [2]), vi("a", [2, steps]), vi("b", [steps, 2])],
+        [vi("s", [2]), vi("out1", [2, steps]), vi("out2", [steps, 2])],
+        feeds,
+    )
+
+
+def scan_cases():
+    scan11 = scan11_case(
+        "scan11_axes_and_directions", 3, {"s0": f32("s0", 2), "a": f32("sa", 2, 3), "b": f32("sb", 3, 2)}
     )
     # opset 8: batch axis 0, sequence axis 1, the second input scanned backwards
     body8 = graph(
@@ -573,34 +579,9 @@ def if_untaken_branch_cases():
 
 def compiled_scan_cases():
     # scan11's body over 20 elements (20 x 4 nodes): a loop gathering row i (or 19 - i)
-    body = graph(
-        "body",
-        [
-            node("Add", ["s_in", "a_t"], ["s1"]),
-            node("Mul", ["s1", "b_t"], ["s_out"]),
-            node("Sub", ["a_t", "b_t"], ["o1"]),
-            node("Identity", ["s_out"], ["o2"]),
-        ],
-        [vi("s_in", [2]), vi("a_t", [2]), vi("b_t", [2])],
-        [vi("s_out", [2]), vi("o1", [2]), vi("o2", [2])],
-    )
-    scan11 = Case(
+    scan11 = scan11_case(
         "scan11_compiled_axes_and_directions",
-        [
-            node(
-                "Scan",
-                ["s0", "a", "b"],
-                ["s", "out1", "out2"],
-                body=body,
-                num_scan_inputs=2,
-                scan_input_axes=[1, 0],
-                scan_input_directions=[1, 0],
-                scan_output_axes=[-1, 0],
-                scan_output_directions=[1, 0],
-            )
-        ],
-        [vi("s0", [2]), vi("a", [2, 20]), vi("b", [20, 2])],
-        [vi("s", [2]), vi("out1", [2, 20]), vi("out2", [20, 2])],
+        20,
         {"s0": f32("cs0", 2), "a": f32("csa", 2, 20) * 0.5, "b": f32("csb", 20, 2) * 0.5},
     )
     body8 = graph(

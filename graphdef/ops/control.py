@@ -438,41 +438,38 @@ defop(
     },
     doc="compiler-made: a loop's start",
 )
+
+
+def _passing_piece(name: str, doc: str, **attrs) -> None:
+    """A piece whose outputs are its first inputs' memory (``passes_through``): a loop's check
+    and end, a branch's else and end; ``carried``: how many, ``region``: its opening's name."""
+    defop(
+        name,
+        ("inputs*",),
+        _passing,
+        _made,
+        NOT_DIFFERENTIABLE,
+        kind=KERNEL,
+        control=True,
+        passes_through=True,
+        attrs={"carried": Attr("int"), "region": Attr("str"), **attrs},
+        doc=doc,
+    )
+
+
 # loop_check(carried..., count, rows..., flag, [trip]) -> carried..., count, rows...: leaves the
 # loop when the flag is false or a bound is reached
-defop(
+_passing_piece(
     "loop_check",
-    ("inputs*",),
-    _passing,
-    _made,
-    NOT_DIFFERENTIABLE,
-    kind=KERNEL,
-    control=True,
-    passes_through=True,
-    attrs={
-        "carried": Attr("int"),
-        "vars": Attr("int"),
-        "max_iterations": Attr("int", -1),
-        "trip": Attr("bool", False),
-        "bound": Attr("str", "stop"),
-        "region": Attr("str"),
-    },
-    doc="compiler-made: a loop's exit test",
+    "compiler-made: a loop's exit test",
+    vars=Attr("int"),
+    max_iterations=Attr("int", -1),
+    trip=Attr("bool", False),
+    bound=Attr("str", "stop"),
 )
 # loop_end(carried..., count, rows..., next..., scanned...) -> carried..., count, rows...: the next
 # values into the carried ones, a row of each scan, count + 1, back to the start
-defop(
-    "loop_end",
-    ("inputs*",),
-    _passing,
-    _made,
-    NOT_DIFFERENTIABLE,
-    kind=KERNEL,
-    control=True,
-    passes_through=True,
-    attrs={"carried": Attr("int"), "vars": Attr("int"), "region": Attr("str")},
-    doc="compiler-made: a loop's end",
-)
+_passing_piece("loop_end", "compiler-made: a loop's end", vars=Attr("int"))
 # branch_begin(pred) -> results...: enters the true branch when pred holds
 defop(
     "branch_begin",
@@ -487,24 +484,9 @@ defop(
 )
 
 
-def _side(name: str, doc: str) -> None:
-    """A branch's else or end: (results..., a side's values...) -> results (their memory)."""
-    defop(
-        name,
-        ("inputs*",),
-        _passing,
-        _made,
-        NOT_DIFFERENTIABLE,
-        kind=KERNEL,
-        control=True,
-        passes_through=True,
-        attrs={"carried": Attr("int"), "region": Attr("str")},
-        doc=doc,
-    )
-
-
-_side("branch_else", "compiler-made: the true side's values into the results, then the false side")
-_side("branch_end", "compiler-made: the false side's values into the results, a branch's end")
+# branch_else / branch_end(results..., a side's values...) -> results...
+_passing_piece("branch_else", "compiler-made: the true side's values into the results, then the false side")
+_passing_piece("branch_end", "compiler-made: the false side's values into the results, a branch's end")
 defop(
     "loop_copy",
     ("x",),

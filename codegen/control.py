@@ -246,17 +246,64 @@ def flatten(graph: Graph) -> Graph:
     (see the module docstring); the graph itself when it has none."""
     if not has_control(graph):
         return graph
+    graph = merge_stacked(graph)
     flat = _Flat(graph)
     env: dict[ValueRef, ValueRef] = {}
     for node in graph.nodes:
         if node.op == "placeholder":
             flat.add(node)
             env[node.ref()] = node.ref()
-    inner = Graph(graph.name, graph.nodes, graph.outputs)
-    outs = flat.inline(inner, env, "", None, ())
+    flat.inline(Graph(graph.name, graph.nodes, graph.outputs), env, "", None, ())
     refs = [env[r] for r in graph.declared_outputs]
-    del outs
     return Graph(graph.name, flat.nodes, refs, graph.constants, graph.variables)
+
+
+def merge_stacked(graph: Graph) -> Graph:
+    """One loop where two run the same iterations on the same inputs and one only gives more
+    (a gradient's copy of a forward loop that also stacks each iteration's values:
+    graphdef/loop_grad.py): the other's outputs read from it, which runs in its place."""
+
+    def key(n: Node):
+        a = n.attrs
+        body = a["body"]
+        rest = tuple((k, v) for k, v in a.items() if k not in ("body", "scans"))
+        return (n.inputs, rest, body.nodes, body.inputs)
+
+    loops = [n for n in graph.nodes if n.op == "while_loop"]
+    groups: dict = {}
+    for n in loops:
+        groups.setdefault(key(n), []).append(n)
+    into: dict[str, Node] = {}  # a loop -> the loop that runs in its place
+    for members in groups.values():
+        widest = max(members, key=lambda n: len(n.outputs))
+        outs = widest.attrs["body"].outputs
+        for n in members:
+            mine = n.attrs["body"].outputs
+            if n is not widest and tuple(outs[: len(mine)]) == tuple(mine):
+                into[n.name] = widest
+    if not into:
+        return graph
+    refs: dict[ValueRef, ValueRef] = {}
+    for name, wide in into.items():
+        n = graph.node(name)
+        for i in range(len(n.outputs) - 1):  # the values and scans, then the count (the last)
+            refs[n.ref(i)] = wide.ref(i)
+        refs[n.ref(len(n.outputs) - 1)] = wide.ref(len(wide.outputs) - 1)
+    placed = {w.name: name for name, w in reversed(list(into.items()))}  # the first one it stands for
+    nodes = []
+    for n in graph.nodes:
+        if n.name in into:
+            wide = into[n.name]
+            if placed.get(wide.name) == n.name:  # where the first loop it stands for was
+                n = wide
+            else:
+                continue
+        elif n.name in placed:
+            continue  # already placed
+        nodes.append(Node(n.name, n.op, tuple(refs.get(r, r) for r in n.inputs), n.attrs, n.outputs,
+                          n.device, n.control_inputs))  # fmt: skip
+    outputs = [refs.get(r, r) for r in graph.declared_outputs]
+    return Graph(graph.name, nodes, outputs, graph.constants, graph.variables)
 
 
 # ----------------------------------------------------------------------------- regions

@@ -151,6 +151,12 @@ def test_gradients_through_loop_and_branch_compile():
         gd.identity(gx, name="gx")
         gd.identity(gw, name="gw")
     model = codegen.compile(g, outputs=["loss", "gx", "gw"])
+    # the gradient's copy of the forward loop (stacking each iteration's values) runs in its
+    # place: one forward loop and the reverse one
+    steps = pipeline.run(g, pipeline.Options(outputs=("loss", "gx", "gw")), until="schedule").results[
+        "schedule"
+    ]
+    assert [n.op for n in steps.steps].count("loop_begin") == 2
     rng = np.random.default_rng(0)
     for n in (0, 1, 3, 8, 11):
         feeds = {"x": rng.normal(size=3), "w": rng.normal(size=3), "n": np.int32(n)}

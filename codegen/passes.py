@@ -368,23 +368,46 @@ def cse(graph: Graph) -> Graph:
             rb.keep(node)
             continue
         if node.op == "constant":
-            # compared byte for byte only with those alike at both ends (hashing all of
-            # ResNet-50's 100 MB of weights took 0.09 s)
-            array = graph.constants[node.name]
-            flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-            key = ("constant", array.dtype.str, array.shape, bytes(flat[:64]), bytes(flat[-64:]), node.device)
-            group = alike.setdefault(key, [])
-            same = next((i for i, other in enumerate(group) if np.array_equal(other, flat)), None)
-            if same is None:
-                same = len(group)
-                group.append(flat)
-            key += (same,)
+            key = _constant_key(graph, node, alike)
         else:
             key = (node.op, tuple(rb.refs[r] for r in node.inputs), node.attrs, node.device)
         if key in seen and node.name not in outputs:
             rb.bind(node, [ValueRef(seen[key], i) for i in range(len(node.outputs))])
             continue
         seen.setdefault(key, node.name)
+        rb.keep(node)
+    return rb.finish()
+
+
+def _constant_key(graph: Graph, node: Node, alike: dict) -> tuple:
+    """A key equal for constants of equal dtype, shape, bytes and device: compared byte for
+    byte only with those alike at both ends (``alike``: their distinct byte arrays so far;
+    hashing all of ResNet-50's 100 MB of weights took 0.09 s)."""
+    array = graph.constants[node.name]
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    key = ("constant", array.dtype.str, array.shape, bytes(flat[:64]), bytes(flat[-64:]), node.device)
+    group = alike.setdefault(key, [])
+    same = next((i for i, other in enumerate(group) if np.array_equal(other, flat)), None)
+    if same is None:
+        same = len(group)
+        group.append(flat)
+    return key + (same,)
+
+
+def merge_constants(graph: Graph) -> Graph:
+    """Equal constants as one (those a backend's lowering makes: two products of one weight
+    matrix, each packing it alike, store it once)."""
+    rb = Rebuild(graph)
+    seen: dict = {}
+    alike: dict = {}
+    outputs = {r.node for r in graph.declared_outputs}
+    for node in graph.nodes:
+        if node.op == "constant" and node.name not in outputs:
+            key = _constant_key(graph, node, alike)
+            if key in seen:
+                rb.bind(node, [ValueRef(seen[key], 0)])
+                continue
+            seen[key] = node.name
         rb.keep(node)
     return rb.finish()
 

@@ -338,7 +338,10 @@ def stages(options: Options) -> list[Stage]:
         for name, fn in passes.pipeline(backend.LEGALIZE, options.fold_limit, options.freeze)
     ]
     out += [
-        Stage("lower", lambda g, c: _allreduce(c.backend.lower(_tensor(g, c), c.options), c)),
+        Stage(
+            "lower",
+            lambda g, c: _allreduce(passes.merge_constants(c.backend.lower(_tensor(g, c), c.options)), c),
+        ),
         Stage("partition", _partition),
         Stage("schedule", _schedule),
         Stage("storage", _storage),

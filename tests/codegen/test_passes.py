@@ -294,3 +294,21 @@ def test_cancel_transposes_removes_pairs_that_undo_each_other_and_merges_the_oth
     for h, w_ in zip(have, want):
         np.testing.assert_array_equal(h, w_)
     np.testing.assert_array_equal(have[1], x.transpose(1, 0, 2, 3).transpose(0, 2, 1, 3))
+
+
+def test_products_of_one_weight_store_its_packed_form_once():
+    """Two products of one weight matrix (batch 1 and batch 8: two steps, each packing it
+    alike) hold one packed copy, and both give numpy's product."""
+    import codegen
+
+    w = np.random.default_rng(0).random((256, 256), np.float32)
+    with gd.Graph("shared") as g:
+        c = gd.constant(w, name="w")
+        gd.identity(gd.matmul(gd.placeholder("a", (1, 256)), c), name="y1")
+        gd.identity(gd.matmul(gd.placeholder("b", (8, 256)), c), name="y2")
+    program = pipeline.run(g, pipeline.Options(outputs=("y1", "y2")), until="plan").program
+    assert program.weight_bytes == w.nbytes
+    a, b = np.ones((1, 256), np.float32), np.full((8, 256), 0.5, np.float32)
+    got = codegen.compile(g, outputs=["y1", "y2"])(a=a, b=b)
+    np.testing.assert_allclose(got["y1"], a @ w, rtol=1e-5)
+    np.testing.assert_allclose(got["y2"], b @ w, rtol=1e-5)

@@ -138,13 +138,20 @@ static void put_escaped(const char *text) {
     }
 }
 
-static void put_tensor(const fc_main_tensor *t) {
+/* one tensor's line; of = the input whose length it is (NULL: none) */
+static void put_tensor(const fc_main_tensor *t, const fc_main_tensor *of) {
     int d;
     printf("  ");
     put_escaped(t->name);
     printf(" %s[", t->dtype);
     for (d = 0; d < t->rank; ++d) printf(d ? ", %ld" : "%ld", t->shape[d]);
     printf("]");
+    if (t->bound) printf(" (any length up to %ld on axis %d)", t->shape[t->bound - 1], t->bound - 1);
+    if (of) {
+        printf(" (set by the program: the length of ");
+        put_escaped(of->name);
+        printf("; leave it out)");
+    }
     if (t->file) {
         printf(" -> DIR/");
         put_escaped(t->file);
@@ -161,9 +168,15 @@ void fc_main_usage(const fc_main_model *m, int checkpoint, int ranks) {
         printf("usage: %s --in NAME=FILE.npy ... --out-dir DIR [--bench N]%s\n", m->name,
                checkpoint ? " [--checkpoint FILE.npz]" : "");
     printf("inputs (--in NAME=FILE.npy, each a .npy of this dtype and shape; a scalar also as --NAME VALUE):\n");
-    for (j = 0; j < m->n_in; ++j) put_tensor(&m->inputs[j]);
+    for (j = 0; j < m->n_in; ++j) {
+        const fc_main_tensor *of = NULL;
+        int i;
+        for (i = 0; i < m->n_in; ++i)
+            if (m->inputs[i].bound && m->inputs[i].length == j + 1) of = &m->inputs[i];
+        put_tensor(&m->inputs[j], of);
+    }
     printf("outputs (written to --out-dir, created if missing):\n");
-    for (j = 0; j < m->n_out; ++j) put_tensor(&m->outputs[j]);
+    for (j = 0; j < m->n_out; ++j) put_tensor(&m->outputs[j], NULL);
     printf("--bench N: N more runs timed, their median printed (median_us=...)\n");
     if (checkpoint) printf("--checkpoint FILE.npz: the variables' values from a checkpoint\n");
     if (ranks > 0) printf("--microbatches K: K inputs stacked along axis 0, pipelined over the ranks\n");

@@ -90,6 +90,9 @@ def test_the_program_takes_shorter_inputs(tmp_path, flags):
         assert res.returncode == 0 and not res.stderr, res.stderr
         for name, w in want(tokens).items():
             np.testing.assert_array_equal(np.load(tmp_path / "res" / f"{name}.npy"), w, err_msg=name)
+    usage = subprocess.run([str(out / "net"), "--help"], capture_output=True, text=True).stdout
+    assert "tokens int64[1, 16] (any length up to 16 on axis 1)" in usage, usage
+    assert "tokens_length int64[] (set by the program: the length of tokens; leave it out)" in usage, usage
     res = run(np.zeros((1, 17), np.int64))
     assert res.returncode == 2 and res.stderr.count("\n") == 1
     assert "is 17 long on axis 1, more than the compiled maximum 16" in res.stderr
